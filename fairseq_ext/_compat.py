@@ -1,0 +1,126 @@
+"""The one place where fairseq-fixed 0.12.3.1 is adapted to torch 2.13 / numpy 2.x.
+
+Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir fairseq_ext`` does).
+
+1. **Checkpoints load with ``weights_only=True``.**  torch >= 2.6 refuses to unpickle anything but
+   tensors and plain containers by default.  fairseq checkpoints also hold ``argparse.Namespace``
+   (legacy ``args``), the ``Enum`` choices of fairseq's dataclass configs, and numpy scalars in
+   ``extra_state``.  Instead of switching safety off we allow-list exactly those globals with
+   :func:`torch.serialization.add_safe_globals`; unknown globals still fail loudly.
+2. **numpy aliases** ``np.float`` / ``np.int`` (removed in numpy 1.24) used by
+   ``fairseq/modules/dynamic_crf_layer.py`` and ``fairseq/data/data_utils.py``.
+3. **No sentence is dropped by batching.**  ``fairseq-generate`` with the default
+   ``--required-batch-size-multiple 8`` lost the tail of the test set (1,488 of 1,494 printed,
+   1494 = 186*8 + 6) because the fast batcher in this fairseq build discards a final
+   batch smaller than the multiple.  :func:`_complete_batches` wraps
+   ``fairseq.data.data_utils.batch_by_size`` so that any index the batcher dropped comes back as a
+   final batch; every input sentence then gets exactly one output.
+4. Quiet the harmless per-command warnings (hydra deprecations, pin_memory without accelerator).
+"""
+from __future__ import annotations
+
+import argparse
+import enum
+import logging
+import warnings
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+_APPLIED = False
+
+
+def apply_numpy_aliases() -> None:
+    """``np.float``/``np.int`` were removed in numpy 1.24; fairseq still uses them in two places."""
+    for name, typ in (("float", float), ("int", int)):
+        if name not in np.__dict__:
+            setattr(np, name, typ)
+
+
+def _fairseq_enum_classes() -> list[type]:
+    """Every ``Enum`` class that fairseq's dataclass configs may store in a checkpoint's ``cfg``."""
+    import fairseq.dataclass.constants as constants
+
+    found = []
+    for value in vars(constants).values():
+        if isinstance(value, type) and issubclass(value, enum.Enum) and value is not enum.Enum:
+            found.append(value)
+    return found
+
+
+def safe_globals() -> list:
+    """The allow-list of non-tensor globals found in fairseq (and fairseq_ext) checkpoints."""
+    out: list = [argparse.Namespace]
+    out += _fairseq_enum_classes()
+    # numpy scalars/arrays appear in extra_state (e.g. best metric values, train iterator state).
+    out += [np.dtype, np.ndarray, np.core.multiarray.scalar if hasattr(np, "core") else None]
+    try:  # numpy >= 2 moved the private module; both spellings reach the same reconstruct function
+        from numpy._core.multiarray import _reconstruct, scalar
+
+        out += [_reconstruct, scalar]
+    except ImportError:  # pragma: no cover - numpy 1.x
+        pass
+    for name in ("Float64DType", "Float32DType", "Int64DType", "Int32DType", "BoolDType"):
+        dt = getattr(np.dtypes, name, None)
+        if dt is not None:
+            out.append(dt)
+    out += [np.float64, np.float32, np.int64, np.int32, np.bool_]
+    return [g for g in out if g is not None]
+
+
+def register_safe_globals(extra: list | None = None) -> None:
+    """Allow-list the globals fairseq pickles; later issues may add their own with ``extra``."""
+    torch.serialization.add_safe_globals(safe_globals() + list(extra or []))
+
+
+def _complete_batches(batch_by_size):
+    def wrapper(indices, *args, **kwargs):
+        batches = batch_by_size(indices, *args, **kwargs)
+        seen = sum(len(b) for b in batches)
+        n = len(indices)
+        if seen == n:
+            return batches
+        covered = np.zeros(0, dtype=np.int64) if not batches else np.concatenate(
+            [np.asarray(b, dtype=np.int64) for b in batches])
+        idx = np.asarray(indices, dtype=np.int64)
+        missing = idx[~np.isin(idx, covered)]
+        if len(missing):
+            logger.info("fairseq_ext: batcher dropped %d of %d indices; adding them as a final batch",
+                        len(missing), n)
+            batches = list(batches) + [missing]
+        return batches
+
+    wrapper.__wrapped__ = batch_by_size
+    wrapper._fairseq_ext_complete = True
+    return wrapper
+
+
+def patch_batching() -> None:
+    from fairseq.data import data_utils
+
+    if not getattr(data_utils.batch_by_size, "_fairseq_ext_complete", False):
+        data_utils.batch_by_size = _complete_batches(data_utils.batch_by_size)
+
+
+def quiet_warnings() -> None:
+    for pattern in (
+        r".*hydra.experimental.*", r".*version_base.*", r".*deprecated keyword in package header.*",
+        r".*validated against ConfigStore schema.*", r".*strict flag in the compose API.*",
+        r".*pin_memory.*", r".*torch.cuda.amp.autocast.*", r".*torch.jit.script.*",
+        r".*mismatched key_padding_mask and attn_mask.*",
+    ):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def apply() -> None:
+    """Apply every fix, once.  Called by ``fairseq_ext/__init__.py``."""
+    global _APPLIED
+    if _APPLIED:
+        return
+    quiet_warnings()
+    apply_numpy_aliases()
+    register_safe_globals()
+    patch_batching()
+    _APPLIED = True

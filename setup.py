@@ -1,0 +1,36 @@
+"""fairseq_ext: five NMT theses as one fairseq plugin.
+
+Install (the README's set-up does this into .venv):
+    PIP_CONSTRAINT=constraints.txt pip install --no-build-isolation -e .
+torch is pinned to the CPU build 2.13.0 and fairseq to the Python-3.11 fork
+fairseq-fixed 0.12.3.1 (built against the installed torch/numpy).
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_ext",
+    version="0.1.0",
+    description="fairseq plugin: Ampomah, Nguyen, Maruf and Gu NMT systems",
+    packages=find_packages(include=["fairseq_ext", "fairseq_ext.*"]),
+    package_data={"fairseq_ext": ["py.typed"]},
+    python_requires=">=3.11,<3.13",
+    install_requires=[
+        "torch==2.13.0",
+        "fairseq-fixed==0.12.3.1",
+        "numpy>=2.0",
+        "sentencepiece==0.2.3",
+        "sacrebleu==2.6.0",
+        "subword-nmt==0.3.8",
+        "matplotlib==3.11.2",
+    ],
+    extras_require={"dev": ["pytest==9.2.0"]},
+    entry_points={
+        "console_scripts": [
+            "fairseq-ext-data=fairseq_ext.data.corpora:cli_main",
+            "fairseq-ext-score=fairseq_ext.evaluation.score:cli_main",
+            "fairseq-ext-train=fairseq_ext.cli:train_main",
+            "fairseq-ext-generate=fairseq_ext.cli:generate_main",
+            "fairseq-ext-interactive=fairseq_ext.cli:interactive_main",
+        ]
+    },
+)
