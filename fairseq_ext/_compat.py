@@ -4,8 +4,8 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
 
 1. **Checkpoints load with ``weights_only=True``.**  torch >= 2.6 refuses to unpickle anything but
    tensors and plain containers by default.  fairseq checkpoints also hold ``argparse.Namespace``
-   (legacy ``args``), the ``Enum`` choices of fairseq's dataclass configs, and numpy scalars in
-   ``extra_state``.  Instead of switching safety off we allow-list exactly those globals with
+   (legacy ``args``; ``torch.serialization.get_unsafe_globals_in_checkpoint`` finds nothing else in
+   a fairseq_ext checkpoint) and may hold numpy scalars in ``extra_state`` (best metric values).  Instead of switching safety off we allow-list exactly those globals with
    :func:`torch.serialization.add_safe_globals`; unknown globals still fail loudly.
 2. **numpy aliases** ``np.float`` / ``np.int`` (removed in numpy 1.24) used by
    ``fairseq/modules/dynamic_crf_layer.py`` and ``fairseq/data/data_utils.py``.
@@ -15,12 +15,17 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    batch smaller than the multiple.  :func:`_complete_batches` wraps
    ``fairseq.data.data_utils.batch_by_size`` so that any index the batcher dropped comes back as a
    final batch; every input sentence then gets exactly one output.
-4. Quiet the harmless per-command warnings (hydra deprecations, pin_memory without accelerator).
+4. **CPU distributed training under torchrun.**  fairseq computes ``device_id = rank %
+   torch.cuda.device_count()`` (ZeroDivisionError without a GPU) and spawns ``min(#GPUs, world)``
+   processes.  :func:`patch_distributed` takes the device id from ``LOCAL_RANK`` when there is
+   no GPU, so ``torchrun --nproc_per_node 2 $(which fairseq-train) --cpu --distributed-world-size 2
+   --distributed-backend gloo ...`` trains with the gloo backend on CPU.  ``pytorch_ddp`` wraps
+   CPU modules with ``device_ids=None``.
+5. Quiet the harmless per-command warnings (hydra deprecations, pin_memory without accelerator).
 """
 from __future__ import annotations
 
 import argparse
-import enum
 import logging
 import warnings
 
@@ -39,23 +44,11 @@ def apply_numpy_aliases() -> None:
             setattr(np, name, typ)
 
 
-def _fairseq_enum_classes() -> list[type]:
-    """Every ``Enum`` class that fairseq's dataclass configs may store in a checkpoint's ``cfg``."""
-    import fairseq.dataclass.constants as constants
-
-    found = []
-    for value in vars(constants).values():
-        if isinstance(value, type) and issubclass(value, enum.Enum) and value is not enum.Enum:
-            found.append(value)
-    return found
-
-
 def safe_globals() -> list:
     """The allow-list of non-tensor globals found in fairseq (and fairseq_ext) checkpoints."""
-    out: list = [argparse.Namespace]
-    out += _fairseq_enum_classes()
+    out: list = [argparse.Namespace]  # the legacy ``args`` of every fairseq checkpoint
     # numpy scalars/arrays appear in extra_state (e.g. best metric values, train iterator state).
-    out += [np.dtype, np.ndarray, np.core.multiarray.scalar if hasattr(np, "core") else None]
+    out += [np.dtype, np.ndarray]
     try:  # numpy >= 2 moved the private module; both spellings reach the same reconstruct function
         from numpy._core.multiarray import _reconstruct, scalar
 
@@ -104,6 +97,39 @@ def patch_batching() -> None:
         data_utils.batch_by_size = _complete_batches(data_utils.batch_by_size)
 
 
+def patch_distributed() -> None:
+    import os
+
+    from fairseq.distributed import utils as dist_utils
+    from fairseq.models import distributed_fairseq_model as dfm
+
+    orig_infer = dist_utils._infer_torch_distributed_launch_init
+    if getattr(orig_infer, "_fairseq_ext", False):
+        return
+
+    def infer_launch_init(cfg):
+        if torch.cuda.device_count() > 0:
+            return orig_infer(cfg)
+        cfg.distributed_init_method = "env://"
+        cfg.distributed_world_size = int(os.environ["WORLD_SIZE"])
+        cfg.distributed_rank = int(os.environ["RANK"])
+        cfg.device_id = 0  # no CUDA device to select; ranks are told apart by RANK
+        cfg.distributed_no_spawn = True
+
+    infer_launch_init._fairseq_ext = True
+    dist_utils._infer_torch_distributed_launch_init = infer_launch_init
+
+    ddp = dfm.DistributedDataParallel
+
+    class CPUAwareDDP(ddp):
+        def __init__(self, module, *args, device_ids=None, output_device=None, **kwargs):
+            if next(module.parameters()).device.type == "cpu":
+                device_ids, output_device = None, None
+            super().__init__(module, *args, device_ids=device_ids, output_device=output_device, **kwargs)
+
+    dfm.DistributedDataParallel = CPUAwareDDP
+
+
 def quiet_warnings() -> None:
     for pattern in (
         r".*hydra.experimental.*", r".*version_base.*", r".*deprecated keyword in package header.*",
@@ -123,4 +149,5 @@ def apply() -> None:
     apply_numpy_aliases()
     register_safe_globals()
     patch_batching()
+    patch_distributed()
     _APPLIED = True

@@ -1,0 +1,113 @@
+"""Helpers that run the real fairseq command lines with ``--user-dir fairseq_ext`` on tiny data.
+
+In the spirit of fairseq's ``tests/utils.py``: each later component adds a few lines, e.g.::
+
+    def test_my_arch_cli(tiny_bin, tmp_path):
+        ckpt = train(tiny_bin, tmp_path, ["--arch", "my_arch_tiny"], max_update=10)
+        out = generate(tiny_bin, ckpt)
+        assert count_hypotheses(out) == n_lines(tiny_bin / "test.ids")
+
+Commands run as subprocesses of the current interpreter's environment (``.venv/bin/fairseq-*``),
+exactly as a user types them, with ``OMP_NUM_THREADS=1``.
+"""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_DIR = ROOT / "fairseq_ext"
+TINY = ROOT / "tests" / "data" / "bible_tiny"
+BIN = Path(sys.executable).parent
+
+# A 2+2-layer d=32 transformer: trains a step in a few ms on the tiny slice.
+TINY_TRANSFORMER = [
+    "--arch", "transformer", "--encoder-layers", "2", "--decoder-layers", "2",
+    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+    "--share-all-embeddings",
+]
+
+
+def env(**extra) -> dict:
+    e = dict(os.environ)
+    e.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def run(cmd, cwd=None, timeout=600, check=True, input_text=None, **env_extra) -> subprocess.CompletedProcess:
+    """Run a command; on failure raise with the tail of its output (so pytest shows why)."""
+    cmd = [str(c) for c in cmd]
+    p = subprocess.run(cmd, cwd=cwd or ROOT, env=env(**env_extra), capture_output=True, text=True,
+                       timeout=timeout, input=input_text)
+    if check and p.returncode != 0:
+        raise AssertionError(f"command failed ({p.returncode}): {' '.join(cmd)}\n"
+                             f"--- stdout ---\n{p.stdout[-3000:]}\n--- stderr ---\n{p.stderr[-5000:]}")
+    return p
+
+
+def fairseq(tool: str, *args, user_dir=True, **kw) -> subprocess.CompletedProcess:
+    """``fairseq-<tool> [--user-dir fairseq_ext] args`` through the installed console script."""
+    cmd = [BIN / f"fairseq-{tool}"]
+    if user_dir:
+        cmd += ["--user-dir", USER_DIR]
+    return run(cmd + list(args), **kw)
+
+
+def data_cli(*args, **kw) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "fairseq_ext.data.corpora", *args], **kw)
+
+
+def prepare_tiny(out: Path, vocab_size: int = 300, method: str = "sentencepiece") -> Path:
+    """Segment and binarize the committed tiny Bible slice; returns the ``bin`` folder."""
+    seg = out / "seg"
+    data_cli("bpe", TINY, seg, "--src", "es", "--tgt", "en", "--method", method,
+             "--vocab-size", vocab_size)
+    data_cli("binarize", seg, "--out", out, "--src", "es", "--tgt", "en")
+    return out / "bin"
+
+
+def train(data_bin, save_dir, model_args=None, *, task="translation_ext",
+          criterion="label_smoothed_cross_entropy", max_update=20, extra=(), **kw) -> Path:
+    """Train a few updates; returns the path of ``checkpoint_last.pt``."""
+    args = [data_bin, "--task", task, *(model_args or TINY_TRANSFORMER),
+            "--criterion", criterion, "--optimizer", "adam", "--lr", "1e-3",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--max-tokens", "1000",
+            "--max-update", max_update, "--save-dir", save_dir, "--cpu", "--seed", "1",
+            "--no-progress-bar", "--log-format", "simple", "--log-interval", "1",
+            "--no-epoch-checkpoints", *extra]
+    if criterion == "label_smoothed_cross_entropy" and "--label-smoothing" not in extra:
+        args += ["--label-smoothing", "0.1"]
+    fairseq("train", *args, **kw)
+    ckpt = Path(save_dir) / "checkpoint_last.pt"
+    assert ckpt.exists(), f"no checkpoint written in {save_dir}"
+    return ckpt
+
+
+def generate(data_bin, ckpt, *args, task="translation_ext", **kw) -> str:
+    """``fairseq-generate`` on the test split; returns stdout (S/T/H/D/P lines)."""
+    p = fairseq("generate", data_bin, "--task", task, "--path", ckpt, "--cpu",
+                "--beam", "2", "--max-len-b", "50", *args, **kw)
+    return p.stdout
+
+
+def hypotheses(out: str) -> dict:
+    """``{sentence id: hypothesis}`` from fairseq-generate stdout (H lines)."""
+    hyps = {}
+    for line in out.splitlines():
+        m = re.match(r"^H-(\d+)\t(\S+)\t(.*)$", line)
+        if m:
+            hyps[int(m.group(1))] = m.group(3)
+    return hyps
+
+
+def train_losses(stderr: str) -> list:
+    return [float(x) for x in re.findall(r"train_inner \|.* loss=([0-9.]+),", stderr)]
+
+
+def n_lines(path) -> int:
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)

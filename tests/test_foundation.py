@@ -1,0 +1,134 @@
+"""The base: registration, compat fixes, translation_ext task, GNMT length penalty, CLI round trip."""
+import math
+import re
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import fairseq_ext  # noqa: F401
+from fairseq_ext.generators.length_penalty import (
+    GNMTLengthPenaltySequenceGenerator,
+    equivalent_fairseq_exponent,
+    gnmt_length_penalty,
+)
+from harness import (BIN, ROOT, TINY_TRANSFORMER, fairseq, generate, hypotheses, n_lines, run,
+                     train)
+
+
+def test_import_registers_everything():
+    from fairseq.tasks import TASK_REGISTRY
+
+    assert "translation_ext" in TASK_REGISTRY
+
+
+def test_train_help_lists_plugin_registrations():
+    p = run([sys.executable, "-m", "fairseq_ext"])
+    assert "translation_ext" in p.stdout and "tasks" in p.stdout
+    # relative --user-dir from the repo root, as the README shows
+    p = run([BIN / "fairseq-train", "--user-dir", "fairseq_ext", "--help"], cwd=ROOT)
+    assert "--criterion {" in p.stdout  # fairseq lists criterion choices (plugin ones included)
+    from fairseq_ext.__main__ import registrations
+
+    for name in registrations()["criterions"]:
+        assert name in p.stdout
+
+
+def test_batch_by_size_keeps_the_tail():
+    """1494 = 186*8 + 6 test sentences: fairseq's batcher dropped the last 6 (compat fix)."""
+    from fairseq.data import data_utils
+
+    idx = np.arange(1494)
+    ntok = np.full(1494, 30)
+    kw = dict(num_tokens_vec=ntok, max_sentences=16, required_batch_size_multiple=8)
+    raw = data_utils.batch_by_size.__wrapped__(idx, None, **kw)
+    assert sum(len(b) for b in raw) < 1494  # the base bug is still there underneath
+    fixed = data_utils.batch_by_size(idx, None, **kw)
+    assert sorted(np.concatenate(fixed).tolist()) == list(range(1494))
+
+
+def test_safe_globals_cover_fairseq_checkpoint_objects():
+    import argparse
+    import io
+
+    buf = io.BytesIO()
+    torch.save({"args": argparse.Namespace(a=1), "x": np.float64(1.5), "arr": np.arange(3)}, buf)
+    buf.seek(0)
+    state = torch.load(buf, weights_only=True)
+    assert state["args"].a == 1 and state["x"] == 1.5
+    buf = io.BytesIO()
+    torch.save({"f": len}, buf)  # anything else is still refused
+    buf.seek(0)
+    with pytest.raises(Exception):
+        torch.load(buf, weights_only=True)
+
+
+@pytest.mark.parametrize("length", [1, 2, 5, 17, 80])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.0])
+def test_gnmt_exponent_reproduces_gnmt_penalty(length, alpha):
+    a = equivalent_fairseq_exponent(length, alpha)
+    assert math.isclose(length ** a, gnmt_length_penalty(length, alpha), rel_tol=1e-12)
+
+
+def test_cpu_bf16_autocast_context():
+    from fairseq_ext.tasks.translation_ext import AutocastMixin
+
+    class Cfg:
+        cpu_bf16 = True
+
+    class T(AutocastMixin):
+        cfg = Cfg()
+
+    lin = torch.nn.Linear(8, 8)
+    with T().autocast():
+        assert lin(torch.randn(2, 8)).dtype == torch.bfloat16
+    Cfg.cpu_bf16 = False
+    with T().autocast():
+        assert lin(torch.randn(2, 8)).dtype == torch.float32
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tiny_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("ckpt")
+    return train(tiny_bin, save, max_update=30, extra=["--cpu-bf16"])
+
+
+def test_generate_every_sentence_once_and_weights_only(tiny_bin, tiny_ckpt):
+    state = torch.load(tiny_ckpt, weights_only=True)  # the compat allow-list, safety kept on
+    assert state["cfg"]["task"]["_name"] == "translation_ext"
+    n = n_lines(tiny_bin / "test.ids")
+    assert n % 8 != 0  # the tail case the batcher used to drop
+    out = generate(tiny_bin, tiny_ckpt, "--batch-size", "8")  # default --required-batch-size-multiple 8
+    assert sorted(hypotheses(out)) == list(range(n))
+
+
+def test_gnmt_scores_are_logprob_over_gnmt_penalty(tiny_bin, tiny_ckpt):
+    out = generate(tiny_bin, tiny_ckpt, "--gnmt-alpha", "0.8", "--batch-size", "16")
+    checked = 0
+    lines = out.splitlines()
+    for h, p in zip([l for l in lines if l.startswith("H-")], [l for l in lines if l.startswith("P-")]):
+        score = float(h.split("\t")[1])
+        pos = [float(x) for x in p.split("\t")[1].split()]
+        assert math.isclose(score * gnmt_length_penalty(len(pos), 0.8), sum(pos), abs_tol=2e-3 * len(pos))
+        checked += 1
+    assert checked == n_lines(tiny_bin / "test.ids")
+
+
+def test_resume_training_loads_checkpoint(tiny_bin, tiny_ckpt, tmp_path):
+    import shutil
+
+    shutil.copy(tiny_ckpt, tmp_path / "checkpoint_last.pt")
+    p = fairseq("train", tiny_bin, "--task", "translation_ext", *TINY_TRANSFORMER, "--optimizer", "adam",
+                "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "32", "--save-dir", tmp_path,
+                "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                "--cpu", "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints")
+    assert "Loaded checkpoint" in p.stderr + p.stdout
+    assert "num_updates 32" in p.stderr + p.stdout
+
+
+def test_interactive_and_wrapper_without_user_dir(tiny_bin, tiny_ckpt):
+    src = " ".join((tiny_bin / ".." / "seg" / "test.es").resolve().read_text().splitlines()[:1])
+    p = run([BIN / "fairseq-ext-interactive", tiny_bin, "--task", "translation_ext", "--path", tiny_ckpt,
+             "--cpu", "--beam", "2", "--max-len-b", "20"], input_text=src + "\n")
+    assert re.search(r"^H-0\t", p.stdout, re.M)
