@@ -1,0 +1,655 @@
+"""Corpus BLEU / chrF, paired bootstrap significance and BLEU by source length, via sacreBLEU 2.6.
+
+Every number comes from sacreBLEU's own API (``sacrebleu.metrics.BLEU`` / ``CHRF`` and
+``sacrebleu.significance.PairedTest``); nothing here re-implements BLEU, chrF or the bootstrap.
+This module imports neither torch nor fairseq (numpy only when a bootstrap is run, matplotlib
+only when a plot is asked for).
+
+Python API
+----------
+``load_hypotheses(path, ids=None) -> {id: text}``   (fairseq-generate output or plain text)
+``score_corpus(hyps, refs, tokenised=False) -> dict``   (bleu, chrf, bp, ratio, signatures ...)
+``paired_bootstrap(baseline, systems, refs, n=1000, seed=12345) -> dict``
+``bleu_by_length(src, hyps, refs, edges) -> list[dict]``
+``score_files(...)`` / ``compare_files(...)``: the same starting from file paths (what the CLI runs).
+
+CLI
+---
+::
+
+    python -m fairseq_ext.evaluation.score score --hyp gen.out --ref test.en [--ref test.kjv] \\
+        [--src test.es] [--ids test.ids] [--tokenised] [--remove-bpe sentencepiece|subword_nmt] \\
+        [--json out.json] [--buckets 0,10,20,30,40,50,inf] [--plot buckets.png]
+    python -m fairseq_ext.evaluation.score compare --baseline gen_base.out \\
+        --system gen_a.out [--system gen_b.out] --ref test.en [--n-bootstrap 1000] [--seed 12345]
+
+(installed: ``fairseq-ext-score ...``).  Bad input prints one ``error: ...`` line, exit status 2.
+
+``--tokenised`` is the theses' ``multi-bleu.perl`` setting: BLEU over whitespace tokens of
+already tokenised text (sacreBLEU ``tokenize='none'``, no smoothing, so a zero n-gram precision
+gives 0 as in multi-bleu.perl); it is labelled ``BLEU (tokenised, multi-bleu style)`` and
+with fairseq-generate output it reads the tokenised ``H-`` lines instead of the ``D-`` lines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from contextlib import contextmanager
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from sacrebleu import __version__ as SACREBLEU_VERSION
+from sacrebleu.metrics import BLEU, CHRF
+
+from .generate_output import (
+    REMOVE_BPE_CHOICES,
+    ScoringError,
+    align_to_references,
+    load_hypotheses,
+    read_ids,
+    read_lines,
+    remove_bpe,
+)
+
+__all__ = [
+    "ScoringError",
+    "load_hypotheses",
+    "load_references",
+    "score_corpus",
+    "paired_bootstrap",
+    "bleu_by_length",
+    "parse_edges",
+    "score_files",
+    "compare_files",
+    "format_score",
+    "format_buckets",
+    "format_comparison",
+    "remove_bpe",
+    "DEFAULT_EDGES",
+    "cli_main",
+]
+
+DEFAULT_EDGES: tuple[float, ...] = (0, 10, 20, 30, 40, 50, math.inf)
+DEFAULT_SEED = 12345
+DEFAULT_N_BOOTSTRAP = 1000
+ALPHA = 0.05
+TOKENISED_LABEL = "BLEU (tokenised, multi-bleu style)"
+
+Refs = Union[Sequence[str], Sequence[Sequence[str]]]
+
+
+# --------------------------------------------------------------------------------- metrics
+def _metrics(tokenised: bool, lowercase: bool, chrf_word_order: int) -> tuple[BLEU, CHRF]:
+    if tokenised:
+        # multi-bleu.perl: whitespace tokens, no smoothing (zero precision -> BLEU 0).
+        bleu = BLEU(tokenize="none", smooth_method="none", lowercase=lowercase, force=True)
+    else:
+        bleu = BLEU(lowercase=lowercase)  # 13a tokenizer, exp smoothing: sacreBLEU defaults
+    chrf = CHRF(word_order=chrf_word_order, lowercase=lowercase)
+    return bleu, chrf
+
+
+def _ref_streams(refs: Refs, n_hyps: int, what: str = "hypotheses") -> list[list[str]]:
+    """``refs`` as a list of reference streams, each as long as the hypotheses."""
+    if n_hyps == 0:
+        raise ScoringError(f"no {what} to score")
+    if isinstance(refs, str):
+        raise ScoringError("refs must be a list of reference sentences or of reference streams")
+    refs = list(refs)
+    if not refs:
+        raise ScoringError("no reference given")
+    if isinstance(refs[0], str):  # a single stream given as list[str]
+        refs = [refs]
+    streams = [list(r) for r in refs]
+    for k, s in enumerate(streams):
+        if len(s) != n_hyps:
+            raise ScoringError(
+                f"reference {k + 1} has {len(s)} sentences but there are {n_hyps} {what}"
+            )
+    return streams
+
+
+def score_corpus(
+    hyps: Sequence[str],
+    refs: Refs,
+    tokenised: bool = False,
+    *,
+    lowercase: bool = False,
+    chrf_word_order: int = 0,
+) -> dict[str, Any]:
+    """Corpus BLEU and chrF of ``hyps`` against one or more reference streams.
+
+    :param hyps: hypotheses, aligned with the references.
+    :param refs: ``[stream1, stream2, ...]`` (each a list of sentences), or a single stream.
+    :param tokenised: multi-bleu.perl style BLEU on whitespace tokens (``tokenize='none'``).
+    :return: dict with ``bleu``, ``chrf``, ``bp``, ``ratio``, ``sys_len``, ``ref_len``,
+        ``precisions``, ``counts``, ``totals``, ``bleu_signature``, ``chrf_signature``,
+        ``bleu_label``, ``chrf_label``, ``bleu_str``, ``chrf_str``, ``n_sentences``, ``n_refs``.
+    """
+    hyps = list(hyps)
+    streams = _ref_streams(refs, len(hyps))
+    bleu_m, chrf_m = _metrics(tokenised, lowercase, chrf_word_order)
+    b = bleu_m.corpus_score(hyps, streams)
+    c = chrf_m.corpus_score(hyps, streams)
+    label = TOKENISED_LABEL if tokenised else "BLEU"
+    return {
+        "bleu": b.score,
+        "chrf": c.score,
+        "bleu_label": label,
+        "chrf_label": c.name,
+        "bp": b.bp,
+        "ratio": b.ratio,
+        "sys_len": b.sys_len,
+        "ref_len": b.ref_len,
+        "precisions": list(b.precisions),
+        "counts": list(b.counts),
+        "totals": list(b.totals),
+        "bleu_signature": str(bleu_m.get_signature()),
+        "chrf_signature": str(chrf_m.get_signature()),
+        "bleu_str": _bleu_line(label, b),
+        "chrf_str": f"{c.name} = {c.score:.2f}",
+        "tokenised": tokenised,
+        "lowercase": lowercase,
+        "n_sentences": len(hyps),
+        "n_refs": len(streams),
+        "sacrebleu_version": SACREBLEU_VERSION,
+    }
+
+
+def _bleu_line(label: str, b: Any) -> str:
+    prec = "/".join(f"{p:.1f}" for p in b.precisions)
+    return (
+        f"{label} = {b.score:.2f} {prec} (BP = {b.bp:.3f} ratio = {b.ratio:.3f} "
+        f"hyp_len = {b.sys_len:d} ref_len = {b.ref_len:d})"
+    )
+
+
+# ------------------------------------------------------------------------------- bootstrap
+@contextmanager
+def _sacrebleu_seed(seed: int):
+    """sacreBLEU's PairedTest reads its RNG seed from $SACREBLEU_SEED; set it for the call."""
+    old = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("SACREBLEU_SEED", None)
+        else:
+            os.environ["SACREBLEU_SEED"] = old
+
+
+def paired_bootstrap(
+    baseline: Sequence[str],
+    systems: Union[Mapping[str, Sequence[str]], Sequence[Sequence[str]]],
+    refs: Refs,
+    n: int = DEFAULT_N_BOOTSTRAP,
+    seed: int = DEFAULT_SEED,
+    *,
+    tokenised: bool = False,
+    lowercase: bool = False,
+    chrf_word_order: int = 0,
+    baseline_name: str = "baseline",
+) -> dict[str, Any]:
+    """Paired bootstrap resampling (Koehn 2004) of each system against the baseline.
+
+    Runs ``sacrebleu.significance.PairedTest(test_type='bs')`` for BLEU and chrF with a fixed
+    seed.  ``systems`` is ``{name: hyps}`` or a list of hypothesis lists (named ``system1``...).
+
+    :return: ``{"n_bootstrap", "seed", "alpha", "metrics": [BLEU-name, chrF-name],
+        "signatures": {metric: str}, "baseline": {"name", metric: {score, mean, ci, ci_low,
+        ci_high}}, "systems": [{"name", metric: {score, mean, ci, ci_low, ci_high, delta,
+        p_value, significant}}]}`` where ``ci`` is the half width of the 95% interval around
+        the bootstrap mean.
+
+    A system whose corpus score equals the baseline's (e.g. identical output) gets p = 1:
+    sacreBLEU's statistic ``count(centred |delta*| > |delta|)`` degenerates to 1/(n+1) when
+    every resampled difference is 0, and an observed difference of 0 is no evidence of one.
+    """
+    from sacrebleu.significance import PairedTest  # imports numpy; only needed here
+
+    if int(n) < 1:
+        raise ScoringError(f"number of bootstrap resamples must be >= 1, got {n}")
+    if int(seed) <= 0:
+        # sacreBLEU treats a seed of 0 as "no seed" (entropy from the OS): not reproducible.
+        raise ScoringError(f"seed must be a positive integer, got {seed}")
+    if isinstance(systems, Mapping):
+        named = [(str(k), list(v)) for k, v in systems.items()]
+    else:
+        named = [(f"system{i + 1}", list(v)) for i, v in enumerate(systems)]
+    if not named:
+        raise ScoringError("no system to compare with the baseline")
+    baseline = list(baseline)
+    streams = _ref_streams(refs, len(baseline), "baseline hypotheses")
+    for name, hyps in named:
+        if len(hyps) != len(baseline):
+            raise ScoringError(
+                f"{name}: {len(hyps)} hypotheses but the baseline has {len(baseline)}"
+            )
+    bleu_m, chrf_m = _metrics(tokenised, lowercase, chrf_word_order)
+    with _sacrebleu_seed(int(seed)):
+        test = PairedTest(
+            [(baseline_name, baseline)] + named,
+            {"BLEU": bleu_m, "chrF": chrf_m},
+            references=streams,
+            test_type="bs",
+            n_samples=int(n),
+            n_jobs=1,
+        )
+        signatures, scores = test()
+    metric_names = [k for k in scores if k != "System"]
+
+    def _entry(res: Any) -> dict[str, Any]:
+        mean = float(res.mean) if res.mean is not None else None
+        ci = float(res.ci) if res.ci is not None else None
+        return {
+            "score": float(res.score),
+            "mean": mean,
+            "ci": ci,
+            "ci_low": None if mean is None or ci is None else mean - ci,
+            "ci_high": None if mean is None or ci is None else mean + ci,
+        }
+
+    base: dict[str, Any] = {"name": baseline_name}
+    for m in metric_names:
+        base[m] = _entry(scores[m][0])
+    out_systems = []
+    for i, (name, _) in enumerate(named, start=1):
+        row: dict[str, Any] = {"name": name}
+        for m in metric_names:
+            res = scores[m][i]
+            e = _entry(res)
+            delta = e["score"] - base[m]["score"]
+            p = 1.0 if delta == 0.0 else float(res.p_value)
+            e.update(delta=delta, p_value=p, significant=p < ALPHA)
+            row[m] = e
+        out_systems.append(row)
+    return {
+        "test": "paired bootstrap resampling",
+        "n_bootstrap": int(n),
+        "seed": int(seed),
+        "alpha": ALPHA,
+        "metrics": metric_names,
+        "labels": {m: (TOKENISED_LABEL if (m == "BLEU" and tokenised) else m) for m in metric_names},
+        "signatures": {m: str(s) for m, s in signatures.items()},
+        "baseline": base,
+        "systems": out_systems,
+        "n_sentences": len(baseline),
+        "n_refs": len(streams),
+    }
+
+
+# ------------------------------------------------------------------------- length buckets
+def parse_edges(spec: Union[str, Sequence[Union[int, float, str]], None]) -> list[float]:
+    """``'0,10,20,inf'`` (or a sequence) -> increasing bucket edges; buckets are ``[lo, hi)``."""
+    if spec is None:
+        return list(DEFAULT_EDGES)
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    try:
+        edges = [float(str(x).strip()) for x in items if str(x).strip() != ""]
+    except ValueError:
+        raise ScoringError(f"bucket edges must be numbers or 'inf', got {spec!r}") from None
+    if any(math.isnan(e) for e in edges):
+        raise ScoringError(f"bucket edges must be numbers or 'inf', got {spec!r}")
+    if len(edges) < 2:
+        raise ScoringError(f"need at least two bucket edges, got {spec!r}")
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ScoringError(f"bucket edges must be strictly increasing, got {spec!r}")
+    return edges
+
+
+def _edge_str(x: float) -> str:
+    return "inf" if math.isinf(x) else (str(int(x)) if float(x).is_integer() else str(x))
+
+
+def _bucket_label(lo: float, hi: float) -> str:
+    if math.isinf(hi):
+        return f"{_edge_str(lo)}+"
+    if float(lo).is_integer() and float(hi).is_integer():
+        return f"{int(lo)}-{int(hi) - 1}"
+    return f"[{_edge_str(lo)},{_edge_str(hi)})"
+
+
+def bleu_by_length(
+    src: Sequence[str],
+    hyps: Sequence[str],
+    refs: Refs,
+    edges: Union[str, Sequence[float], None] = DEFAULT_EDGES,
+    *,
+    tokenised: bool = False,
+    lowercase: bool = False,
+    chrf_word_order: int = 0,
+) -> list[dict[str, Any]]:
+    """Corpus BLEU and chrF per bucket of source length (whitespace tokens), ``[lo, hi)``.
+
+    Each row: ``bucket`` (label such as ``'10-19'``, ``'50+'``), ``lo``, ``hi`` (``None`` for
+    infinity), ``count``, ``src_tokens``, ``bleu``, ``chrf``, ``bp`` (``None`` when empty).
+    Every sentence must fall in a bucket (end the edges with ``inf``); counts sum to the total.
+    """
+    edges_f = parse_edges(edges)
+    src, hyps = list(src), list(hyps)
+    if len(src) != len(hyps):
+        raise ScoringError(f"source has {len(src)} sentences but there are {len(hyps)} hypotheses")
+    streams = _ref_streams(refs, len(hyps))
+    lengths = [len(s.split()) for s in src]
+    outside = [i for i, n in enumerate(lengths) if not (edges_f[0] <= n < edges_f[-1])]
+    if outside:
+        raise ScoringError(
+            f"{len(outside)} source sentences lie outside the buckets "
+            f"[{_edge_str(edges_f[0])}, {_edge_str(edges_f[-1])}) (e.g. sentence {outside[0]} "
+            f"with {lengths[outside[0]]} tokens); end the edges with inf"
+        )
+    rows = []
+    for lo, hi in zip(edges_f, edges_f[1:]):
+        idx = [i for i, n in enumerate(lengths) if lo <= n < hi]
+        row: dict[str, Any] = {
+            "bucket": _bucket_label(lo, hi),
+            "lo": lo,
+            "hi": None if math.isinf(hi) else hi,
+            "count": len(idx),
+            "src_tokens": sum(lengths[i] for i in idx),
+            "bleu": None,
+            "chrf": None,
+            "bp": None,
+        }
+        if idx:
+            bleu_m, chrf_m = _metrics(tokenised, lowercase, chrf_word_order)
+            h = [hyps[i] for i in idx]
+            r = [[s[i] for i in idx] for s in streams]
+            b = bleu_m.corpus_score(h, r)
+            row.update(bleu=b.score, bp=b.bp, chrf=chrf_m.corpus_score(h, r).score)
+        rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------------------------ formatting
+def format_score(result: Mapping[str, Any], name: Optional[str] = None) -> str:
+    """The human-readable block ``score`` prints."""
+    lines = []
+    if name:
+        refs = result.get("ref_files")
+        ref_part = f", {result['n_refs']} reference(s)" + (f": {', '.join(refs)}" if refs else "")
+        lines.append(f"{name} ({result['n_sentences']} sentences{ref_part})")
+    lines.append(result["bleu_str"])
+    lines.append(result["chrf_str"])
+    lines.append(f"{result['bleu_label']} signature: {result['bleu_signature']}")
+    lines.append(f"{result['chrf_label']} signature: {result['chrf_signature']}")
+    return "\n".join(lines)
+
+
+def format_buckets(rows: Sequence[Mapping[str, Any]], chrf_label: str = "chrF2") -> str:
+    """Table of :func:`bleu_by_length` rows, with a total line."""
+    head = f"{'src length':>10}  {'count':>6}  {'BLEU':>6}  {chrf_label:>6}  {'BP':>5}"
+    out = [head, "-" * len(head)]
+    for r in rows:
+        f = (lambda v, w, p: f"{v:>{w}.{p}f}" if v is not None else f"{'-':>{w}}")
+        out.append(
+            f"{r['bucket']:>10}  {r['count']:>6d}  {f(r['bleu'], 6, 2)}  "
+            f"{f(r['chrf'], 6, 2)}  {f(r['bp'], 5, 3)}"
+        )
+    out.append(f"{'total':>10}  {sum(r['count'] for r in rows):>6d}")
+    return "\n".join(out)
+
+
+def format_comparison(result: Mapping[str, Any]) -> str:
+    """Table of :func:`paired_bootstrap` results: score (mean ± 95% CI) and p per metric."""
+    metrics = result["metrics"]
+    names = [f"baseline: {result['baseline']['name']}"] + [s["name"] for s in result["systems"]]
+    wn = max(len("System"), *(len(n) for n in names))
+    cols = [f"{result['labels'].get(m, m)} (mean ± 95% CI)" for m in metrics]
+    wc = max(24, *(len(c) for c in cols))
+
+    def cell(e: Mapping[str, Any]) -> str:
+        if e.get("mean") is None:
+            return f"{e['score']:.2f}"
+        return f"{e['score']:.2f} ({e['mean']:.2f} ± {e['ci']:.2f})"
+
+    def pcell(e: Mapping[str, Any]) -> str:
+        if "p_value" not in e:
+            return "-"
+        return f"{e['p_value']:.4f}{'*' if e['significant'] else ' '}"
+
+    lines = [
+        f"{result['test']}: {result['n_bootstrap']} resamples, seed {result['seed']}, "
+        f"{result['n_sentences']} sentences, {result['n_refs']} reference(s); "
+        f"p vs baseline, * = p < {result['alpha']}",
+        f"{'System':<{wn}}  " + "  ".join(f"{c:<{wc}}  {'p':>7} " for c in cols),
+    ]
+    rows = [result["baseline"]] + list(result["systems"])
+    for n, row in zip(names, rows):
+        lines.append(
+            f"{n:<{wn}}  " + "  ".join(f"{cell(row[m]):<{wc}}  {pcell(row[m]):>8}" for m in metrics)
+        )
+    for m in metrics:
+        lines.append(f"{result['labels'].get(m, m)} signature: {result['signatures'][m]}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------ file-level helpers
+def load_references(
+    paths: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+) -> list[list[str]]:
+    """Reference files (one sentence a line) as streams; all must have the same length."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    streams = [read_lines(p) for p in paths]
+    if not streams:
+        raise ScoringError("no reference file given")
+    n0 = len(streams[0])
+    for p, s in zip(paths, streams):
+        if len(s) != n0:
+            raise ScoringError(f"{p}: {len(s)} lines but {paths[0]} has {n0}")
+    if n0 == 0:
+        raise ScoringError(f"{paths[0]}: empty reference file")
+    return streams
+
+
+def _aligned_hyps(
+    path: Union[str, os.PathLike],
+    n_refs: int,
+    ids: Optional[Union[str, os.PathLike]],
+    tokenised: bool,
+    remove_bpe_kind: Optional[str],
+    field: str,
+    fmt: str,
+) -> list[str]:
+    id_list = read_ids(ids)
+    if field == "auto":
+        field = "H" if tokenised else "D"
+    hyps = load_hypotheses(path, id_list, fmt=fmt, field=field, remove_bpe_kind=remove_bpe_kind)
+    return align_to_references(hyps, n_refs, id_list, source=str(path))
+
+
+def score_files(
+    hyp: Union[str, os.PathLike],
+    refs: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+    *,
+    src: Optional[Union[str, os.PathLike]] = None,
+    ids: Optional[Union[str, os.PathLike]] = None,
+    tokenised: bool = False,
+    lowercase: bool = False,
+    remove_bpe: Optional[str] = None,
+    field: str = "auto",
+    fmt: str = "auto",
+    chrf_word_order: int = 0,
+    edges: Union[str, Sequence[float], None] = None,
+    plot: Optional[Union[str, os.PathLike]] = None,
+    plot_title: Optional[str] = None,
+) -> dict[str, Any]:
+    """:func:`score_corpus` from files; with ``src`` (and ``edges``) also :func:`bleu_by_length`
+    (key ``buckets``); with ``plot`` the bucket PNG (needs ``src``)."""
+    ref_paths = [refs] if isinstance(refs, (str, os.PathLike)) else list(refs)
+    streams = load_references(ref_paths)
+    hyps = _aligned_hyps(hyp, len(streams[0]), ids, tokenised, remove_bpe, field, fmt)
+    res = score_corpus(hyps, streams, tokenised, lowercase=lowercase, chrf_word_order=chrf_word_order)
+    res.update(hyp_file=str(hyp), ref_files=[str(p) for p in ref_paths], remove_bpe=remove_bpe)
+    if (edges is not None or plot is not None) and src is None:
+        raise ScoringError("BLEU by source length (--buckets/--plot) needs --src")
+    if src is not None:
+        src_lines = read_lines(src)
+        if len(src_lines) != len(hyps):
+            raise ScoringError(f"{src}: {len(src_lines)} lines but the reference has {len(hyps)}")
+        edges_f = parse_edges(edges)
+        rows = bleu_by_length(
+            src_lines, hyps, streams, edges_f,
+            tokenised=tokenised, lowercase=lowercase, chrf_word_order=chrf_word_order,
+        )
+        res.update(src_file=str(src), bucket_edges=[_edge_str(e) for e in edges_f], buckets=rows)
+        if plot is not None:
+            from .plots import plot_length_buckets
+
+            plot_length_buckets(
+                rows, plot, title=plot_title or os.path.basename(str(hyp)),
+                bleu_label=res["bleu_label"], chrf_label=res["chrf_label"],
+            )
+            res["plot"] = str(plot)
+    return res
+
+
+def compare_files(
+    baseline: Union[str, os.PathLike],
+    systems: Sequence[Union[str, os.PathLike]],
+    refs: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+    *,
+    ids: Optional[Union[str, os.PathLike]] = None,
+    tokenised: bool = False,
+    lowercase: bool = False,
+    remove_bpe: Optional[str] = None,
+    field: str = "auto",
+    fmt: str = "auto",
+    chrf_word_order: int = 0,
+    n: int = DEFAULT_N_BOOTSTRAP,
+    seed: int = DEFAULT_SEED,
+) -> dict[str, Any]:
+    """:func:`paired_bootstrap` from files; systems are named by their paths."""
+    ref_paths = [refs] if isinstance(refs, (str, os.PathLike)) else list(refs)
+    streams = load_references(ref_paths)
+    n_ref = len(streams[0])
+    base = _aligned_hyps(baseline, n_ref, ids, tokenised, remove_bpe, field, fmt)
+    named: dict[str, list[str]] = {}
+    for p in systems:
+        key = str(p)
+        if key in named or key == str(baseline):
+            raise ScoringError(f"{p}: given more than once")
+        named[key] = _aligned_hyps(p, n_ref, ids, tokenised, remove_bpe, field, fmt)
+    res = paired_bootstrap(
+        base, named, streams, n=n, seed=seed, tokenised=tokenised, lowercase=lowercase,
+        chrf_word_order=chrf_word_order, baseline_name=str(baseline),
+    )
+    res.update(ref_files=[str(p) for p in ref_paths], remove_bpe=remove_bpe)
+    return res
+
+
+# ------------------------------------------------------------------------------------- CLI
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one ``error: ...`` line, exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"error: {message}\n")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ref", action="append", required=True, metavar="FILE",
+                   help="reference file, one sentence a line; repeat for several references")
+    p.add_argument("--ids", metavar="FILE",
+                   help="line i = id of sentence i (e.g. verse ids); maps fairseq's numeric ids")
+    p.add_argument("--tokenised", "--tokenized", action="store_true",
+                   help="multi-bleu.perl style BLEU on whitespace tokens (tokenize=none); "
+                        "reads H- lines of fairseq-generate output")
+    p.add_argument("--lowercase", "-lc", action="store_true", help="case-insensitive scores")
+    p.add_argument("--remove-bpe", choices=REMOVE_BPE_CHOICES, default=None,
+                   help="strip subword markers from the hypotheses first")
+    p.add_argument("--field", choices=("auto", "D", "H"), default="auto",
+                   help="fairseq-generate line to score (auto: D, or H with --tokenised)")
+    p.add_argument("--format", dest="fmt", choices=("auto", "fairseq", "text"), default="auto",
+                   help="hypothesis file format (auto-detected from H-/D- lines)")
+    p.add_argument("--chrf-word-order", type=int, default=0, help="2 gives chrF++ (default 0)")
+    p.add_argument("--json", metavar="FILE", help="also write all numbers as JSON")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="fairseq-ext-score",
+        description="sacreBLEU BLEU/chrF, paired bootstrap and BLEU by source length "
+                    "for fairseq-generate output or plain hypothesis files.",
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
+    s = sub.add_parser("score", help="corpus BLEU and chrF (optionally by source length)")
+    s.add_argument("--hyp", required=True, metavar="FILE",
+                   help="fairseq-generate output or hypotheses, one a line")
+    _common(s)
+    s.add_argument("--src", metavar="FILE", help="source file: BLEU by source-length bucket")
+    s.add_argument("--buckets", metavar="EDGES", default=None,
+                   help="bucket edges of source length, default 0,10,20,30,40,50,inf")
+    s.add_argument("--plot", metavar="PNG", help="bar plot of BLEU/chrF per bucket (needs --src)")
+    s.add_argument("--plot-title", default=None)
+    c = sub.add_parser("compare", help="paired bootstrap: baseline vs system(s)")
+    c.add_argument("--baseline", required=True, metavar="FILE")
+    c.add_argument("--system", action="append", required=True, metavar="FILE",
+                   help="system output; repeat for several")
+    _common(c)
+    c.add_argument("--n-bootstrap", type=int, default=DEFAULT_N_BOOTSTRAP,
+                   help=f"bootstrap resamples (default {DEFAULT_N_BOOTSTRAP})")
+    c.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"default {DEFAULT_SEED}")
+    return parser
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and (math.isinf(obj) or math.isnan(obj)):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def _write_json(path: str, data: Mapping[str, Any]) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(_json_safe(dict(data)), f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``fairseq-ext-score`` / ``python -m fairseq_ext.evaluation.score``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in ("score", "compare", "-h", "--help"):
+        argv.insert(0, "score")  # `fairseq-ext-score --hyp ... --ref ...` means `score`
+    args = _build_parser().parse_args(argv)
+    try:
+        if args.command == "score":
+            res = score_files(
+                args.hyp, args.ref, src=args.src, ids=args.ids, tokenised=args.tokenised,
+                lowercase=args.lowercase, remove_bpe=args.remove_bpe, field=args.field,
+                fmt=args.fmt, chrf_word_order=args.chrf_word_order, edges=args.buckets,
+                plot=args.plot, plot_title=args.plot_title,
+            )
+            print(format_score(res, name=args.hyp))
+            if "buckets" in res:
+                print(f"\nby source length ({res['src_file']}, whitespace tokens):")
+                print(format_buckets(res["buckets"], res["chrf_label"]))
+            if "plot" in res:
+                print(f"plot: {res['plot']}")
+        else:
+            res = compare_files(
+                args.baseline, args.system, args.ref, ids=args.ids, tokenised=args.tokenised,
+                lowercase=args.lowercase, remove_bpe=args.remove_bpe, field=args.field,
+                fmt=args.fmt, chrf_word_order=args.chrf_word_order, n=args.n_bootstrap,
+                seed=args.seed,
+            )
+            print(format_comparison(res))
+        if args.json:
+            _write_json(args.json, res)
+    except (ScoringError, OSError, UnicodeDecodeError) as e:
+        msg = " ".join(str(e).split())  # exactly one line
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())
