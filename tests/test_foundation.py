@@ -76,13 +76,19 @@ def test_cpu_bf16_autocast_context():
 
     class Cfg:
         cpu_bf16 = True
+        math_attention = True
 
     class T(AutocastMixin):
         cfg = Cfg()
 
     lin = torch.nn.Linear(8, 8)
+    q = torch.randn(2, 4, 5, 8)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, q, q)
     with T().autocast():
         assert lin(torch.randn(2, 8)).dtype == torch.bfloat16
+    Cfg.cpu_bf16 = False
+    with T().autocast():  # the math kernel gives the same attention
+        assert torch.allclose(torch.nn.functional.scaled_dot_product_attention(q, q, q), ref, atol=1e-6)
     Cfg.cpu_bf16 = False
     with T().autocast():
         assert lin(torch.randn(2, 8)).dtype == torch.float32
@@ -91,7 +97,7 @@ def test_cpu_bf16_autocast_context():
 @pytest.fixture(scope="module")
 def tiny_ckpt(tiny_bin, tmp_path_factory):
     save = tmp_path_factory.mktemp("ckpt")
-    return train(tiny_bin, save, max_update=30, extra=["--cpu-bf16"])
+    return train(tiny_bin, save, max_update=30, extra=["--cpu-bf16", "--math-attention"])
 
 
 def test_generate_every_sentence_once_and_weights_only(tiny_bin, tiny_ckpt):

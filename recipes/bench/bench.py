@@ -114,8 +114,7 @@ def run_config(name: str, args, out: Path) -> dict:
     tr = parse_train_log((d / "train.log").read_text())
     gen_cmd = [BIN / "fairseq-generate", data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", cfg["task"],
                "--path", ckpt, "--gen-subset", "test", "--cpu", *cfg["generate"]]
-    if "--cpu-bf16" in cfg["train"]:
-        gen_cmd.append("--cpu-bf16")
+    gen_cmd += [f for f in ("--cpu-bf16", "--math-attention") if f in cfg["train"]]
     gen_wall = run_logged(gen_cmd, d / "generate.out", args.threads)
     ge = parse_generate_log((d / "generate.out").read_text())
     raw = raw_folder(args.data)

@@ -26,7 +26,7 @@ OPTIM = [
     "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400",
     "--warmup-init-lr", "1e-7",
     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-    "--max-tokens", "4096", "--cpu-bf16",
+    "--max-tokens", "4096", "--cpu-bf16", "--math-attention",
 ]
 
 GENERATE = ["--beam", "5", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10",
