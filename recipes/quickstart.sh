@@ -38,6 +38,9 @@ $PY -m fairseq_ext.evaluation.score score --hyp runs/quickstart/transformer/gene
 $PY -m fairseq_ext.evaluation.score score --hyp runs/quickstart/transformer/generate.out \
     --ref data/bible_es_en/raw/test.en --ref data/bible_es_en/raw/test.kjv
 
+echo "== the checkpoint loads with torch.load(weights_only=True) (fairseq_ext allow-lists what fairseq pickles)"
+$PY -c "import fairseq_ext, torch; s = torch.load('runs/quickstart/transformer/checkpoint_best.pt', weights_only=True); m = s['cfg']['model']; print('loaded', getattr(m, 'arch', None) or m['_name'], 'with weights_only=True')"
+
 echo "== translate your own sentence (fairseq-interactive, raw text in, raw text out)"
 echo "Y dijo Dios: Sea la luz: y fué la luz." | .venv/bin/fairseq-interactive data/bible_es_en/spm8000/bin \
     --user-dir fairseq_ext --task translation_ext --path runs/quickstart/transformer/checkpoint_best.pt \

@@ -66,8 +66,10 @@ def run_logged(cmd, logfile: Path, threads: int) -> float:
 
 
 def parse_train_log(text: str) -> dict:
-    params = re.search(r"num\. model params: ([\d,]+)", text)
+    params = re.search(r"num\. (?:shared )?model params: ([\d,]+)", text)
     wps = [float(x) for x in re.findall(r"train_inner \|.*?wps=([\d.]+)", text)]
+    if len(wps) < 2:  # too short a run for interval logs: use the per-epoch summaries
+        wps = [0.0] + [float(x) for x in re.findall(r"\| train \| epoch .*?\| wps ([\d.]+)", text)]
     upd = re.findall(r"num_updates[= ](\d+)", text)
     epochs = re.findall(r"\| train \| epoch (\d+)", text)
     vloss = re.findall(r"\| valid \|.*?\| loss ([\d.]+)", text)

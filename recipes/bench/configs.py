@@ -23,10 +23,10 @@ TRANSFORMER_SMALL = [
 
 OPTIM = [
     "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--clip-norm", "1.0",
-    "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400",
+    "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "300",
     "--warmup-init-lr", "1e-7",
     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-    "--max-tokens", "4096", "--cpu-bf16", "--math-attention",
+    "--max-tokens", "2048", "--cpu-bf16", "--math-attention",
 ]
 
 GENERATE = ["--beam", "5", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10",
