@@ -18,6 +18,6 @@ from . import _compat  # noqa: E402
 
 _compat.apply()
 
-from . import criterions, data, generators, models, modules, tasks  # noqa: E402,F401  (registration)
+from . import criterions, data, generators, models, modules, optim, tasks  # noqa: E402,F401  (registration)
 
 __version__ = "0.1.0"

@@ -8,6 +8,7 @@ def registrations() -> dict:
     import fairseq_ext  # noqa: F401
     from fairseq.criterions import CRITERION_REGISTRY
     from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+    from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
     from fairseq.tasks import TASK_REGISTRY
 
     def ours(obj):
@@ -20,6 +21,7 @@ def registrations() -> dict:
         "architectures": sorted(n for n, c in ARCH_MODEL_REGISTRY.items()
                                 if ours(c) or n in _plugin_arch_names()),
         "criterions": sorted(n for n, c in CRITERION_REGISTRY.items() if ours(c)),
+        "lr_schedulers": sorted(n for n, c in LR_SCHEDULER_REGISTRY.items() if ours(c)),
     }
     from fairseq_ext import generators
 

@@ -111,3 +111,40 @@ def train_losses(stderr: str) -> list:
 def n_lines(path) -> int:
     with open(path, encoding="utf-8") as f:
         return sum(1 for _ in f)
+
+
+# ----------------------------------------------------------------------------- model unit tests
+def make_dictionary(vocab_size: int = 60):
+    """A fairseq Dictionary with exactly ``vocab_size`` symbols (4 specials + w0, w1, ...)."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(vocab_size - len(d)):
+        d.add_symbol(f"w{i}")
+    assert len(d) == vocab_size
+    return d
+
+
+def build_model(arch: str, vocab: int = 60, seed: int = 0, device=None, **kw):
+    """Build a registered architecture (in eval mode) the way fairseq-train would, from keyword args.
+
+    ``device="meta"`` builds without memory or initialisation: enough to count the parameters of a
+    thesis-size model."""
+    import argparse
+    import contextlib
+    import types
+
+    import torch
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    torch.manual_seed(seed)
+    args = argparse.Namespace(arch=arch, **kw)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    d = make_dictionary(vocab)
+    task = types.SimpleNamespace(source_dictionary=d, target_dictionary=d)
+    with torch.device(device) if device else contextlib.nullcontext():
+        return ARCH_MODEL_REGISTRY[arch].build_model(args, task).eval()
+
+
+def n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())

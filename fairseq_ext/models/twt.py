@@ -1,0 +1,231 @@
+"""``transformer_twt``: fairseq's transformer with the switches of Nguyen (2021) ch. 6,
+"Transformers without Tears" (Nguyen & Salazar 2019).
+
+Everything is fairseq's :class:`~fairseq.models.transformer.TransformerModel`; this module only
+
+* swaps the LayerNorm modules of every layer and of the stacks for the ``--norm-type`` norm
+  (``layernorm`` keeps fairseq's own LayerNorm; ``scalenorm`` Eq. 6.5; ``scalenorm-fixed``: g = √d
+  frozen everywhere except the final decoder output norm, whose g is learned [T Table 6.7, RI];
+  ``rmsnorm``). PostNorm (Eq. 6.2) / PreNorm (Eq. 6.3, plus a final norm after each stack) is
+  fairseq's ``--encoder-normalize-before --decoder-normalize-before``;
+* ``--fixnorm``: every word embedding and the (tied) output projection are ℓ2-normalised rows
+  (radius ``--fixnorm-radius``, 1 for the Transformer), initialised U[−0.01, 0.01] [T §6.3.3]. Input
+  = √d·ŵ + PE; with a ScaleNorm output norm the logits are g·(ŵ·x/‖x‖) + b (Eq. 6.6);
+* ``--output-bias`` / ``--no-output-bias``: a zero-initialised output bias b (default: on iff
+  ``--fixnorm``, as in the reference implementation; spec §6.7.3);
+* ``--twt-init``: ``fairseq`` (unchanged), ``xavier`` (Xavier normal, Eq. 6.4, for every projection;
+  the "Baseline" of Table 6.2) or ``smallinit`` (attention Q, K, V, O with std √(2/(5d)), FFN Xavier
+  normal, biases 0; §6.2.2).
+
+With ``--norm-type layernorm``, no ``--fixnorm`` and ``--twt-init fairseq`` the model is fairseq's
+transformer (same parameters, same initial weights for a seed, same outputs).
+
+Architectures: ``transformer_twt`` (fairseq's ``transformer`` sizes), ``transformer_twt_small`` (the
+bench's 3+3 d256 PreNorm model, recipes/bench/configs.py), and the thesis presets ``twt_*`` (512/2048,
+8 heads, 6+6 layers, one dropout rate 0.3 for sublayers/attention/ReLU, SMALLINIT, all embeddings
+shared; override sizes on the command line, e.g. gl→en ``--encoder-layers 4 --decoder-layers 4
+--encoder-attention-heads 4 --decoder-attention-heads 4 --dropout 0.4``).
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+    base_architecture,
+)
+
+from fairseq_ext.modules.norms import NORM_TYPES, FixNormEmbedding, ScaleNorm, build_norm, fixnorm
+
+INIT_SCHEMES = ("fairseq", "xavier", "smallinit")
+LAYER_NORM_NAMES = ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")
+
+
+def swap_norms(layer: nn.Module, cfg) -> nn.Module:
+    """Replace a fairseq encoder/decoder layer's LayerNorms by ``cfg.norm_type`` norms (in place)."""
+    if cfg.norm_type != "layernorm":
+        for name in LAYER_NORM_NAMES:
+            if getattr(layer, name, None) is not None:
+                setattr(layer, name, build_norm(cfg.norm_type, layer.embed_dim))
+    return layer
+
+
+def twt_init_(model: nn.Module, scheme: str) -> None:
+    """Re-initialise the projections of every layer: ``xavier`` (Eq. 6.4) or ``smallinit`` (§6.2.2)."""
+    if scheme == "fairseq":
+        return
+    if scheme not in INIT_SCHEMES:
+        raise ValueError(f"unknown --twt-init {scheme!r}")
+    for layer in [*model.encoder.layers, *model.decoder.layers]:
+        for attn in (layer.self_attn, getattr(layer, "encoder_attn", None)):
+            if attn is None:
+                continue
+            for lin in (attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj):
+                if scheme == "xavier":
+                    nn.init.xavier_normal_(lin.weight)  # std √(2/(d+d))
+                else:
+                    nn.init.normal_(lin.weight, std=math.sqrt(2.0 / (5 * layer.embed_dim)))
+                if lin.bias is not None:
+                    nn.init.zeros_(lin.bias)
+        for lin in (layer.fc1, layer.fc2):  # std √(2/(d+d_ff)) in both schemes
+            nn.init.xavier_normal_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+
+class TwtEncoder(TransformerEncoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
+        super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
+        if self.layer_norm is not None:  # PreNorm: the extra norm after the stack (§6.2.1)
+            self.layer_norm = build_norm(cfg.norm_type, embed_tokens.embedding_dim)
+
+    def build_encoder_layer(self, cfg):
+        return swap_norms(super().build_encoder_layer(cfg), cfg)
+
+
+class TwtDecoder(TransformerDecoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
+                         output_projection=output_projection)
+        if self.layer_norm is not None:
+            self.layer_norm = build_norm(cfg.norm_type, self.embed_dim)
+        if cfg.norm_type == "scalenorm-fixed":  # the output norm supplies the learned g of Eq. 6.6
+            owner, name = ((self, "layer_norm") if self.layer_norm is not None
+                           else (self.layers[-1], "final_layer_norm"))
+            setattr(owner, name, ScaleNorm(self.embed_dim, learnable=True))
+        self.fixnorm = cfg.fixnorm
+        self.fixnorm_radius = cfg.fixnorm_radius
+        self.output_bias = nn.Parameter(torch.zeros(len(dictionary))) if cfg.output_bias else None
+
+    def output_norm(self) -> nn.Module:
+        """The last norm before the output projection (N_dec_final under PreNorm, else the last N3)."""
+        return self.layer_norm if self.layer_norm is not None else self.layers[-1].final_layer_norm
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        return swap_norms(super().build_decoder_layer(cfg, no_encoder_attn), cfg)
+
+    def output_layer(self, features):
+        """Logits x·Wᵀ (+ b); with FixNorm W's rows are normalised: g·cos(w, x) + b (Eq. 6.6)."""
+        if self.adaptive_softmax is not None or (not self.fixnorm and self.output_bias is None):
+            return super().output_layer(features)
+        weight = self.output_projection.weight
+        if self.fixnorm:
+            weight = fixnorm(weight, self.fixnorm_radius)
+        return F.linear(features, weight, self.output_bias)
+
+
+@register_model("transformer_twt")
+class TwtTransformerModel(TransformerModel):
+    """fairseq transformer + ch. 6 norms, FixNorm, output bias and init schemes (see module doc)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--norm-type", choices=NORM_TYPES,
+                            help="norm of every sublayer and stack: layernorm (fairseq), scalenorm "
+                                 "(Eq. 6.5, learned g=√d init), scalenorm-fixed (g=√d frozen except the "
+                                 "final decoder output norm) or rmsnorm")
+        parser.add_argument("--fixnorm", action="store_true",
+                            help="l2-normalise word embeddings and output projection rows (FixNorm)")
+        parser.add_argument("--fixnorm-radius", type=float, metavar="R",
+                            help="norm r of the FixNorm embeddings (default 1)")
+        parser.add_argument("--output-bias", dest="output_bias", action="store_true",
+                            help="add a zero-initialised output bias (default: on iff --fixnorm)")
+        parser.add_argument("--no-output-bias", dest="output_bias", action="store_false",
+                            help="no output bias")
+        parser.add_argument("--twt-init", choices=INIT_SCHEMES,
+                            help="weight init: fairseq (default), xavier (Xavier normal everywhere, "
+                                 "Eq. 6.4) or smallinit (attention std √(2/5d), §6.2.2)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        transformer_twt(args)  # fills what an older checkpoint lacks
+        model = super().build_model(args, task)
+        twt_init_(model, args.twt_init)
+        return model
+
+    @classmethod
+    def build_embedding(cls, cfg, dictionary, embed_dim, path=None):
+        if not getattr(cfg, "fixnorm", False):
+            return super().build_embedding(cfg, dictionary, embed_dim, path)
+        emb = FixNormEmbedding(len(dictionary), embed_dim, dictionary.pad(), cfg.fixnorm_radius)
+        if path:
+            from fairseq import utils
+
+            utils.load_embedding(utils.parse_embedding(path), dictionary, emb)
+        return emb
+
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        return TwtEncoder(cfg, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        return TwtDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+
+
+def _default(args, name, value):
+    if getattr(args, name, None) is None:
+        setattr(args, name, value)
+
+
+@register_model_architecture("transformer_twt", "transformer_twt")
+def transformer_twt(args):
+    """fairseq's ``transformer`` defaults; LayerNorm, no FixNorm, fairseq init (≡ fairseq)."""
+    _default(args, "norm_type", "layernorm")
+    _default(args, "fixnorm", False)
+    _default(args, "fixnorm_radius", 1.0)
+    _default(args, "output_bias", bool(args.fixnorm))
+    _default(args, "twt_init", "fairseq")
+    base_architecture(args)
+
+
+@register_model_architecture("transformer_twt", "transformer_twt_small")
+def transformer_twt_small(args):
+    """The bench model (recipes/bench/configs.py TRANSFORMER_SMALL): 3+3 layers, d 256, FFN 1024,
+    4 heads, shared embeddings, PreNorm, dropout 0.1."""
+    for side in ("encoder", "decoder"):
+        _default(args, f"{side}_layers", 3)
+        _default(args, f"{side}_embed_dim", 256)
+        _default(args, f"{side}_ffn_embed_dim", 1024)
+        _default(args, f"{side}_attention_heads", 4)
+        _default(args, f"{side}_normalize_before", True)
+    _default(args, "share_all_embeddings", True)
+    _default(args, "dropout", 0.1)
+    transformer_twt(args)
+
+
+def _thesis_preset(prenorm: bool, norm_type: str, fixnorm: bool):
+    def arch(args):
+        """Thesis ch. 6 configuration [T §6.3.1, Table 6.1]: 512/2048, 8 heads, 6+6 layers,
+        dropout 0.3 shared by sublayer outputs, attention weights and ReLU, SMALLINIT, shared
+        embeddings."""
+        for side in ("encoder", "decoder"):
+            _default(args, f"{side}_normalize_before", prenorm)
+        _default(args, "norm_type", norm_type)
+        _default(args, "fixnorm", fixnorm)
+        _default(args, "twt_init", "smallinit")
+        _default(args, "share_all_embeddings", True)
+        _default(args, "dropout", 0.3)
+        _default(args, "attention_dropout", args.dropout)
+        _default(args, "activation_dropout", args.dropout)
+        transformer_twt(args)
+
+    return arch
+
+
+# Thesis name → arch (spec 002 §6.1). Table 6.3 rows (1)–(4), Table 6.6 and Table 6.7.
+THESIS_PRESETS = {
+    "twt_postnorm_layernorm": (False, "layernorm", False),            # (1)
+    "twt_prenorm_layernorm": (True, "layernorm", False),              # (2)
+    "twt_prenorm_fixnorm_layernorm": (True, "layernorm", True),       # (3)
+    "twt_prenorm_fixnorm_scalenorm": (True, "scalenorm", True),       # (4), the final model
+    "twt_postnorm_fixnorm_scalenorm": (False, "scalenorm", True),     # Table 6.6
+    "twt_prenorm_fixnorm_rmsnorm": (True, "rmsnorm", True),           # Table 6.7
+    "twt_prenorm_fixnorm_scalenorm_fixedg": (True, "scalenorm-fixed", True),  # Table 6.7
+}
+for _name, _spec in THESIS_PRESETS.items():
+    register_model_architecture("transformer_twt", _name)(_thesis_preset(*_spec))

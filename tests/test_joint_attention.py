@@ -1,0 +1,374 @@
+"""Joint Attention Strategies (Ampomah thesis ch. 3): Layer Aggregation, MLMHA, n = 1 == baseline,
+layer masking, incremental decoding, thesis parameter counts, CLI round trip."""
+import argparse
+
+import pytest
+import torch
+
+import fairseq_ext  # noqa: F401  (registration)
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.modules import MultiheadAttention
+from fairseq_ext.models.joint_attention import VARIANTS, parse_layer_set
+from fairseq_ext.modules.layer_aggregation import (
+    AggregationUnit,
+    LayerAggregation,
+    MultiLayerMultiheadAttention,
+    WeightedSum,
+)
+from harness import build_model, generate, hypotheses, n_lines, n_params, train
+
+TINY = dict(encoder_layers=4, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
+            encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
+            decoder_attention_heads=4, share_all_embeddings=True)
+
+
+build = build_model
+
+
+def batch(bsz=3, src_len=7, tgt_len=6, vocab=60, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (bsz, src_len), generator=g)
+    src[0, :2] = 1  # left padding (fairseq's default left_pad_source) in one sentence
+    src[:, -1] = 2
+    lengths = src.ne(1).sum(1)
+    tgt = torch.randint(4, vocab, (bsz, tgt_len), generator=g)
+    tgt[:, 0] = 2  # prev_output_tokens start with EOS
+    return src, lengths, tgt
+
+
+def forward(model, src, lengths, tgt):
+    with torch.no_grad():
+        return model(src, lengths, tgt)[0]
+
+
+def incremental(model, src, lengths, tgt, beam=None):
+    """Step-by-step decoding; with ``beam`` the rows are groups of ``beam`` hypotheses of one source
+    and after each step they are re-selected within their group (with repetition), as beam search
+    does.  Returns the per-step outputs and the final (reordered) inputs."""
+    g = torch.Generator().manual_seed(3)
+    outs, state = [], {}
+    bsz = tgt.size(0)
+    with torch.no_grad():
+        enc = model.encoder(src, lengths)
+        for t in range(tgt.size(1)):
+            out, _ = model.decoder(tgt[:, : t + 1], enc, incremental_state=state)
+            outs.append(out[:, -1])
+            if beam:
+                order = torch.arange(bsz) // beam * beam + torch.randint(0, beam, (bsz,), generator=g)
+                tgt, src, lengths = tgt[order], src[order], lengths[order]
+                outs = [o[order] for o in outs]
+                model.decoder.reorder_incremental_state_scripting(state, order)
+                enc = model.encoder.reorder_encoder_out(enc, order)
+    return torch.stack(outs, 1), src, lengths, tgt
+
+
+def beam_batch(beam=3):
+    """Two sources (one left-padded), each repeated ``beam`` times, with different target prefixes."""
+    src, lengths, _ = batch(bsz=2)
+    _, _, tgt = batch(bsz=2 * beam, seed=5)
+    return src.repeat_interleave(beam, 0), lengths.repeat_interleave(beam, 0), tgt
+
+
+ALL = sorted(VARIANTS)
+
+
+# --------------------------------------------------------------------------- shapes, registration
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_shapes_and_encoder_outputs(variant):
+    model = build(f"transformer_jas_{variant}_bench", **TINY)
+    src, lengths, tgt = batch()
+    out = forward(model, src, lengths, tgt)
+    assert out.shape == (3, 6, 60) and torch.isfinite(out).all()
+    assert model.encoder.top_n == 4  # default n = all encoder layers
+    enc = model.encoder(src, lengths)
+    assert enc["encoder_out"][0].shape == (7, 3, 32)
+    if VARIANTS[variant][0] == "mlmha":
+        assert enc["jas_features"][0].shape == (4 * 7, 3, 32)
+        assert model.encoder.merge is None
+    else:
+        assert "jas_features" not in enc
+        assert isinstance(model.encoder.merge, LayerAggregation)
+
+
+def test_registered_architectures():
+    for v in ALL:
+        for base in ("wmt_en_de", "iwslt_small", "bench"):
+            assert ARCH_MODEL_REGISTRY[f"transformer_jas_{v}_{base}"].__name__ == "TransformerJASModel"
+    for a in ("transformer_iwslt_small", "transformer_wmt_en_de_ffn4096", "transformer_wmt_en_de_10l"):
+        assert ARCH_MODEL_REGISTRY[a].__name__ == "TransformerModel"
+    args = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY["transformer_jas_m01_bench"](args)
+    assert (args.encoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim,
+            args.encoder_attention_heads, args.share_all_embeddings, args.encoder_normalize_before,
+            args.decoder_normalize_before, args.jas_strategy, args.mlmha_u0, args.mlmha_u1) == (
+        3, 256, 1024, 4, True, True, True, "mlmha", 0, 1)
+
+
+def test_parse_layer_set():
+    assert parse_layer_set("1,3", 6) == [1, 3]
+    assert parse_layer_set("2-4", 6) == [2, 3, 4]
+    assert parse_layer_set("all", 3) == [1, 2, 3]
+    assert parse_layer_set("", 3) == parse_layer_set(None, 3) == parse_layer_set("none", 3) == []
+    with pytest.raises(ValueError):
+        parse_layer_set("7", 6)
+    with pytest.raises(ValueError):
+        build("transformer_jas_m10_bench", **{**TINY, "jas_top_n": 5})
+
+
+# --------------------------------------------------------------------------- n = 1 is the baseline
+
+
+@pytest.mark.parametrize("prenorm", [False, True])
+@pytest.mark.parametrize("variant", ALL)
+def test_n1_is_the_fairseq_transformer(variant, prenorm):
+    dims = {**TINY, "encoder_normalize_before": prenorm, "decoder_normalize_before": prenorm}
+    base = build("transformer", seed=1, **dims)
+    jas = build(f"transformer_jas_{variant}_wmt_en_de", seed=2, jas_top_n=1, **dims)
+    assert n_params(jas) == n_params(base)
+    jas.load_state_dict(base.state_dict(), strict=True)  # same parameter names and shapes
+    src, lengths, tgt = batch()
+    assert torch.equal(forward(jas, src, lengths, tgt), forward(base, src, lengths, tgt))
+    assert torch.equal(incremental(jas, src, lengths, tgt)[0], incremental(base, src, lengths, tgt)[0])
+
+
+# --------------------------------------------------------------------------- the equations
+
+
+def _feats(n, J=5, B=2, d=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(J, B, d, generator=g) for _ in range(n)]
+
+
+def test_ws_and_agg_units_follow_eqs_3_1_and_3_3():
+    torch.manual_seed(0)
+    d, F = 32, 48
+    f = _feats(3, d=d)
+    ws = WeightedSum(3, d)
+    W = ws.proj.weight.split(d, dim=1)  # W^i
+    assert torch.allclose(ws(f), sum(fi @ Wi.t() for fi, Wi in zip(f, W)), atol=1e-5)
+    assert n_params(ws) == 3 * d * d  # bias-free
+    agg = AggregationUnit(3, d, F).eval()
+    r_c = agg.fc2(torch.relu(agg.fc1(torch.cat(f, -1))))
+    assert torch.allclose(agg(f), agg.layer_norm(r_c + f[0] + f[1] + f[2]), atol=1e-6)
+    assert n_params(agg) == 3 * d * F + F + F * d + d + 2 * d
+
+
+@pytest.mark.parametrize("strategy", ["sagg", "iter_sagg", "cagg", "iter_cagg"])
+def test_layer_aggregation_chains(strategy):
+    torch.manual_seed(0)
+    d, F, n = 32, 48, 4
+    m = LayerAggregation(strategy, n, d, F).eval()
+    f = _feats(n, d=d)
+    if strategy in ("sagg", "cagg"):  # Eqs. 3.1 / 3.4: one unit over all n
+        assert len(m.units) == 1 and m.units[0].num_inputs == n
+        expected = m.units[0](f)
+    else:  # Eqs. 3.2 / 3.5: H_1 = f^1, H_i = unit_i([f^i, H_{i-1}])
+        assert len(m.units) == n - 1 and all(u.num_inputs == 2 for u in m.units)
+        expected = f[0]
+        for i in range(1, n):
+            expected = m.units[i - 1]([f[i], expected])
+    assert torch.equal(m(f), expected)
+    assert len(LayerAggregation(strategy, 1, d, F).units) == 0  # n = 1: identity
+
+
+def _reference_mlmha(m, query, feats, kpm):
+    """Eqs. 3.7-3.11 written out with a loop over the exposed layers i (no fusion)."""
+    n, H, d = m.num_layers, m.num_heads, m.embed_dim
+    dk = d // H
+    Z, B, _ = query.shape
+
+    def heads(x):  # T B d -> B H T dk
+        return x.view(x.size(0), B, H, dk).permute(1, 2, 0, 3)
+
+    logits, values = [], []
+    for i in range(n):
+        q = heads((query @ m.q_proj.weight[i * d:(i + 1) * d].t() + m.q_proj.bias[i * d:(i + 1) * d])
+                  * dk ** -0.5)
+        k = heads(feats[i] @ m.k_weight[i].t() + m.k_bias[i])
+        values.append(heads(feats[i] @ m.v_weight[i].t() + m.v_bias[i]))
+        logits.append((q @ k.transpose(-1, -2)).masked_fill(kpm[:, None, None, :], float("-inf")))
+    if m.u0 == 0:
+        joint = torch.softmax(sum(logits), -1)
+        ctx = [joint @ v for v in values]
+    else:
+        ctx = [torch.softmax(a, -1) @ v for a, v in zip(logits, values)]
+    ctx = [c.permute(2, 0, 1, 3).reshape(Z, B, d) for c in ctx]  # c^i = Concat(heads)
+    C = torch.cat(ctx, -1) if m.u1 == 0 else sum(ctx)
+    return m.out_proj(C)
+
+
+@pytest.mark.parametrize("u0,u1", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_mlmha_follows_eqs_3_7_to_3_11(u0, u1):
+    torch.manual_seed(0)
+    n, d = 3, 32
+    m = MultiLayerMultiheadAttention(d, 4, n, u0, u1).eval()
+    with torch.no_grad():
+        for p in (m.k_bias, m.v_bias, m.q_proj.bias, m.out_proj.bias):
+            p.normal_()
+    feats = _feats(n, J=6, d=d)
+    query = torch.randn(4, 2, d)
+    kpm = torch.zeros(2, 6, dtype=torch.bool)
+    kpm[1, :2] = True
+    out, attn = m(query, torch.cat(feats, 0), torch.cat(feats, 0), key_padding_mask=kpm)
+    assert out.shape == (4, 2, d) and attn.shape == (2, 4, 6)
+    assert torch.allclose(out, _reference_mlmha(m, query, feats, kpm), atol=1e-5)
+    assert attn[1, :, :2].abs().max() == 0  # padding gets no weight
+    # parameters: n Q/K/V projections, W_o of d_c x d
+    d_c = n * d if u1 == 0 else d
+    assert n_params(m) == n * 3 * (d * d + d) + d_c * d + d
+
+
+@pytest.mark.parametrize("u0,u1", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_mlmha_with_one_layer_is_fairseq_attention(u0, u1):
+    torch.manual_seed(0)
+    d = 32
+    mha = MultiheadAttention(d, 4, encoder_decoder_attention=True).eval()
+    m = MultiLayerMultiheadAttention(d, 4, 1, u0, u1).eval()
+    with torch.no_grad():
+        m.q_proj.weight.copy_(mha.q_proj.weight), m.q_proj.bias.copy_(mha.q_proj.bias)
+        m.k_weight[0].copy_(mha.k_proj.weight), m.k_bias[0].copy_(mha.k_proj.bias)
+        m.v_weight[0].copy_(mha.v_proj.weight), m.v_bias[0].copy_(mha.v_proj.bias)
+        m.out_proj.load_state_dict(mha.out_proj.state_dict())
+    enc, q = torch.randn(6, 2, d), torch.randn(4, 2, d)
+    kpm = torch.zeros(2, 6, dtype=torch.bool)
+    kpm[0, :3] = True
+    a, wa = mha(q, enc, enc, key_padding_mask=kpm, static_kv=True, need_head_weights=True)
+    b, wb = m(q, enc, enc, key_padding_mask=kpm, static_kv=True, need_head_weights=True)
+    assert torch.allclose(a, b, atol=1e-5) and torch.allclose(wa, wb, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_incremental_equals_full_decoding(variant):
+    model = build(f"transformer_jas_{variant}_iwslt_small", **{**TINY, "jas_top_n": 3})
+    src, lengths, tgt = beam_batch()
+    inc, src2, len2, tgt2 = incremental(model, src, lengths, tgt, beam=3)
+    full = forward(model, src2, len2, tgt2)
+    assert (inc - full).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("variant", ["iter_cagg", "m00", "m11"])
+def test_causality(variant):
+    model = build(f"transformer_jas_{variant}_bench", **TINY)
+    src, lengths, tgt = batch()
+    out = forward(model, src, lengths, tgt)
+    tgt2 = tgt.clone()
+    tgt2[:, 4:] = torch.randint(4, 60, tgt2[:, 4:].shape)
+    out2 = forward(model, src, lengths, tgt2)
+    assert torch.equal(out[:, :4], out2[:, :4]) and not torch.allclose(out[:, 4:], out2[:, 4:])
+
+
+# --------------------------------------------------------------------------- layer masking (Table 3.5)
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_layer_masking_only_matters_for_exposed_layers(variant):
+    dims = {**TINY, "jas_top_n": 2}  # L = 4: f^1 = H_e^3, f^2 = H_e^4
+    ref = build(f"transformer_jas_{variant}_bench", **dims)
+    src, lengths, tgt = batch()
+    out = forward(ref, src, lengths, tgt)
+    for mask, changes in (("1", False), ("1,2", False), ("3", True), ("4", True), ("2-3", True)):
+        m = build(f"transformer_jas_{variant}_bench", jas_mask_layers=mask, **dims)
+        m.load_state_dict(ref.state_dict())  # masking adds no parameters
+        assert torch.equal(forward(m, src, lengths, tgt), out) != changes, mask
+    m = build(f"transformer_jas_{variant}_bench", jas_mask_layers="3", **dims)
+    enc = m.encoder(src, lengths, return_all_hiddens=True)
+    feats = m.encoder.source_features(enc)
+    assert feats[0].abs().max() == 0 and feats[1].abs().max() > 0
+
+
+def test_masking_the_top_layer_of_a_baseline_equivalent_model():
+    dims = {**TINY, "jas_top_n": 1}
+    ref = build("transformer_jas_sagg_bench", **dims)
+    src, lengths, tgt = batch()
+    m = build("transformer_jas_sagg_bench", jas_mask_layers="4", **dims)
+    m.load_state_dict(ref.state_dict())
+    assert not torch.equal(forward(m, src, lengths, tgt), forward(ref, src, lengths, tgt))
+    assert m.encoder(src, lengths)["encoder_out"][0].abs().max() == 0
+
+
+# --------------------------------------------------------------------------- thesis parameter counts
+
+# Spec §1.6 / §2 (Tables 3.2, 3.4): WMT base, three-way tied embeddings; V = 33,416 joint BPE types
+# (the spec's "~33.3k"; 33,416 puts every reported count within its 0.1M rounding).
+V_WMT, V_VI = 33416, 21200
+D, FF, L = 512, 2048, 6
+ENC = 4 * (D * D + D) + (D * FF + FF) + (FF * D + D) + 4 * D
+DEC = 8 * (D * D + D) + (D * FF + FF) + (FF * D + D) + 6 * D
+BASE = V_WMT * D + L * (ENC + DEC)
+TABLE_3_4 = {  # n = 2..6 (n = 6 also Table 3.2; Iter-S-Agg n = 6 is 63.9 per Table 3.2, spec §7)
+    "sagg": [61.8, 62.1, 62.3, 62.6, 62.8], "iter_sagg": [61.8, 62.3, 62.8, 63.4, 63.9],
+    "cagg": [64.4, 65.5, 66.5, 67.6, 68.6], "iter_cagg": [64.4, 67.6, 70.7, 73.9, 77.0],
+    "m00": [67.5, 73.8, 80.2, 86.4, 92.7], "m01": [66.0, 70.7, 75.4, 80.2, 84.9],
+    "m10": [67.5, 73.8, 80.2, 86.4, 92.7], "m11": [66.0, 70.7, 75.4, 80.2, 84.9],
+}
+
+
+def extra_params(variant, n):
+    """Spec §2 formulas for the parameters a JAS adds to the baseline."""
+    agg = lambda b: b * D * FF + FF + FF * D + D + 2 * D  # noqa: E731  AGG unit over b inputs
+    return {
+        "sagg": n * D * D, "iter_sagg": 2 * (n - 1) * D * D,
+        "cagg": agg(n), "iter_cagg": (n - 1) * agg(2),
+        "m00": L * (n - 1) * (3 * (D * D + D) + D * D), "m10": L * (n - 1) * (3 * (D * D + D) + D * D),
+        "m01": L * (n - 1) * 3 * (D * D + D), "m11": L * (n - 1) * 3 * (D * D + D),
+    }[variant]
+
+
+def meta_count(arch, vocab, **kw):
+    return n_params(build_model(arch, vocab, device="meta", **kw))
+
+
+def test_baseline_parameter_counts():
+    assert meta_count("transformer_wmt_en_de", V_WMT, share_all_embeddings=True) == BASE
+    assert round(BASE / 1e6, 1) == 61.2  # Tables 3.2 / 5.2
+    b2 = meta_count("transformer_wmt_en_de_10l", V_WMT)  # B2: 90.7M
+    assert b2 == V_WMT * D + 10 * (ENC + DEC) and round(b2 / 1e6, 1) == 90.7
+    b1 = meta_count("transformer_wmt_en_de_ffn4096", V_WMT)  # B1: reported 86.5M (spec: 86.4)
+    assert b1 == BASE + 12 * (2 * D * 2048 + 2048) and abs(b1 / 1e6 - 86.5) < 0.07
+    small = meta_count("transformer_iwslt_small", V_VI)  # En-Vi baseline: 12.8M (Table 4.6a)
+    assert small == 12_800_000
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_thesis_parameter_counts(variant):
+    for n, reported in zip(range(2, 7), TABLE_3_4[variant]):
+        count = meta_count(f"transformer_jas_{variant}_wmt_en_de", V_WMT, jas_top_n=n)
+        assert count == BASE + extra_params(variant, n), (variant, n)
+        assert abs(count / 1e6 - reported) < 0.07, (variant, n, count, reported)
+    assert meta_count(f"transformer_jas_{variant}_wmt_en_de", V_WMT, jas_top_n=1) == BASE
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+JAS_TINY = ["--encoder-layers", "3", "--decoder-layers", "2", "--encoder-embed-dim", "32",
+            "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+            "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+
+
+def _scored(out):
+    return sorted(l for l in out.splitlines() if l.startswith(("H-", "P-")))
+
+
+def test_cli_mlmha_train_generate_and_mask(tiny_bin, tmp_path):
+    ckpt = train(tiny_bin, tmp_path, ["--arch", "transformer_jas_m10_bench", *JAS_TINY,
+                                      "--jas-top-n", "2"], max_update=8)
+    state = torch.load(ckpt, weights_only=True)
+    assert state["cfg"]["model"].jas_top_n == 2
+    out = generate(tiny_bin, ckpt, "--batch-size", "32")
+    assert sorted(hypotheses(out)) == list(range(n_lines(tiny_bin / "test.ids")))
+    # Table 3.5 ablation through --model-overrides (layer 2 is f^1 of n = 2 of 3 layers)
+    masked = generate(tiny_bin, ckpt, "--batch-size", "32", "--model-overrides", "{'jas_mask_layers':'2'}")
+    assert sorted(hypotheses(masked)) == sorted(hypotheses(out)) and _scored(masked) != _scored(out)
+
+
+def test_cli_layer_aggregation_trains_and_generates(tiny_bin, tmp_path):
+    ckpt = train(tiny_bin, tmp_path, ["--arch", "transformer_jas_iter_cagg_iwslt_small", *JAS_TINY,
+                                      "--share-all-embeddings"], max_update=5)
+    out = generate(tiny_bin, ckpt, "--batch-size", "32")
+    assert len(hypotheses(out)) == n_lines(tiny_bin / "test.ids")

@@ -1,0 +1,468 @@
+"""Nguyen ch. 6 "Transformers without Tears": ScaleNorm/RMSNorm/FixNorm, the ``transformer_twt`` model,
+its archs and init schemes, and the INVSQRTDECAY / VALDECAY / NOWARMUP LR schedulers."""
+import math
+import re
+import sys
+import types
+
+import pytest
+import torch
+
+import fairseq_ext  # noqa: F401  (registers the model)
+import fairseq_ext.optim  # noqa: F401  (registers the LR schedulers)
+from fairseq import options
+from fairseq.data import Dictionary
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq_ext.models.twt import THESIS_PRESETS
+from fairseq_ext.modules.norms import FixNormEmbedding, RMSNorm, ScaleNorm, fixnorm
+from fairseq_ext.optim.twt_schedules import invsqrt_lr
+from harness import ROOT, USER_DIR, generate, hypotheses, n_lines, run, train
+
+D = 32
+TINY = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", str(D),
+        "--decoder-embed-dim", str(D), "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+        "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+PRE = ["--encoder-normalize-before", "--decoder-normalize-before"]
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def make_dict(n=40):
+    d = Dictionary()
+    for i in range(n):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+DICT = make_dict()
+
+
+def parse(arch, *flags):
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(parser, ["/nonexistent", "--arch", arch, *flags])
+
+
+def build(arch, *flags, seed=1, share=True):
+    args = parse(arch, *(["--share-all-embeddings"] if share else []), *flags)
+    torch.manual_seed(seed)
+    task = types.SimpleNamespace(source_dictionary=DICT, target_dictionary=DICT)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task).eval()
+
+
+def batch(bsz=3, src_len=7, tgt_len=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(DICT.nspecial, len(DICT), (bsz, src_len), generator=g)
+    src[0, :2] = DICT.pad()  # left-padded source, as fairseq batches it
+    prev = torch.randint(DICT.nspecial, len(DICT), (bsz, tgt_len), generator=g)
+    prev[:, 0] = DICT.eos()
+    lengths = (src != DICT.pad()).sum(1)
+    return src, lengths, prev
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def norms(model, cls):
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, cls)]
+
+
+# ------------------------------------------------------------------------------- norms (Eq. 6.5)
+def test_scalenorm_projects_rows_onto_sphere_of_radius_g():
+    n = ScaleNorm(64)
+    assert n.g.shape == (1,) and math.isclose(n.g.item(), 8.0)  # g initialised to √d [T §6.3.3]
+    x = torch.randn(5, 3, 64) * 7
+    y = n(x)
+    assert torch.allclose(y.norm(dim=-1), torch.full((5, 3), 8.0), atol=1e-4)
+    assert torch.allclose(y, 8.0 * x / x.norm(dim=-1, keepdim=True), atol=1e-5)
+    assert torch.equal(ScaleNorm(64)(torch.zeros(2, 64)), torch.zeros(2, 64))  # ‖x‖ clamped at 1e-5
+    with torch.no_grad():
+        n.g.fill_(3.0)
+    assert torch.allclose(n(x).norm(dim=-1), torch.full((5, 3), 3.0), atol=1e-4)
+
+
+def test_scalenorm_gradients_reach_g_and_input():
+    n = ScaleNorm(16)
+    x = torch.randn(4, 16, requires_grad=True)
+    (n(x) * torch.randn(4, 16)).sum().backward()
+    assert n.g.grad is not None and n.g.grad.abs().item() > 0
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    # d‖y‖/dx = 0: ScaleNorm's output norm does not depend on x
+    x2 = torch.randn(4, 16, requires_grad=True)
+    n(x2).norm(dim=-1).sum().backward()
+    assert x2.grad.abs().max() < 1e-5
+
+
+def test_fixed_g_scalenorm_has_no_parameters():
+    n = ScaleNorm(64, learnable=False)
+    assert list(n.parameters()) == [] and "g" in n.state_dict() and math.isclose(n.g.item(), 8.0)
+
+
+def test_rmsnorm_with_unit_gains_equals_scalenorm_with_sqrt_d():
+    x = torch.randn(6, 48) * 3
+    r = RMSNorm(48)
+    assert r.weight.shape == (48,) and torch.all(r.weight == 1)
+    assert torch.allclose(r(x), ScaleNorm(48)(x), atol=1e-5)  # §6.4.2: tie g_i, divide by √d
+    with torch.no_grad():
+        r.weight.copy_(torch.arange(48.0))
+    assert torch.allclose(r(x), ScaleNorm(48)(x) * torch.arange(48.0), atol=1e-4)
+
+
+def test_norms_compute_in_float32_under_bf16():
+    x = torch.randn(3, 32).to(torch.bfloat16)
+    for n in (ScaleNorm(32), RMSNorm(32)):
+        y = n(x)
+        assert y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
+
+
+def test_fixnorm_rows_and_embedding():
+    w = torch.randn(10, 8) * 5
+    assert torch.allclose(fixnorm(w, 2.5).norm(dim=-1), torch.full((10,), 2.5))
+    emb = FixNormEmbedding(10, 8, padding_idx=1, radius=1.0)
+    assert emb.weight.abs().max() <= 0.01 and torch.all(emb.weight[1] == 0)  # U[-0.01, 0.01] init
+    out = emb(torch.tensor([[2, 1, 5]]))
+    assert torch.allclose(out[0, [0, 2]].norm(dim=-1), torch.ones(2), atol=1e-5)
+    assert torch.all(out[0, 1] == 0)  # padding stays zero
+    out.sum().backward()
+    assert emb.weight.grad[2].abs().sum() > 0 and torch.all(emb.weight.grad[1] == 0)
+
+
+def test_scalenorm_plus_fixnorm_logits_are_bounded_by_g():
+    """Eq. 6.6: g·(w·x)/(‖w‖‖x‖) ∈ [−g, g] for every type (spec invariant 2)."""
+    n, w = ScaleNorm(16), torch.randn(30, 16)
+    with torch.no_grad():
+        n.g.fill_(5.0)
+    logits = n(torch.randn(7, 16) * 9) @ fixnorm(w).t()
+    assert logits.abs().max() <= 5.0 + 1e-4
+
+
+# -------------------------------------------------------------------- model: placement of the norms
+@pytest.mark.parametrize("norm_type,cls", [("scalenorm", ScaleNorm), ("rmsnorm", RMSNorm),
+                                           ("scalenorm-fixed", ScaleNorm)])
+@pytest.mark.parametrize("prenorm", [True, False])
+def test_every_layernorm_is_swapped_and_placed(norm_type, cls, prenorm):
+    m = build("transformer_twt", *TINY, "--norm-type", norm_type, *(PRE if prenorm else []))
+    assert norms(m, torch.nn.LayerNorm) == []
+    L = 2
+    for layer in m.encoder.layers:
+        assert layer.normalize_before is prenorm
+        assert isinstance(layer.self_attn_layer_norm, cls) and isinstance(layer.final_layer_norm, cls)
+    for layer in m.decoder.layers:
+        assert layer.normalize_before is prenorm
+        for name in ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"):
+            assert isinstance(getattr(layer, name), cls)
+    # PreNorm appends a norm after each stack (Eq. 6.3 and the note after it); PostNorm has none.
+    assert isinstance(m.encoder.layer_norm, cls) if prenorm else m.encoder.layer_norm is None
+    assert isinstance(m.decoder.layer_norm, cls) if prenorm else m.decoder.layer_norm is None
+    assert len(norms(m, cls)) == (2 * L + 3 * L + (2 if prenorm else 0))
+
+
+@pytest.mark.parametrize("prenorm", [True, False])
+def test_fixed_g_learns_only_the_output_norm(prenorm):
+    m = build("transformer_twt", *TINY, "--norm-type", "scalenorm-fixed", "--fixnorm",
+              *(PRE if prenorm else []))
+    learned = [n for n, mod in norms(m, ScaleNorm) if mod.learnable]
+    assert learned == (["decoder.layer_norm"] if prenorm else ["decoder.layers.1.final_layer_norm"])
+    assert [n for n, _ in m.named_parameters() if n.endswith(".g")] == [learned[0] + ".g"]
+    assert m.decoder.output_norm() is dict(m.named_modules())[learned[0]]
+    assert all(math.isclose(mod.g.item(), math.sqrt(D), rel_tol=1e-6) for _, mod in norms(m, ScaleNorm))
+
+
+@pytest.mark.parametrize("prenorm", [True, False])
+def test_parameter_counts(prenorm):
+    """ScaleNorm replaces LayerNorm's 2d scale+shift by one scalar (§6.2.3); RMSNorm keeps d gains."""
+    flags = [*TINY, *(PRE if prenorm else [])]
+    n_norms = 2 * 2 + 3 * 2 + (2 if prenorm else 0)
+    base = n_params(build("transformer_twt", *flags))
+    assert n_params(build("transformer_twt", *flags, "--norm-type", "scalenorm")) == base - n_norms * (2 * D - 1)
+    assert n_params(build("transformer_twt", *flags, "--norm-type", "rmsnorm")) == base - n_norms * D
+    assert n_params(build("transformer_twt", *flags, "--norm-type", "scalenorm-fixed")) == base - n_norms * 2 * D + 1
+    # FixNorm reparameterises the same matrix; its only extra parameter is the output bias
+    assert n_params(build("transformer_twt", *flags, "--fixnorm")) == base + len(DICT)
+    assert n_params(build("transformer_twt", *flags, "--fixnorm", "--no-output-bias")) == base
+
+
+# ------------------------------------------------------------------------ model: reduction, outputs
+def assert_same_model(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), k
+    src, lengths, prev = batch()
+    with torch.no_grad():
+        assert torch.equal(a(src, lengths, prev)[0], b(src, lengths, prev)[0])
+
+
+@pytest.mark.parametrize("flags,twt_flags", [
+    (TINY, []),
+    (TINY + PRE, []),
+    (TINY + PRE, ["--twt-init", "fairseq", "--norm-type", "layernorm", "--no-output-bias"]),
+])
+def test_degenerate_settings_reduce_to_fairseq_transformer(flags, twt_flags):
+    """LayerNorm, no FixNorm, fairseq init: fairseq's transformer (same weights for a seed, same outputs)."""
+    for share in (True, False):
+        assert_same_model(build("transformer_twt", *flags, *twt_flags, share=share),
+                          build("transformer", *flags, share=share))
+
+
+def test_small_arch_is_the_bench_baseline():
+    sys.path.insert(0, str(ROOT / "recipes" / "bench"))
+    from configs import TRANSFORMER_SMALL
+
+    fairseq_flags = [f for f in TRANSFORMER_SMALL if f not in ("--arch", "transformer")]
+    twt, ref = build("transformer_twt_small", share=False), build("transformer", *fairseq_flags, share=False)
+    assert n_params(twt) == n_params(ref)
+    assert_same_model(twt, ref)
+
+
+def test_thesis_presets():
+    args = parse("twt_prenorm_fixnorm_scalenorm")
+    assert (args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads,
+            args.encoder_layers, args.decoder_layers) == (512, 2048, 8, 6, 6)
+    assert args.dropout == args.attention_dropout == args.activation_dropout == 0.3
+    assert args.share_all_embeddings and args.fixnorm and args.output_bias
+    assert args.norm_type == "scalenorm" and args.twt_init == "smallinit"
+    assert args.encoder_normalize_before and args.decoder_normalize_before
+    gl = parse("twt_prenorm_fixnorm_scalenorm", "--encoder-layers", "4", "--dropout", "0.4")
+    assert gl.encoder_layers == 4 and gl.attention_dropout == 0.4
+    for name, (prenorm, norm_type, fixn) in THESIS_PRESETS.items():
+        a = parse(name)
+        assert (a.encoder_normalize_before, a.decoder_normalize_before) == (prenorm, prenorm), name
+        assert (a.norm_type, a.fixnorm, a.output_bias) == (norm_type, fixn, fixn), name
+
+
+@pytest.mark.parametrize("flags", [
+    PRE + ["--norm-type", "scalenorm", "--fixnorm"],
+    ["--norm-type", "scalenorm", "--fixnorm"],
+    PRE + ["--norm-type", "rmsnorm", "--fixnorm", "--twt-init", "xavier"],
+    ["--norm-type", "scalenorm-fixed", "--fixnorm", "--twt-init", "smallinit"],
+    PRE + ["--fixnorm"],
+])
+def test_incremental_decoding_equals_full_decoding(flags):
+    m = build("transformer_twt", *TINY, *flags)
+    src, lengths, prev = batch()
+    with torch.no_grad():
+        enc = m.encoder(src, src_lengths=lengths)
+        full = m.decoder(prev, encoder_out=enc)[0]
+        state, steps = {}, []
+        for t in range(prev.size(1)):
+            steps.append(m.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0])
+    assert torch.allclose(full, torch.cat(steps, 1), atol=1e-5)
+
+
+def test_fixnorm_model_inputs_and_logits():
+    m = build("transformer_twt", *TINY, *PRE, "--norm-type", "scalenorm", "--fixnorm", "--dropout", "0")
+    assert isinstance(m.encoder.embed_tokens, FixNormEmbedding)
+    assert m.decoder.embed_tokens is m.encoder.embed_tokens  # shared source/target/output
+    assert m.decoder.output_projection.weight is m.encoder.embed_tokens.weight
+    tok = torch.tensor([[5, 6, 7]])
+    assert torch.allclose(m.encoder.embed_tokens(tok).norm(dim=-1), torch.ones(1, 3), atol=1e-5)
+    with torch.no_grad():
+        m.decoder.output_bias.copy_(torch.randn(len(DICT)))
+        m.decoder.output_norm().g.fill_(4.0)
+    src, lengths, prev = batch()
+    with torch.no_grad():
+        logits = m(src, lengths, prev)[0]
+    assert (logits - m.decoder.output_bias).abs().max() <= 4.0 + 1e-4  # |g·cos| ≤ g (Eq. 6.6)
+
+
+def test_forward_under_cpu_bf16_autocast():
+    m = build("transformer_twt", *TINY, *PRE, "--norm-type", "scalenorm", "--fixnorm")
+    src, lengths, prev = batch()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(src, lengths, prev)[0]
+    assert torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("scheme", ["xavier", "smallinit"])
+def test_init_schemes(scheme):
+    d, ff = 128, 512
+    m = build("transformer_twt", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", str(d),
+              "--decoder-embed-dim", str(d), "--encoder-ffn-embed-dim", str(ff), "--decoder-ffn-embed-dim", str(ff),
+              "--twt-init", scheme)
+    want = math.sqrt(1 / d) if scheme == "xavier" else math.sqrt(2 / (5 * d))  # spec invariant 6
+    for layer in [*m.encoder.layers, *m.decoder.layers]:
+        for attn in (layer.self_attn, getattr(layer, "encoder_attn", None)):
+            if attn is None:
+                continue
+            for lin in (attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj):
+                assert abs(lin.weight.std().item() / want - 1) < 0.05
+                assert torch.all(lin.bias == 0)
+        for lin in (layer.fc1, layer.fc2):
+            assert abs(lin.weight.std().item() / math.sqrt(2 / (d + ff)) - 1) < 0.05
+            assert torch.all(lin.bias == 0)
+    emb = m.encoder.embed_tokens.weight[DICT.nspecial:]
+    assert abs(emb.std().item() / d ** -0.5 - 1) < 0.1  # non-FixNorm embeddings: N(0, d^-1/2)
+
+
+# ------------------------------------------------------------------------------------- LR schedules
+def make_optimizer(lr=1.0):
+    from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
+
+    cfg = FairseqAdamConfig(lr=[lr], adam_betas="(0.9, 0.999)", tpu=False)
+    return FairseqAdam(cfg, [torch.nn.Parameter(torch.zeros(1))])
+
+
+def scheduler(name, begin=True, **cfg):
+    """A scheduler as the trainer drives it: built, then ``begin_epoch`` before the first update."""
+    from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY, LR_SCHEDULER_DATACLASS_REGISTRY
+
+    s = LR_SCHEDULER_REGISTRY[name](LR_SCHEDULER_DATACLASS_REGISTRY[name](**cfg), make_optimizer())
+    if begin:
+        s.step_begin_epoch(1)
+    return s
+
+
+def test_invsqrt_formula_peaks():
+    # Eq. 6.7, §6.3.4: λ=1, d=512, n_w=8k gives 4.94e-4; λ=2 gives ≈1e-3
+    assert math.isclose(invsqrt_lr(8000, 1, 512, 8000), 4.94e-4, rel_tol=1e-3)
+    assert math.isclose(invsqrt_lr(8000, 2, 512, 8000), 9.88e-4, rel_tol=1e-3)
+
+
+@pytest.mark.parametrize("lam", [1.0, 2.0])
+def test_twt_invsqrt_follows_eq_6_7(lam):
+    nw = 800
+    s = scheduler("twt_invsqrt", lr_lambda=lam, lr_model_dim=512, warmup_updates=nw)
+    for k in (1, 2, nw // 2, nw - 1, nw, nw + 1, 4 * nw, 100 * nw):
+        lr = s.step_update(k - 1)  # update k runs at LR(k)
+        want = lam / math.sqrt(512) * min(k ** -0.5, k * nw ** -1.5)
+        assert math.isclose(lr, want, rel_tol=1e-12) and math.isclose(s.optimizer.get_lr(), want)
+    s.step(5, 30.0)  # validation does not change it
+    assert math.isclose(s.optimizer.get_lr(), want)
+
+
+@pytest.mark.parametrize("name,kw", [("twt_invsqrt", {}), ("valdecay", dict(lr=[3e-4], lr_lambda=1.0)),
+                                     ("valdecay", dict(lr=[3e-4]))])
+def test_peak_is_reported_before_training_starts(name, kw):
+    """fairseq's pre-training --stop-min-lr check sees the post-warmup LR, the first update LR(1)."""
+    kw = dict(kw, warmup_updates=8000, lr_model_dim=512)
+    if name == "valdecay":
+        kw["maximize_best_checkpoint_metric"] = True
+    s = scheduler(name, begin=False, **kw)
+    peak = kw["lr"][0] if "lr" in kw and "lr_lambda" not in kw else 1 / math.sqrt(512 * 8000)
+    assert math.isclose(s.optimizer.get_lr(), peak) and math.isclose(s.step_update(0), peak)
+    s.step_begin_epoch(1)
+    assert math.isclose(s.step_update(0), peak / 8000)
+
+
+def test_fairseq_inverse_sqrt_with_mapped_lr_matches_eq_6_7():
+    """Spec invariant 4: fairseq inverse_sqrt with lr = λ/√(d·n_w), warmup-init 0."""
+    nw, lam, d = 8000, 1.0, 512
+    s = scheduler("inverse_sqrt", lr=[lam / math.sqrt(d * nw)], warmup_updates=nw, warmup_init_lr=0)
+    assert s.optimizer.get_lr() == 0  # why twt_invsqrt exists: fairseq's --stop-min-lr would stop here
+    for n in (1, nw // 2, nw, 4 * nw):
+        assert math.isclose(s.step_update(n), invsqrt_lr(n, lam, d, nw), rel_tol=1e-9)
+
+
+def valdecay(**kw):
+    kw.setdefault("lr", [3e-4])
+    kw.setdefault("maximize_best_checkpoint_metric", True)
+    return scheduler("valdecay", **kw)
+
+
+def test_valdecay_warmup_is_up_flat():
+    nw = 100
+    s = valdecay(warmup_updates=nw, lr_lambda=1.0, lr_model_dim=512)
+    peak = 1 / math.sqrt(512 * nw)
+    for k in (1, 50, 99, 100, 101, 1000, 10 ** 6):
+        assert math.isclose(s.step_update(k - 1), invsqrt_lr(k, 1.0, 512, nw) if k <= nw else peak)
+
+
+def test_valdecay_decays_by_the_reference_plateau_rule():
+    """Decay ×0.8 iff the new score is below the minimum of the previous 3 (spec §6.7.2)."""
+    s = valdecay(warmup_updates=0)
+    s.step_update(10)
+    bleus = [10, 12, 13, 11, 12.5, 10.9, 14, 11, 11, 9, 20]
+    decays = [False, False, False, False, False, True, False, False, False, True, False]
+    lr = 3e-4
+    for b, dec in zip(bleus, decays):
+        lr *= 0.8 if dec else 1.0
+        assert math.isclose(s.step(1, b), lr), (b, dec)
+        assert math.isclose(s.optimizer.get_lr(), lr)
+    assert s.step(1, None) == s.optimizer.get_lr()  # no validation this epoch: no change
+
+
+def test_valdecay_minimize_mode_and_threshold():
+    s = valdecay(warmup_updates=0, maximize_best_checkpoint_metric=False, lr_patience=1)
+    assert math.isclose(s.step(1, 5.0), 3e-4) and math.isclose(s.step(2, 4.0), 3e-4)
+    assert math.isclose(s.step(3, 4.5), 3e-4 * 0.8)  # a loss above the previous one is worse
+    s = valdecay(warmup_updates=0, lr_patience=1, lr_threshold=1.0)
+    s.step(1, 10.0)
+    assert math.isclose(s.step(2, 9.5), 3e-4) and math.isclose(s.step(3, 8.0), 3e-4 * 0.8)
+
+
+def test_valdecay_does_not_decay_during_warmup():
+    s = valdecay(warmup_updates=100)
+    for epoch, score in enumerate([5, 4, 3, 2, 1], 1):
+        s.step_update(epoch * 10)
+        s.step(epoch, score)
+    assert math.isclose(s.lr, 3e-4)
+    s.step_update(100)
+    assert math.isclose(s.step(6, 0.5), 3e-4 * 0.8)  # warmup over: the history still counts
+
+
+def test_nowarmup_decays_until_stop_min_lr_and_state_round_trips():
+    s = valdecay(warmup_updates=0)  # NOWARMUP: constant 3e-4
+    assert math.isclose(s.optimizer.get_lr(), 3e-4) and math.isclose(s.step_update(0), 3e-4)
+    scores, lr = [30.0, 30.0, 30.0], 3e-4
+    for sc in scores:
+        s.step(1, sc)
+    epochs = 0
+    while lr > 1e-6:  # a falling dev score decays every epoch until --stop-min-lr
+        scores.append(scores[-1] - 1)
+        lr = s.step(1, scores[-1])
+        epochs += 1
+    assert epochs == math.ceil(math.log(1e-6 / 3e-4) / math.log(0.8))
+    t = valdecay(warmup_updates=0)
+    t.load_state_dict(s.state_dict())
+    assert t.lr == s.lr and t.scores == s.scores and math.isclose(t.step_update(5), s.lr)
+
+
+def test_valdecay_rejects_bad_settings():
+    with pytest.raises(ValueError):
+        valdecay(lr_patience=0)
+    with pytest.raises(ValueError):
+        valdecay(lr_lambda=1.0, warmup_updates=0)
+
+
+# ------------------------------------------------------------------------------------------- CLI
+CLI_MODELS = {
+    "prenorm_fixnorm_scalenorm": ["--arch", "twt_prenorm_fixnorm_scalenorm", *TINY, "--dropout", "0.1"],
+    "postnorm_rmsnorm_xavier": ["--arch", "transformer_twt", *TINY, "--share-all-embeddings",
+                                "--norm-type", "rmsnorm", "--fixnorm", "--twt-init", "xavier"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLI_MODELS))
+def test_cli_train_and_generate(tiny_bin, tmp_path, name):
+    ckpt = train(tiny_bin, tmp_path, CLI_MODELS[name], max_update=8)
+    state = torch.load(ckpt, weights_only=True)
+    assert any(k.endswith("output_bias") for k in state["model"])
+    out = generate(tiny_bin, ckpt, "--batch-size", "16")
+    assert sorted(hypotheses(out)) == list(range(n_lines(tiny_bin / "test.ids")))
+
+
+PRELUDE = ("import sys, fairseq_ext.optim; from fairseq_cli.train import cli_main; "
+           "sys.argv[0] = 'fairseq-train'; cli_main()")
+
+
+def test_cli_valdecay_with_warmup_trains_past_stop_min_lr(tiny_bin, tmp_path):
+    """VALDECAY with 8k warmup and --stop-min-lr 1e-6: LR(1) is far below 1e-6, training still runs."""
+    p = run([sys.executable, "-c", PRELUDE, "--user-dir", USER_DIR, tiny_bin, "--task", "translation_ext",
+             "--arch", "twt_prenorm_fixnorm_scalenorm", *TINY, "--criterion", "label_smoothed_cross_entropy",
+             "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.999)",
+             "--clip-norm", "1.0", "--lr-scheduler", "valdecay", "--lr-lambda", "1", "--lr-model-dim", str(D),
+             "--warmup-updates", "8000", "--stop-min-lr", "1e-6", "--max-tokens", "2000", "--max-epoch", "2",
+             "--save-dir", tmp_path, "--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple",
+             "--log-interval", "1", "--no-epoch-checkpoints"])
+    log = p.stdout + p.stderr
+    assert "stopping training because current learning rate" not in log
+    logged = re.findall(r"train_inner.* num_updates=(\d+), lr=([0-9.e-]+)", log)
+    assert len(logged) > 8 and "epoch 002" in log
+    for k, lr in logged:  # logged after update k: the LR of update k + 1 (Eq. 6.7 warmup)
+        assert math.isclose(float(lr), invsqrt_lr(int(k) + 1, 1, D, 8000), rel_tol=1e-4)
+    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)
+    # validation scores (here the valid loss) are kept for the plateau rule; fairseq saves the
+    # checkpoint before the end-of-epoch LR step, so the last epoch's score is not in it yet
+    valid = [float(x) for x in re.findall(r"valid on 'valid' subset \| loss ([0-9.]+)", log)]
+    assert len(valid) == 2
+    assert state["optimizer_history"][-1]["lr_scheduler_state"]["scores"] == pytest.approx(valid[:1], abs=1e-3)
