@@ -39,6 +39,27 @@ CONFIGS = {
         "train": TRANSFORMER_SMALL + OPTIM,
         "generate": GENERATE,
     },
+    # Ampomah ch. 3: Multi-Layer Multi-Head Attention M-11 over all 3 encoder layers (issue 3)
+    "jas_m11": {
+        "desc": "Ampomah MLMHA M-11, top 3 encoder layers (same dims)",
+        "task": "translation_ext",
+        "train": ["--arch", "transformer_jas_m11_bench"] + OPTIM,
+        "generate": GENERATE,
+    },
+    # Ampomah ch. 5: Dual Contextual module in every encoder layer, kernel size 2 (issue 3)
+    "enc_dc": {
+        "desc": "Ampomah Enc-DC (f=2) (same dims)",
+        "task": "translation_ext",
+        "train": ["--arch", "transformer_enc_dc_bench"] + OPTIM,
+        "generate": GENERATE,
+    },
+    # Nguyen ch. 6: PreNorm + ScaleNorm + FixNorm (issue 4)
+    "twt_scalenorm_fixnorm": {
+        "desc": "Nguyen PreNorm+ScaleNorm+FixNorm (same dims)",
+        "task": "translation_ext",
+        "train": ["--arch", "transformer_twt_small", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
+        "generate": GENERATE,
+    },
 }
 
 BASELINE = "transformer"
