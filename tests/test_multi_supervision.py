@@ -1,0 +1,515 @@
+"""Encoder-based Multi-level Supervision + AIF (Ampomah thesis ch. 4): auxiliary decoders, Eqs.
+4.1-4.3, baseline equivalence, incremental decoding with AIF in beam search, generating from an aux
+decoder, the ind-decoder, thesis parameter counts (Tables 4.6a, 5.2), CLI round trips."""
+import argparse
+import math
+import types
+
+import pytest
+import torch
+
+import fairseq_ext  # noqa: F401  (registration)
+from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+from fairseq.logging import metrics
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.models.transformer import TransformerDecoderBase
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+from fairseq_ext.criterions.multi_supervision import MultiSupervisionLabelSmoothedCriterion
+from fairseq_ext.models.multi_supervision import AIFDecoderLayer, parse_generate_from
+from fairseq_ext.modules.aif import AuxiliaryInformationFusion
+from harness import build_model, generate, hypotheses, make_dictionary, n_lines, n_params, train
+
+TINY = dict(encoder_layers=4, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
+            encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
+            decoder_attention_heads=4, share_all_embeddings=True)
+NORMS = {"postnorm": {}, "prenorm": {"encoder_normalize_before": True, "decoder_normalize_before": True}}
+
+build = build_model
+
+
+def batch(bsz=3, src_len=7, tgt_len=6, vocab=60, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (bsz, src_len), generator=g)
+    src[0, :2] = 1  # left padding (fairseq's default left_pad_source) in one sentence
+    src[:, -1] = 2
+    lengths = src.ne(1).sum(1)
+    tgt = torch.randint(4, vocab, (bsz, tgt_len), generator=g)
+    tgt[:, 0] = 2  # prev_output_tokens start with EOS
+    return src, lengths, tgt
+
+
+def forward(model, src, lengths, tgt):
+    with torch.no_grad():
+        return model(src, lengths, tgt)
+
+
+def incremental(model, src, lengths, tgt, beam=None):
+    """Step-by-step decoding; with ``beam`` the rows are groups of ``beam`` hypotheses of one source,
+    re-selected within their group (with repetition) after each step, as beam search does."""
+    g = torch.Generator().manual_seed(3)
+    outs, state = [], {}
+    bsz = tgt.size(0)
+    with torch.no_grad():
+        enc = model.encoder(src, lengths)
+        for t in range(tgt.size(1)):
+            out, _ = model.decoder(tgt[:, : t + 1], enc, incremental_state=state)
+            assert out.size(1) == 1
+            outs.append(out[:, -1])
+            if beam:
+                order = torch.arange(bsz) // beam * beam + torch.randint(0, beam, (bsz,), generator=g)
+                tgt, src, lengths = tgt[order], src[order], lengths[order]
+                outs = [o[order] for o in outs]
+                model.decoder.reorder_incremental_state_scripting(state, order)
+                enc = model.encoder.reorder_encoder_out(enc, order)
+    return torch.stack(outs, 1), src, lengths, tgt, state
+
+
+def beam_batch(beam=3):
+    src, lengths, _ = batch(bsz=2)
+    _, _, tgt = batch(bsz=2 * beam, seed=5)
+    return src.repeat_interleave(beam, 0), lengths.repeat_interleave(beam, 0), tgt
+
+
+def perturb_(module, seed=7):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn(p.shape, generator=g))
+
+
+# --------------------------------------------------------------------------- registration, shapes
+
+
+def test_registered_architectures_and_defaults():
+    for base in ("bench", "iwslt_small", "wmt_en_de"):
+        for kind, aif in (("ms", False), ("ms_aif", True)):
+            arch = f"transformer_{kind}_{base}"
+            assert ARCH_MODEL_REGISTRY[arch].__name__ == "TransformerMSModel"
+            args = argparse.Namespace()
+            ARCH_CONFIG_REGISTRY[arch](args)
+            assert (args.aux_layers, args.aif, args.aif_disable, args.generate_from,
+                    args.share_all_embeddings) == ("1", aif, False, "main", True)
+    args = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY["transformer_ms_aif_bench"](args)  # = TRANSFORMER_SMALL of recipes/bench
+    assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim,
+            args.decoder_ffn_embed_dim, args.encoder_attention_heads, args.encoder_normalize_before,
+            args.decoder_normalize_before, args.dropout) == (3, 3, 256, 1024, 1024, 4, True, True, 0.1)
+    args = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY["transformer_ms_iwslt_small"](args)
+    assert (args.encoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim,
+            args.encoder_normalize_before) == (4, 256, 1024, False)
+
+
+def test_parse_generate_from_and_layer_validation():
+    assert parse_generate_from("main", [1, 2]) is None and parse_generate_from(None, [1]) is None
+    assert parse_generate_from("aux2", [1, 2]) == 1 == parse_generate_from("aux:2", [1, 2])
+    assert parse_generate_from("AUX_1", [1, 2]) == 0
+    for bad in ("aux3", "decoder", "aux"):
+        with pytest.raises(ValueError):
+            parse_generate_from(bad, [1, 2])
+    with pytest.raises(ValueError):  # an aux decoder must sit below the top encoder layer (l < L)
+        build("transformer_ms_bench", aux_layers="4", **TINY)
+    with pytest.raises(ValueError):
+        build("transformer_ms_bench", aux_layers="1", generate_from="aux2", **TINY)
+
+
+@pytest.mark.parametrize("arch", ["transformer_ms_bench", "transformer_ms_aif_bench"])
+def test_shapes_and_shared_modules(arch):
+    model = build(arch, aux_layers="1,3", **TINY)
+    dec = model.decoder
+    assert dec.aux_layers == [1, 3] and len(dec.aux_decoders) == 2
+    assert (dec.aif is not None) == arch.endswith("aif_bench")
+    for aux in dec.aux_decoders:  # same structure; shared embeddings and output projection
+        assert type(aux) is TransformerDecoderBase and len(aux.layers) == len(dec.layers) == 2
+        assert aux.embed_tokens is dec.embed_tokens is model.encoder.embed_tokens
+        assert aux.output_projection is dec.output_projection
+        assert aux.output_projection.weight is dec.embed_tokens.weight
+        assert aux.embed_positions is dec.embed_positions
+    src, lengths, tgt = batch()
+    enc = model.encoder(src, lengths)
+    assert len(enc["aux_encoder_out"]) == 2 and enc["aux_encoder_out"][0].shape == (7, 3, 32)
+    assert enc["encoder_states"] == []  # only kept when asked
+    out, extra = forward(model, src, lengths, tgt)
+    assert out.shape == (3, 6, 60) and torch.isfinite(out).all()
+    assert extra["aux_layers"] == [1, 3] and [a.shape for a in extra["aux_out"]] == [(3, 6, 60)] * 2
+    assert [f.shape for f in extra["aux_features"]] == [(3, 6, 32)] * 2
+
+
+# --------------------------------------------------------------------------- baseline equivalence
+
+
+@pytest.mark.parametrize("norm", sorted(NORMS))
+@pytest.mark.parametrize("arch", ["transformer_ms_wmt_en_de", "transformer_ms_aif_wmt_en_de"])
+def test_no_aux_layers_is_the_fairseq_transformer(arch, norm):
+    dims = {**TINY, **NORMS[norm]}
+    base = build("transformer", seed=1, **dims)
+    ms = build(arch, seed=2, aux_layers="none", **dims)
+    assert ms.decoder.aif is None and len(ms.decoder.aux_decoders) == 0
+    assert n_params(ms) == n_params(base)
+    ms.load_state_dict(base.state_dict(), strict=True)  # same parameter names and shapes
+    src, lengths, tgt = batch()
+    a, extra = forward(ms, src, lengths, tgt)
+    assert torch.equal(a, forward(base, src, lengths, tgt)[0]) and "aux_out" not in extra
+    assert torch.equal(incremental(ms, src, lengths, tgt)[0], incremental(base, src, lengths, tgt)[0])
+
+
+def _load_baseline(ms, base):
+    missing, unexpected = ms.load_state_dict(base.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith(("decoder.aux_decoders.", "decoder.aif.")) for k in missing)
+
+
+@pytest.mark.parametrize("norm", sorted(NORMS))
+def test_aux_decoders_leave_the_main_path_alone_without_aif(norm):
+    """MS-l (no AIF): the aux decoders are extra heads; the main output is the baseline's."""
+    dims = {**TINY, **NORMS[norm]}
+    base = build("transformer", seed=1, **dims)
+    ms = build("transformer_ms_iwslt_small", seed=2, aux_layers="1,2,3", **dims)
+    _load_baseline(ms, base)
+    src, lengths, tgt = batch()
+    assert torch.equal(forward(ms, src, lengths, tgt)[0], forward(base, src, lengths, tgt)[0])
+    inc, *_, state = incremental(ms, src, lengths, tgt)
+    assert torch.equal(inc, incremental(base, src, lengths, tgt)[0])
+    # no AIF: beam search never runs the aux decoders (decoding cost = baseline, Table 4.6a)
+    aux_ids = {l.self_attn._incremental_state_id for a in ms.decoder.aux_decoders for l in a.layers}
+    assert len(aux_ids) == 6 and not aux_ids & {k.split(".")[0] for k in state}
+
+
+@pytest.mark.parametrize("norm", sorted(NORMS))
+def test_ind_decoder_and_zero_aif_weights_recover_ms_l(norm):
+    """Sec. 4.5.5 / Eq. 4.3: W_l^{a_i} = 0 (or --aif-disable) gives MS-l, i.e. the baseline's main
+    path given the same weights."""
+    dims = {**TINY, **NORMS[norm]}
+    base = build("transformer", seed=1, **dims)
+    aif = build("transformer_ms_aif_iwslt_small", seed=2, aux_layers="1,3", **dims)
+    _load_baseline(aif, base)
+    src, lengths, tgt = batch()
+    ref = forward(base, src, lengths, tgt)[0]
+    fused = forward(aif, src, lengths, tgt)[0]
+    assert not torch.allclose(fused, ref, atol=1e-3)  # the fusion matters
+    with aif.decoder.ind_decoder():
+        assert torch.equal(forward(aif, src, lengths, tgt)[0], ref)
+        assert torch.equal(incremental(aif, src, lengths, tgt)[0], incremental(base, src, lengths, tgt)[0])
+    assert torch.equal(forward(aif, src, lengths, tgt)[0], fused)  # switched back on
+    off = build("transformer_ms_aif_iwslt_small", aux_layers="1,3", aif_disable=True, **dims)
+    off.load_state_dict(aif.state_dict())  # the override adds/removes no parameters
+    assert torch.equal(forward(off, src, lengths, tgt)[0], ref)
+    with torch.no_grad():
+        aif.decoder.aif.weight.zero_()
+    assert torch.allclose(forward(aif, src, lengths, tgt)[0], ref, atol=1e-6)
+    zero = build("transformer_ms_aif_bench", aif_zero_init=True, **dims)
+    assert zero.decoder.aif.weight.abs().max() == 0
+
+
+def test_aux_decoder_l_depends_only_on_encoder_layers_up_to_l():
+    """Fig. 4.2: Aux-Decoder l attends to H_e^l; perturbing encoder layers above l changes the main
+    output but not Aux-Decoder l's (with AIF the fusion carries the aux states into the main path)."""
+    model = build("transformer_ms_aif_bench", aux_layers="1,2", **TINY)
+    src, lengths, tgt = batch()
+    out, extra = forward(model, src, lengths, tgt)
+    perturb_(model.encoder.layers[2])  # encoder layer 3 (of 4)
+    out2, extra2 = forward(model, src, lengths, tgt)
+    assert torch.equal(extra["aux_out"][0], extra2["aux_out"][0])
+    assert torch.equal(extra["aux_out"][1], extra2["aux_out"][1])
+    assert not torch.allclose(out, out2)
+    perturb_(model.encoder.layers[1])  # encoder layer 2: Aux-Decoder 2 changes, Aux-Decoder 1 not
+    _, extra3 = forward(model, src, lengths, tgt)
+    assert torch.equal(extra["aux_out"][0], extra3["aux_out"][0])
+    assert not torch.allclose(extra["aux_out"][1], extra3["aux_out"][1])
+    # AIF carries main-decoder gradients into the aux decoders (no detach)
+    model.train()
+    model.decoder.dropout_module.p = 0.0
+    o, _ = model(src, lengths, tgt)
+    o.sum().backward()
+    assert model.decoder.aux_decoders[0].layers[0].fc1.weight.grad.abs().sum() > 0
+
+
+# --------------------------------------------------------------------------- Eqs. 4.2-4.3
+
+
+def test_aif_module_follows_eq_4_2():
+    torch.manual_seed(0)
+    n, d, L, B, T = 3, 16, 2, 2, 5
+    aif = AuxiliaryInformationFusion(n, d, L)
+    assert n_params(aif) == n * L * d * d  # bias-free W_l^{a_i} in R^{d x d}
+    bound = math.sqrt(6 / (2 * d))  # Xavier per d x d block
+    assert aif.weight.abs().max() <= bound and aif.weight.abs().max() > 0.8 * bound
+    f = [torch.randn(B, T, d) for _ in range(n)]
+    z = aif(f)
+    assert z.shape == (L, T, B, d)
+    for l in range(L):
+        ref = sum(fi @ aif.block(l, i).t() for i, fi in enumerate(f))  # B T d
+        assert torch.allclose(z[l], ref.transpose(0, 1), atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", sorted(NORMS))
+def test_aif_layer_follows_eq_4_3(norm):
+    """h^l <- h^l + z^f right after the masked self-attention sublayer (Fig. 4.4)."""
+    from fairseq.models.transformer import TransformerConfig
+
+    ns = argparse.Namespace(**{**TINY, **NORMS[norm]})
+    ARCH_CONFIG_REGISTRY["transformer"](ns)
+    cfg = TransformerConfig.from_namespace(ns)
+    torch.manual_seed(0)
+    layer = AIFDecoderLayer(cfg).eval()
+    plain = TransformerDecoderLayerBase(cfg).eval()
+    plain.load_state_dict(layer.state_dict(), strict=True)  # the layer itself has no new weights
+    T, J, B, d = 4, 6, 2, 32
+    x, enc, z = torch.randn(T, B, d), torch.randn(J, B, d), torch.randn(T, B, d)
+    kpm = torch.zeros(B, J, dtype=torch.bool)
+    kpm[1, :2] = True
+    mask = torch.triu(torch.full((T, T), float("-inf")), 1)
+    with torch.no_grad():
+        a = layer(x, enc, kpm, self_attn_mask=mask)[0]
+        assert torch.equal(a, plain(x, enc, kpm, self_attn_mask=mask)[0])
+        got = layer(x, enc, kpm, self_attn_mask=mask, aif=z)[0]
+        pre = layer.normalize_before
+        ln = lambda m, v: m(v)  # noqa: E731
+        # reference, sublayer by sublayer
+        h = ln(layer.self_attn_layer_norm, x) if pre else x
+        h = layer.self_attn(h, h, h, attn_mask=mask, need_weights=False)[0] + x
+        h = h if pre else layer.self_attn_layer_norm(h)
+        h = h + z  # Eq. 4.3
+        e = layer.encoder_attn_layer_norm(h) if pre else h
+        e = layer.encoder_attn(e, enc, enc, key_padding_mask=kpm, static_kv=True)[0] + h
+        e = e if pre else layer.encoder_attn_layer_norm(e)
+        f = layer.final_layer_norm(e) if pre else e
+        f = layer.fc2(torch.relu(layer.fc1(f))) + e
+        ref = f if pre else layer.final_layer_norm(f)
+    assert torch.allclose(got, ref, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- criterion (Eq. 4.1)
+
+
+def _criterion(cls, gamma=None, eps=0.1):
+    task = types.SimpleNamespace(target_dictionary=make_dictionary(60))
+    kw = {} if gamma is None else {"aux_weight": gamma}
+    return cls(task, sentence_avg=False, label_smoothing=eps, report_accuracy=True, **kw)
+
+
+def _sample(seed=1):
+    src, lengths, tgt = batch(seed=seed)
+    target = torch.cat([tgt[:, 1:], torch.full((3, 1), 2)], 1)
+    target[0, -2:] = 1  # padding in the target
+    tgt[0, -1] = 1
+    return {"net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": tgt},
+            "target": target, "ntokens": int(target.ne(1).sum())}
+
+
+def _ls_loss(logits, target, eps=0.1, pad=1):
+    """Label-smoothed CE written out: (1-eps-eps/(V-1)) nll + eps/(V-1) sum_v -log p_v."""
+    lp = torch.log_softmax(logits.float(), -1)
+    V = lp.size(-1)
+    keep = target.ne(pad)
+    nll = -lp.gather(-1, target.unsqueeze(-1)).squeeze(-1)[keep].sum()
+    smooth = -lp.sum(-1)[keep].sum()
+    e = eps / (V - 1)
+    return (1 - eps - e) * nll + e * smooth, nll
+
+
+@pytest.mark.parametrize("arch", ["transformer_ms_bench", "transformer_ms_aif_bench"])
+def test_criterion_is_main_plus_gamma_sum_aux(arch):
+    model = build(arch, aux_layers="1,3", **TINY)
+    sample = _sample()
+    gamma = 0.7
+    crit = _criterion(MultiSupervisionLabelSmoothedCriterion, gamma)
+    with torch.no_grad():
+        loss, sample_size, log = crit(model, sample)
+        out, extra = model(**sample["net_input"])
+    main, main_nll = _ls_loss(out, sample["target"])
+    aux = [_ls_loss(a, sample["target"]) for a in extra["aux_out"]]
+    assert torch.allclose(loss, main + gamma * (aux[0][0] + aux[1][0]), atol=1e-4)
+    assert sample_size == sample["ntokens"]
+    assert torch.allclose(log["loss_main"], main, atol=1e-4)
+    assert torch.allclose(log["nll_loss"], main_nll, atol=1e-4)
+    for (a, a_nll), layer in zip(aux, (1, 3)):
+        assert torch.allclose(log[f"loss_aux{layer}"], a, atol=1e-4)
+        assert torch.allclose(log[f"nll_loss_aux{layer}"], a_nll, atol=1e-4)
+    with metrics.aggregate() as agg:
+        MultiSupervisionLabelSmoothedCriterion.reduce_metrics([log, log])
+    vals = agg.get_smoothed_values()
+    for k in ("loss", "nll_loss", "ppl", "accuracy", "loss_main", "loss_aux1", "loss_aux3",
+              "nll_loss_aux1", "nll_loss_aux3"):
+        assert k in vals, k
+    assert abs(vals["loss_aux3"] - float(aux[1][0]) / sample_size / math.log(2)) < 1e-3
+    assert abs(vals["nll_loss_aux1"] - float(aux[0][1]) / sample["ntokens"] / math.log(2)) < 1e-3
+
+
+def test_gamma_zero_is_the_baseline_objective():
+    """gamma = 0 on MS-l: loss and every shared gradient equal the baseline transformer's."""
+    base = build("transformer", seed=1, **TINY).train()
+    ms = build("transformer_ms_iwslt_small", seed=2, aux_layers="1,2", **TINY).train()
+    _load_baseline(ms, base)
+    for m in (base, ms):  # deterministic training forward
+        for mod in m.modules():
+            if hasattr(mod, "p") and isinstance(getattr(mod, "p"), float):
+                mod.p = 0.0
+    sample = _sample()
+    l_ms, _, log = _criterion(MultiSupervisionLabelSmoothedCriterion, 0.0)(ms, sample)
+    l_base, _, log_base = _criterion(LabelSmoothedCrossEntropyCriterion)(base, sample)
+    assert torch.equal(l_ms, l_base) and torch.equal(log["nll_loss"], log_base["nll_loss"])
+    assert log["loss_aux1"] > 0  # still logged
+    l_ms.backward(), l_base.backward()
+    params = dict(ms.named_parameters())
+    for name, p in base.named_parameters():
+        assert torch.equal(params[name].grad, p.grad), name
+    aux_grads = [p.grad for n, p in ms.named_parameters() if ".aux_decoders." in n and "embed" not in n]
+    assert all(g is None or g.abs().max() == 0 for g in aux_grads)
+
+
+def test_criterion_on_a_plain_transformer_is_label_smoothed_ce():
+    model = build("transformer", **TINY)
+    sample = _sample()
+    with torch.no_grad():
+        a, _, la = _criterion(MultiSupervisionLabelSmoothedCriterion, 1.0)(model, sample)
+        b, _, lb = _criterion(LabelSmoothedCrossEntropyCriterion)(model, sample)
+    assert torch.equal(a, b) and set(la) == set(lb)
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+@pytest.mark.parametrize("norm", sorted(NORMS))
+@pytest.mark.parametrize("arch,aux", [("transformer_ms_aif_bench", "1"),
+                                      ("transformer_ms_aif_iwslt_small", "1,2,3"),
+                                      ("transformer_ms_iwslt_small", "2")])
+def test_incremental_equals_full_decoding(arch, aux, norm):
+    model = build(arch, aux_layers=aux, **{**TINY, **NORMS[norm]})
+    src, lengths, tgt = beam_batch()
+    inc, src2, len2, tgt2, state = incremental(model, src, lengths, tgt, beam=3)
+    full = forward(model, src2, len2, tgt2)[0]
+    assert inc.dtype == torch.float32 and (inc - full).abs().max() < 1e-5
+    if model.decoder.aif is not None:  # the aux decoders ran incrementally, with their own caches
+        ids = {l.self_attn._incremental_state_id for a in model.decoder.aux_decoders for l in a.layers}
+        assert ids <= {k.split(".")[0] for k in state}
+
+
+@pytest.mark.parametrize("arch", ["transformer_ms_bench", "transformer_ms_aif_bench"])
+def test_generate_from_aux_decoder(arch):
+    ref = build(arch, aux_layers="1,2", **TINY)
+    src, lengths, tgt = beam_batch()
+    _, extra = forward(ref, src, lengths, tgt)
+    m = build(arch, aux_layers="1,2", generate_from="aux2", **TINY)
+    m.load_state_dict(ref.state_dict())
+    out, _ = forward(m, src, lengths, tgt)
+    assert torch.equal(out, extra["aux_out"][1])
+    inc, src2, len2, tgt2, _ = incremental(m, src, lengths, tgt, beam=3)
+    assert (inc - forward(m, src2, len2, tgt2)[0]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("arch", ["transformer_ms_bench", "transformer_ms_aif_bench"])
+def test_causality(arch):
+    model = build(arch, aux_layers="1,3", **TINY)
+    src, lengths, tgt = batch()
+    out, extra = forward(model, src, lengths, tgt)
+    tgt2 = tgt.clone()
+    tgt2[:, 4:] = torch.randint(4, 60, tgt2[:, 4:].shape)
+    out2, extra2 = forward(model, src, lengths, tgt2)
+    assert torch.equal(out[:, :4], out2[:, :4]) and not torch.allclose(out[:, 4:], out2[:, 4:])
+    for a, b in zip(extra["aux_out"], extra2["aux_out"]):
+        assert torch.equal(a[:, :4], b[:, :4]) and not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+# --------------------------------------------------------------------------- thesis parameter counts
+
+V_WMT = 33416  # as in test_joint_attention: every Ch. 3-5 WMT count within its 0.1M rounding
+
+
+def _layers(d, F):
+    enc = 4 * (d * d + d) + (d * F + F) + (F * d + d) + 4 * d
+    dec = 8 * (d * d + d) + (d * F + F) + (F * d + d) + 6 * d
+    return enc, dec
+
+
+def meta_count(arch, vocab, **kw):
+    return n_params(build_model(arch, vocab, device="meta", **kw))
+
+
+def test_wmt_parameter_counts():
+    """Table 5.2: MS-4 86.5M, MS-1+AIF 88.0M (baseline 61.2M); Table 4.4 MS-1..MS-5 all alike."""
+    enc, dec = _layers(512, 2048)
+    base = V_WMT * 512 + 6 * (enc + dec)
+    for l in range(1, 6):
+        c = meta_count("transformer_ms_wmt_en_de", V_WMT, aux_layers=str(l))
+        assert c == base + 6 * dec and round(c / 1e6, 1) == 86.5
+    c = meta_count("transformer_ms_aif_wmt_en_de", V_WMT, aux_layers="1")
+    assert c == base + 6 * dec + 6 * 512 * 512 and round(c / 1e6, 1) == 88.0
+
+
+def test_iwslt_parameter_counts_table_4_6a():
+    """En-Vi, 0-3 aux decoders with and without AIF: 12.8 / 17.0, 17.3 / 21.2, 21.7 / 25.4, 26.2M.
+
+    Each aux decoder adds 4 decoder layers (+4.21M), AIF adds 4*256^2 (+0.262M) per aux decoder.
+    The joint vocabulary is only given as ~21.2k; every entry rounds to the table for
+    V in [21101, 21192] (V = 21200, which gives exactly 12.80M, puts MS-ij+AIF at 21.75M)."""
+    enc, dec = _layers(256, 1024)
+    V = 21150
+    base = V * 256 + 4 * (enc + dec)
+    assert meta_count("transformer_iwslt_small", V) == base and round(base / 1e6, 1) == 12.8
+    table = {"1": (17.0, 17.3), "1,2": (21.2, 21.7), "1,2,3": (25.4, 26.2)}
+    for aux, (ms, ms_aif) in table.items():
+        n = len(aux.split(","))
+        c = meta_count("transformer_ms_iwslt_small", V, aux_layers=aux)
+        assert c == base + n * 4 * dec and round(c / 1e6, 1) == ms, aux
+        c = meta_count("transformer_ms_aif_iwslt_small", V, aux_layers=aux)
+        assert c == base + n * 4 * dec + n * 4 * 256 * 256 and round(c / 1e6, 1) == ms_aif, aux
+    # other attachment layers cost the same (MS-13, MS-23)
+    assert meta_count("transformer_ms_iwslt_small", V, aux_layers="2,3") == base + 2 * 4 * dec
+
+
+def test_bench_parameter_counts():
+    """PreNorm 3+3: each aux decoder also has its final LayerNorm (2d)."""
+    enc, dec = _layers(256, 1024)
+    V = 8000
+    base = meta_count("transformer", V, encoder_layers=3, decoder_layers=3, encoder_embed_dim=256,
+                      decoder_embed_dim=256, encoder_ffn_embed_dim=1024, decoder_ffn_embed_dim=1024,
+                      encoder_attention_heads=4, decoder_attention_heads=4, share_all_embeddings=True,
+                      encoder_normalize_before=True, decoder_normalize_before=True)
+    assert base == V * 256 + 3 * (enc + dec) + 2 * 2 * 256
+    assert meta_count("transformer_ms_bench", V, aux_layers="none") == base
+    assert meta_count("transformer_ms_bench", V, aux_layers="1,2") == base + 2 * (3 * dec + 2 * 256)
+    assert meta_count("transformer_ms_aif_bench", V) == base + 3 * dec + 2 * 256 + 3 * 256 * 256
+
+
+# --------------------------------------------------------------------------- CLI
+
+MS_TINY = ["--encoder-layers", "3", "--decoder-layers", "2", "--encoder-embed-dim", "32",
+           "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+           "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+CRIT = ["--label-smoothing", "0.1", "--aux-weight", "1.0"]
+
+
+def _scored(out):
+    return sorted(l for l in out.splitlines() if l.startswith(("H-", "P-")))
+
+
+def test_cli_ms_aif_train_and_generate_from_main_aux_and_ind_decoder(tiny_bin, tmp_path):
+    log = tmp_path / "train.log"
+    ckpt = train(tiny_bin, tmp_path, ["--arch", "transformer_ms_aif_bench", *MS_TINY, "--aux-layers", "1,2"],
+                 criterion="multi_supervision_label_smoothed", max_update=6,
+                 extra=[*CRIT, "--log-file", log])
+    text = log.read_text()
+    for key in ("loss_main=", "loss_aux1=", "loss_aux2=", "nll_loss_aux2="):
+        assert key in text, key
+    state = torch.load(ckpt, weights_only=True)
+    assert state["cfg"]["model"].aux_layers == "1,2" and state["cfg"]["model"].aif is True
+    assert any(k.startswith("decoder.aif.") for k in state["model"])
+    want = list(range(n_lines(tiny_bin / "test.ids")))
+    outs = {}
+    for name, override in (("main", None), ("aux1", "{'generate_from':'aux1'}"),
+                           ("ind", "{'aif_disable':True}")):
+        extra = ["--batch-size", "32"] + (["--model-overrides", override] if override else [])
+        outs[name] = generate(tiny_bin, ckpt, *extra)
+        assert sorted(hypotheses(outs[name])) == want, name
+    assert _scored(outs["aux1"]) != _scored(outs["main"]) and _scored(outs["ind"]) != _scored(outs["main"])
+
+
+def test_cli_ms_without_aif_train_and_generate(tiny_bin, tmp_path):
+    ckpt = train(tiny_bin, tmp_path,
+                 ["--arch", "transformer_ms_iwslt_small", *MS_TINY, "--aux-decoder-layers", "2"],
+                 criterion="multi_supervision_label_smoothed", max_update=5, extra=CRIT)
+    want = list(range(n_lines(tiny_bin / "test.ids")))
+    main = generate(tiny_bin, ckpt, "--batch-size", "32")
+    aux = generate(tiny_bin, ckpt, "--batch-size", "32", "--model-overrides", "{'generate_from':'aux:2'}")
+    assert sorted(hypotheses(main)) == want and sorted(hypotheses(aux)) == want
+    assert _scored(main) != _scored(aux)
