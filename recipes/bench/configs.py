@@ -21,13 +21,13 @@ TRANSFORMER_SMALL = [
     "--dropout", "0.1",
 ]
 
-OPTIM = [
+SCHEDULE = [
     "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--clip-norm", "1.0",
     "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "300",
-    "--warmup-init-lr", "1e-7",
-    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--warmup-init-lr", "1e-7", "--label-smoothing", "0.1",
     "--max-tokens", "2048", "--cpu-bf16", "--math-attention",
 ]
+OPTIM = SCHEDULE + ["--criterion", "label_smoothed_cross_entropy"]
 
 GENERATE = ["--beam", "5", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10",
             "--post-process", "sentencepiece"]
@@ -61,6 +61,24 @@ CONFIGS = {
         "generate": GENERATE,
     },
 }
+
+# Every ch. 3 joint-attention variant and every DC placement, same budget and optimiser (recipes/ampomah).
+for _v, _name in [("sagg", "S-Agg"), ("iter_sagg", "Iter-S-Agg"), ("cagg", "C-Agg"),
+                  ("iter_cagg", "Iter-C-Agg"), ("m00", "M-00"), ("m01", "M-01"), ("m10", "M-10"),
+                  ("m11", "M-11")]:
+    CONFIGS.setdefault(f"jas_{_v}", {
+        "desc": f"Ampomah {_name}, top 3 encoder layers (same dims)", "task": "translation_ext",
+        "train": ["--arch", f"transformer_jas_{_v}_bench"] + OPTIM, "generate": GENERATE})
+for _v, _name in [("dec", "Dec-DC"), ("full", "Full-DC")]:
+    CONFIGS[f"{_v}_dc"] = {
+        "desc": f"Ampomah {_name} (f=2) (same dims)", "task": "translation_ext",
+        "train": ["--arch", f"transformer_{_v}_dc_bench"] + OPTIM, "generate": GENERATE}
+# Ampomah ch. 4: auxiliary decoders on encoder layers 1 and 2 with AIF fusion, gamma = 1 (Eq. 4.1)
+CONFIGS["ms12_aif"] = {
+    "desc": "Ampomah MS-12+AIF (aux decoders on enc layers 1,2)", "task": "translation_ext",
+    "train": ["--arch", "transformer_ms_aif_bench", "--aux-layers", "1,2",
+              "--criterion", "multi_supervision_label_smoothed", "--aux-weight", "1.0"] + SCHEDULE,
+    "generate": GENERATE}
 
 BASELINE = "transformer"
 

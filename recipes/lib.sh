@@ -1,0 +1,33 @@
+# Sourced by recipes/<author>/<chapter>.sh.  Two modes per recipe:
+#   MODE=bible  (default) real es->en Bible data on this CPU: every named configuration trains for
+#               BUDGET_MIN minutes (default 15), decodes the test set (beam 5), and is scored with
+#               sacreBLEU (BLEU + chrF, signatures) and paired bootstrap against the baseline
+#               transformer of the same run (recipes/bench/bench.py; results in runs/<recipe>/).
+#   MODE=thesis the thesis's full setting, as fairseq commands on data you provide
+#               (THESIS_DATA=binarized dir); printed, and run when RUN=1 (a GPU machine is assumed).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+MODE=${MODE:-bible}
+BUDGET_MIN=${BUDGET_MIN:-15}
+THREADS=${THREADS:-1}   # 1 thread stays fast when other work shares the 2 cores; use $(nproc) on an idle machine
+export OMP_NUM_THREADS=$THREADS
+
+bible_data() {
+  bash scripts/setup_env.sh
+  .venv/bin/python -m fairseq_ext.data.corpora prepare --corpus bible_es_en --src es --tgt en \
+      --method sentencepiece --vocab-size 8000 --out data/bible_es_en
+}
+
+# bench OUT CONFIG[,CONFIG...]: train/decode/score the configurations of recipes/bench/configs.py
+bench() {
+  local out=$1 configs=$2
+  .venv/bin/python recipes/bench/bench.py --data data/bible_es_en/spm8000 --configs "$configs" \
+      --budget-min "$BUDGET_MIN" --threads "$THREADS" --out "runs/$out"
+}
+
+# thesis CMD...: print a thesis-setting command; run it when RUN=1
+thesis() {
+  echo "+ $*"
+  if [ "${RUN:-0}" = 1 ]; then "$@"; fi
+}
