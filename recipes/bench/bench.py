@@ -56,6 +56,7 @@ def run_logged(cmd, logfile: Path, threads: int) -> float:
                              text=True, env=env, cwd=ROOT)
         for line in p.stdout:
             f.write(line)
+            f.flush()
             if re.search(r"\| (valid|train) \| epoch|Translated|done training|Error|error:", line):
                 print("    " + line.rstrip()[:200], file=sys.stderr, flush=True)
         rc = p.wait()
