@@ -148,3 +148,17 @@ def build_model(arch: str, vocab: int = 60, seed: int = 0, device=None, **kw):
 
 def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def toy_batch(bsz=3, src_len=7, tgt_len=6, vocab=60, seed=1):
+    """``(src_tokens, src_lengths, prev_output_tokens)``: random tokens, one left-padded source
+    (fairseq's default left_pad_source), sources end in EOS, decoder inputs start with EOS."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (bsz, src_len), generator=g)
+    src[0, :2] = 1
+    src[:, -1] = 2
+    tgt = torch.randint(4, vocab, (bsz, tgt_len), generator=g)
+    tgt[:, 0] = 2
+    return src, src.ne(1).sum(1), tgt

@@ -9,7 +9,7 @@ import fairseq_ext  # noqa: F401  (registration)
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.modules import MultiheadAttention
 from fairseq_ext.modules.dual_contextual import DualContextual, conv_padding
-from harness import build_model, generate, hypotheses, n_lines, n_params, train
+from harness import build_model, generate, hypotheses, n_lines, n_params, train, toy_batch
 
 TINY = dict(encoder_layers=3, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
             encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
@@ -19,14 +19,7 @@ TINY = dict(encoder_layers=3, decoder_layers=2, encoder_embed_dim=32, decoder_em
 build = build_model
 
 
-def batch(bsz=3, src_len=7, tgt_len=6, vocab=60, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, vocab, (bsz, src_len), generator=g)
-    src[0, :2] = 1  # a left-padded source
-    src[:, -1] = 2
-    tgt = torch.randint(4, vocab, (bsz, tgt_len), generator=g)
-    tgt[:, 0] = 2
-    return src, src.ne(1).sum(1), tgt
+batch = toy_batch
 
 
 def forward(model, src, lengths, tgt):

@@ -15,7 +15,7 @@ from fairseq_ext.modules.layer_aggregation import (
     MultiLayerMultiheadAttention,
     WeightedSum,
 )
-from harness import build_model, generate, hypotheses, n_lines, n_params, train
+from harness import build_model, generate, hypotheses, n_lines, n_params, train, toy_batch
 
 TINY = dict(encoder_layers=4, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
             encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
@@ -25,15 +25,7 @@ TINY = dict(encoder_layers=4, decoder_layers=2, encoder_embed_dim=32, decoder_em
 build = build_model
 
 
-def batch(bsz=3, src_len=7, tgt_len=6, vocab=60, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, vocab, (bsz, src_len), generator=g)
-    src[0, :2] = 1  # left padding (fairseq's default left_pad_source) in one sentence
-    src[:, -1] = 2
-    lengths = src.ne(1).sum(1)
-    tgt = torch.randint(4, vocab, (bsz, tgt_len), generator=g)
-    tgt[:, 0] = 2  # prev_output_tokens start with EOS
-    return src, lengths, tgt
+batch = toy_batch
 
 
 def forward(model, src, lengths, tgt):
