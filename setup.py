@@ -22,6 +22,7 @@ setup(
         "sacrebleu==2.6.0",
         "subword-nmt==0.3.8",
         "matplotlib==3.11.2",
+        "eflomal==2.0.0",  # word alignments for NAT fertility supervision (Gu ch. 8)
     ],
     extras_require={"dev": ["pytest==9.2.0"]},
     entry_points={

@@ -176,26 +176,37 @@ HEADER = ("| config | system | BLEU | chrF | ΔBLEU vs baseline (bootstrap p) | 
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
+def _row_key(line: str):
+    """``(config, job)`` of a table row: rows of different jobs never replace each other."""
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    return (cells[0], cells[-1])
+
+
 def merge_table(path: Path, rows: dict, job_note: str) -> None:
-    """Merge rows (by config name) into the Markdown table in ``path``; keep everything else."""
+    """Merge this job's rows into the Markdown table in ``path`` (a row per configuration and job;
+    re-running a job replaces its rows); keep everything else in the file."""
     text = path.read_text() if path.exists() else ""
     start, end = "<!-- bench:table -->", "<!-- /bench:table -->"
     existing = {}
     if start in text:
         body = text.split(start, 1)[1].split(end, 1)[0]
         for line in body.splitlines():
-            m = re.match(r"^\| (\S+) \|", line)
-            if m and m.group(1) != "config" and not line.startswith("|---"):
-                existing[m.group(1)] = line
-    existing.update(rows)
-    order = [bench_configs.BASELINE] + sorted(k for k in existing if k != bench_configs.BASELINE)
-    block = "\n".join([start, HEADER] + [existing[k] for k in order if k in existing] + [end])
+            if line.startswith("| ") and not line.startswith("| config") and not line.startswith("|---"):
+                existing[_row_key(line)] = line
+    for line in rows.values():
+        existing[_row_key(line)] = line
+    jobs = sorted({job for _, job in existing})
+    ordered = []
+    for job in jobs:  # per job: its baseline first, then the systems
+        keys = sorted((k for k in existing if k[1] == job), key=lambda k: (k[0] != bench_configs.BASELINE, k[0]))
+        ordered += [existing[k] for k in keys]
+    block = "\n".join([start, HEADER] + ordered + [end])
     if start in text:
         text = text.split(start, 1)[0] + block + text.split(end, 1)[1]
     else:
         text = text + ("\n" if text else "") + block + "\n"
     jobs_start = "<!-- bench:jobs -->"
-    if jobs_start in text:
+    if jobs_start in text and job_note not in text:
         text = text.replace(jobs_start, jobs_start + "\n" + job_note)
     path.write_text(text)
 

@@ -80,6 +80,12 @@ CONFIGS["ms12_aif"] = {
               "--criterion", "multi_supervision_label_smoothed", "--aux-weight", "1.0"] + SCHEDULE,
     "generate": GENERATE}
 
+# Nguyen ch. 5: fixnorm + lexical model on the TwT transformer (PreNorm+ScaleNorm+FixNorm) (issue 4)
+CONFIGS["fixnorm_lex"] = {
+    "desc": "Nguyen fixnorm+lex (lexical module, ScaleNorm, FixNorm) (same dims)", "task": "translation_ext",
+    "train": ["--arch", "transformer_lex_small", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
+    "generate": GENERATE}
+
 BASELINE = "transformer"
 
 

@@ -1,0 +1,510 @@
+"""Gu (2018) ch. 8: the Non-Autoregressive Transformer with fertility (NAT) — model ``nat_fertility``.
+
+The model factorises translation through a fertility latent variable (Eq. 8.4)::
+
+    p_NA(Y|X) = Σ_{f∈𝓕} Π_{t'} p_F(f_{t'} | x_{1:T'}) · Π_t p(y_t | x_1{f_1}, …, x_{T'}{f_{T'}})      (8.4)
+
+with 𝓕 = {f : Σ_{t'} f_{t'} = T}; x{f} is source word x repeated f times, so the output length is Σf and
+no separate length model is needed.
+
+Components (spec 004b §3.2):
+
+* **encoder**: fairseq's Transformer encoder (``FairseqNATEncoder``); ``--init-encoder-from CKPT`` copies
+  the ``encoder.*`` weights of an autoregressive teacher checkpoint of the same shape ("helpful", §8.5.1);
+* **fertility predictor**: one ``Linear(d_model, L)`` + softmax over the classes 0..L−1 (``--max-fertility
+  L``, default 50) on the last encoder layer, independently at every source word; ``--sg-fertility`` stops
+  its gradient into the encoder.  Padding and the source ⟨eos⟩ always get fertility 0;
+* **decoder inputs** (``--decoder-input``):
+  ``copy-fertility`` — source word j's (scaled) token embedding copied f_j times, in order (decoder position
+  t copies the j with C_{j−1} ≤ t < C_j, C = cumsum f);
+  ``uniform`` — position t = 1..T copies source word Round(T'·t/T) (1-indexed, clamped to [1, T']; the
+  thesis formula, computed exactly in integers); the length T is the oracle/target length in training and
+  Σf̂ (or ``--oracle-length``) at inference;
+  ``positional`` — no input beyond the positional embeddings (the ablation that "fails to train");
+  in every mode the decoder's positional embeddings are then added;
+* **decoder**: post-LN layers of (i) self-attention with **no causal mask and the diagonal masked** (a query
+  may not attend to itself; ``--no-self-attn-diag-mask`` for the unmasked ablation), (ii) **positional
+  attention** (Eq. 8.2; query = key = sinusoidal position encodings, value = the decoder states; residual
+  + LayerNorm; ``--no-positional-attention`` removes it, ``--pos-attn-diag-mask`` also masks its diagonal as
+  the released code does), (iii) encoder-decoder attention, (iv) FFN;
+* **translation predictor**: the output softmax; Ŷ = G(x, f) is the per-position argmax.
+
+Decoding with argmax / average fertilities (Eqs. 8.5, 8.6) and noisy parallel decoding (Eq. 8.7) is in
+:mod:`fairseq_ext.generators.nat_fertility`; the losses (Eqs. 8.9–8.11) in
+:mod:`fairseq_ext.criterions.nat_fertility`; the data (fertilities from word alignments of distilled pairs)
+in :mod:`fairseq_ext.data.fertility`, the task in :mod:`fairseq_ext.tasks.translation_fertility`.
+
+Choices not fixed by the thesis: attention uses fairseq's 1/√d_head scaling (the thesis' Eq. 8.2 writes
+√d_model); the copied vector is the scaled token embedding without source positions (fairseq's NAT
+convention, spec §3.9.4); the diagonal mask is a large finite negative (−1e9) so that a length-1 output,
+whose only key is itself, still attends to itself instead of producing NaN.
+
+Archs: ``nat_fertility`` (Transformer-base sizes, 512/2048/6+6/8, the thesis' WMT model),
+``nat_fertility_iwslt16`` (278/507/5+5/2, dropout 0.079), ``nat_fertility_small`` (the bench's 3+3 d256 FFN
+1024 4-head PreNorm shared-embedding transformer, so its encoder can start from the bench teacher) and
+``nat_fertility_tiny`` (2+2 d32 FFN 64 4 heads, shared embeddings — the shape of the tests' tiny teacher).
+"""
+import logging
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.nat import FairseqNATDecoder, FairseqNATModel
+from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
+from fairseq.models.transformer import TransformerConfig
+from fairseq.modules import LayerNorm, MultiheadAttention, SinusoidalPositionalEmbedding
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+
+DECODER_INPUTS = ("copy-fertility", "uniform", "positional")
+FERTILITY_DECODING = ("argmax", "average", "sample")
+DIAGONAL_MASK_VALUE = -1e9
+DEFAULT_MAX_FERTILITY = 50
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def source_word_mask(src_tokens: Tensor, pad: int, eos: int) -> Tensor:
+    """(B, S) bool: the real source words x_1..x_{T'} (neither padding nor the appended ⟨eos⟩)."""
+    return src_tokens.ne(pad) & src_tokens.ne(eos)
+
+
+def fertility_copy_index(fertility: Tensor) -> Tuple[Tensor, Tensor]:
+    """Fertility copy (Eq. 8.4's x_1{f_1}, …, x_{T'}{f_{T'}}), vectorised.
+
+    ``fertility`` (B, S) non-negative integers over the padded source positions (0 at padding/⟨eos⟩).
+    Returns ``index`` (B, T) — the source position whose fertility slot covers decoder position t, i.e.
+    the j with C_{j−1} ≤ t < C_j where C = cumsum(f) — and ``mask`` (B, T), t < Σ_j f_j; T = max Σf (≥ 1).
+    """
+    fertility = fertility.long().clamp(min=0)
+    cum = fertility.cumsum(1)
+    lengths = cum[:, -1]
+    T = max(int(lengths.max()) if lengths.numel() else 0, 1)
+    t = torch.arange(T, device=fertility.device).unsqueeze(0).expand(fertility.size(0), T).contiguous()
+    index = torch.searchsorted(cum.contiguous(), t, right=True)  # #{j : C_j ≤ t}
+    mask = t < lengths.unsqueeze(1)
+    index = index.clamp(max=fertility.size(1) - 1).masked_fill(~mask, 0)
+    return index, mask
+
+
+def uniform_copy_index(src_mask: Tensor, tgt_lengths: Tensor) -> Tuple[Tensor, Tensor]:
+    """Uniform copy (§8.3): decoder input t = 1..T copies source word Round(T'·t/T), clamped to [1, T'].
+
+    ``src_mask`` (B, S) marks the (contiguous) real source words; Round(a/b) = ⌊(2a + b) / 2b⌋ exactly
+    in integers.  Returns ``index`` (B, T) into the padded source positions and ``mask`` (B, T)."""
+    tgt_lengths = tgt_lengths.long()
+    src_len = src_mask.long().sum(1).clamp(min=1)
+    first = src_mask.long().argmax(1)  # offset of x_1 (left padding)
+    T = max(int(tgt_lengths.max()) if tgt_lengths.numel() else 0, 1)
+    t = torch.arange(1, T + 1, device=src_mask.device).unsqueeze(0)
+    denom = tgt_lengths.clamp(min=1).unsqueeze(1)
+    k = torch.div(2 * src_len.unsqueeze(1) * t + denom, 2 * denom, rounding_mode="floor")
+    k = torch.minimum(k.clamp(min=1), src_len.unsqueeze(1))
+    mask = t <= tgt_lengths.unsqueeze(1)
+    index = (first.unsqueeze(1) + k - 1).masked_fill(~mask, 0)
+    return index, mask
+
+
+def self_attention_mask(length: int, device=None, dtype=torch.float32, mask_diagonal: bool = True) -> Optional[Tensor]:
+    """(T, T) additive mask of the NAT decoder's self-attention: no causal mask; the diagonal (a query
+    attending to itself) gets −1e9 ("each query position is masked only from attending to itself")."""
+    if not mask_diagonal:
+        return None
+    return torch.zeros(length, length, device=device, dtype=dtype).fill_diagonal_(DIAGONAL_MASK_VALUE)
+
+
+def predict_fertility(fertility_logits: Tensor, src_mask: Tensor, how: str = "argmax",
+                      max_len_ratio: float = 2.0, max_length: Optional[int] = None,
+                      temperature: float = 1.0, generator: Optional[torch.Generator] = None) -> Tensor:
+    """Fertilities f̂ (B, S) from p_F (logits (B, S, L)); 0 at padding/⟨eos⟩.
+
+    ``argmax`` (Eq. 8.5): f̂ = argmax_f p_F(f); ``average`` (Eq. 8.6): f̂ = Round(Σ_f p_F(f)·f) over the
+    classes 0..L−1 (spec §3.9.8); ``sample``: f ~ p_F^(1/temperature) (NPD, Eq. 8.7; RL, Eq. 8.11).
+    Then (i) an all-zero row gets f = 1 at the word with the largest p_F(f ≥ 1) (spec §3.9.9) and (ii) the
+    cumulative fertility is truncated at max(1, ⌊max_len_ratio·T'⌋) (and ``max_length``) [C]."""
+    logits = fertility_logits.float()
+    B, S, L = logits.shape
+    if how == "argmax":
+        f = logits.argmax(-1)
+    elif how == "average":
+        p = logits.softmax(-1)
+        mean = (p * torch.arange(L, device=p.device, dtype=p.dtype)).sum(-1)
+        f = torch.floor(mean + 0.5).long()
+    elif how == "sample":
+        p = (logits / temperature).softmax(-1).reshape(-1, L)
+        f = torch.multinomial(p, 1, generator=generator).view(B, S)
+    else:
+        raise ValueError(f"unknown fertility decoding {how!r}; expected one of {FERTILITY_DECODING}")
+    f = f.masked_fill(~src_mask, 0)
+    # (i) never an empty output
+    empty = f.sum(1).eq(0)
+    if bool(empty.any()):
+        p_ge1 = 1.0 - logits.softmax(-1)[..., 0]
+        p_ge1 = p_ge1.masked_fill(~src_mask, -1.0)
+        j = p_ge1.argmax(1)
+        one_hot = torch.arange(S, device=f.device).unsqueeze(0).eq(j.unsqueeze(1))
+        f = f + (one_hot & empty.unsqueeze(1)).long()
+    # (ii) length cap
+    cap = torch.floor(src_mask.long().sum(1).float() * max_len_ratio).long().clamp(min=1)
+    if max_length is not None:
+        cap = cap.clamp(max=max_length)
+    cum = torch.minimum(f.cumsum(1), cap.unsqueeze(1))
+    return torch.diff(cum, dim=1, prepend=cum.new_zeros(B, 1))
+
+
+@torch.no_grad()
+def teacher_log_probs(teacher, src_tokens: Tensor, src_lengths: Tensor, hyp_tokens: Tensor,
+                      hyp_mask: Tensor, index: Optional[Tensor] = None) -> Tensor:
+    """log p_AR(· | ŷ_{<t}, X) of a frozen autoregressive teacher, teacher-forced on the NAT outputs ŷ.
+
+    ``hyp_tokens`` (N, T) right-padded (``hyp_mask`` marks real tokens); ``index`` (N,) maps each row to
+    its source sentence in ``src_tokens`` (the teacher's encoder runs once per source, as in NPD where
+    N = B·s).  The teacher's decoder input is ⟨eos⟩ ŷ_1 … ŷ_T (fairseq's BOS convention).  Returns
+    (N, T+1, V) float log-probabilities: row t < T predicts ŷ_{t+1}, row len(ŷ) predicts ⟨eos⟩."""
+    pad = teacher.decoder.dictionary.pad()
+    eos = teacher.decoder.dictionary.eos()
+    hyp = hyp_tokens.masked_fill(~hyp_mask, pad)
+    enc = teacher.encoder(src_tokens, src_lengths=src_lengths)
+    if index is not None:
+        enc = teacher.encoder.reorder_encoder_out(enc, index)
+    prev = torch.cat([hyp.new_full((hyp.size(0), 1), eos), hyp], 1)
+    out = teacher.decoder(prev, encoder_out=enc)
+    return teacher.get_normalized_probs(out, log_probs=True).float()
+
+
+def sequence_scores(token_lprobs: Tensor, hyp_tokens: Tensor, hyp_mask: Tensor, eos: Optional[int] = None,
+                    length_normalize: bool = True) -> Tensor:
+    """Σ_t log p(ŷ_t) (÷ length when ``length_normalize``; the NPD default, spec §3.9.14) from (N, T+1, V)
+    teacher log-probs; with ``eos`` the ⟨eos⟩ after the last token is scored too."""
+    T = hyp_tokens.size(1)
+    tok = token_lprobs[:, :T].gather(-1, hyp_tokens.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    tok = tok.masked_fill(~hyp_mask, 0.0)
+    total = tok.sum(1)
+    n = hyp_mask.sum(1).float()
+    if eos is not None:
+        lengths = hyp_mask.sum(1)
+        total = total + token_lprobs.gather(1, lengths.view(-1, 1, 1).expand(-1, 1, token_lprobs.size(-1))
+                                            ).squeeze(1)[:, eos]
+        n = n + 1
+    return total / n.clamp(min=1) if length_normalize else total
+
+
+# ----------------------------------------------------------------------------------------------- decoder
+class NATFertilityDecoderLayer(TransformerDecoderLayerBase):
+    """Decoder layer: masked-diagonal self-attention → positional attention (Eq. 8.2) → encoder
+    attention → FFN; each sublayer with residual + LayerNorm (post-LN unless ``normalize_before``)."""
+
+    def __init__(self, cfg, no_encoder_attn=False, positional_attention=True):
+        super().__init__(cfg, no_encoder_attn)
+        if positional_attention:
+            self.pos_attn = MultiheadAttention(
+                self.embed_dim, cfg.decoder.attention_heads, kdim=self.embed_dim, vdim=self.embed_dim,
+                dropout=cfg.attention_dropout, self_attention=False, encoder_decoder_attention=False)
+            self.pos_attn_layer_norm = LayerNorm(self.embed_dim, export=cfg.export)
+        else:
+            self.pos_attn = None
+            self.pos_attn_layer_norm = None
+
+    def _sublayer(self, x: Tensor, fn, layer_norm) -> Tensor:
+        residual = x
+        if self.normalize_before:
+            x = layer_norm(x)
+        x = self.dropout_module(fn(x))
+        x = residual + x
+        if not self.normalize_before:
+            x = layer_norm(x)
+        return x
+
+    def forward(self, x: Tensor, encoder_out: Optional[Tensor], encoder_padding_mask: Optional[Tensor],
+                positions: Optional[Tensor] = None, self_attn_mask: Optional[Tensor] = None,
+                self_attn_padding_mask: Optional[Tensor] = None, pos_attn_mask: Optional[Tensor] = None,
+                **unused):
+        """x: (T, B, C); positions: (T, B, C) sinusoidal encodings for the positional attention."""
+        x = self._sublayer(x, lambda h: self.self_attn(
+            query=h, key=h, value=h, key_padding_mask=self_attn_padding_mask, attn_mask=self_attn_mask,
+            need_weights=False)[0], self.self_attn_layer_norm)
+        if self.pos_attn is not None:
+            x = self._sublayer(x, lambda h: self.pos_attn(
+                query=positions, key=positions, value=h, key_padding_mask=self_attn_padding_mask,
+                attn_mask=pos_attn_mask, need_weights=False)[0], self.pos_attn_layer_norm)
+        if self.encoder_attn is not None and encoder_out is not None:
+            x = self._sublayer(x, lambda h: self.encoder_attn(
+                query=h, key=encoder_out, value=encoder_out, key_padding_mask=encoder_padding_mask,
+                static_kv=True, need_weights=False)[0], self.encoder_attn_layer_norm)
+
+        def ffn(h):
+            h = self.activation_dropout_module(self.activation_fn(self.fc1(h)))
+            if self.ffn_layernorm is not None:
+                h = self.ffn_layernorm(h)
+            return self.fc2(h)
+
+        return self._sublayer(x, ffn, self.final_layer_norm)
+
+
+class NATFertilityDecoder(FairseqNATDecoder):
+    def __init__(self, args, dictionary, embed_tokens):
+        # read by build_decoder_layer, which the base constructor calls
+        self._positional_attention = not getattr(args, "no_positional_attention", False)
+        super().__init__(args, dictionary, embed_tokens)
+        self.dictionary = dictionary
+        self.unk = dictionary.unk()
+        self.mask_self_diagonal = not getattr(args, "no_self_attn_diag_mask", False)
+        self.pos_attn_diag_mask = getattr(args, "pos_attn_diag_mask", False)
+        if self._positional_attention:
+            # p(j, k) = sin/cos(j / 10000^{k/d}) (Eq. 8.2's footnote); fixed, no parameters
+            self.pos_attn_positions = SinusoidalPositionalEmbedding(
+                self.embed_dim, self.padding_idx, init_size=self.max_target_positions + self.padding_idx + 1)
+        else:
+            self.pos_attn_positions = None
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        cfg = TransformerConfig.from_namespace(cfg)
+        return NATFertilityDecoderLayer(cfg, no_encoder_attn, positional_attention=self._positional_attention)
+
+    def forward(self, encoder_out: Dict[str, List[Tensor]], decoder_input: Optional[Tensor], out_mask: Tensor,
+                normalize: bool = False, **unused) -> Tensor:
+        """(B, T, V) logits (log-probs with ``normalize``) for the decoder inputs (B, T, C) or, with
+        ``decoder_input=None``, positional embeddings only; ``out_mask`` (B, T) marks real positions."""
+        features = self.extract_features(encoder_out, decoder_input, out_mask)
+        logits = self.output_layer(features)
+        return F.log_softmax(logits.float(), -1) if normalize else logits
+
+    def extract_features(self, encoder_out, decoder_input: Optional[Tensor], out_mask: Tensor, **unused):
+        B, T = out_mask.shape
+        slots = torch.full((B, T), self.unk, dtype=torch.long, device=out_mask.device).masked_fill(
+            ~out_mask, self.padding_idx)
+        if decoder_input is None:
+            x = encoder_out["encoder_out"][0].new_zeros(B, T, self.embed_dim)
+        else:
+            x = decoder_input
+            if self.project_in_dim is not None:
+                x = self.project_in_dim(x)
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(slots)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x).transpose(0, 1)
+        padding_mask = ~out_mask
+        self_mask = self_attention_mask(T, x.device, x.dtype, self.mask_self_diagonal)
+        positions = pos_mask = None
+        if self.pos_attn_positions is not None:
+            positions = self.pos_attn_positions(slots).to(x.dtype).transpose(0, 1)
+            pos_mask = self_attention_mask(T, x.device, x.dtype, self.pos_attn_diag_mask)
+        enc = encoder_out["encoder_out"][0] if encoder_out is not None and len(encoder_out["encoder_out"]) else None
+        enc_pad = (encoder_out["encoder_padding_mask"][0]
+                   if encoder_out is not None and len(encoder_out["encoder_padding_mask"]) else None)
+        for layer in self.layers:
+            x = layer(x, enc, enc_pad, positions=positions, self_attn_mask=self_mask,
+                      self_attn_padding_mask=padding_mask, pos_attn_mask=pos_mask)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x
+
+
+# ----------------------------------------------------------------------------------------------- model
+@register_model("nat_fertility")
+class NATFertilityModel(FairseqNATModel):
+    """NAT with a fertility predictor (Gu 2018, ch. 8); see the module docstring."""
+
+    @staticmethod
+    def add_args(parser):
+        FairseqNATModel.add_args(parser)
+        parser.add_argument("--decoder-input", dest="nat_decoder_input", choices=DECODER_INPUTS,
+                            help="decoder inputs: fertility copy (default), uniform copy, positional only")
+        parser.add_argument("--max-fertility", type=int, metavar="L",
+                            help="fertility classes 0..L-1 (default 50); larger targets are clamped to L-1")
+        parser.add_argument("--no-positional-attention", action="store_true",
+                            help="drop the positional attention sublayer (Table 8.3 ablation)")
+        parser.add_argument("--pos-attn-diag-mask", action="store_true",
+                            help="also mask the diagonal of the positional attention (released code)")
+        parser.add_argument("--no-self-attn-diag-mask", action="store_true",
+                            help="do not mask the diagonal of the decoder self-attention (ablation)")
+        parser.add_argument("--sg-fertility", action="store_true",
+                            help="stop the fertility predictor's gradient into the encoder")
+        parser.add_argument("--init-encoder-from", type=str, metavar="CKPT",
+                            help="initialise the encoder from this autoregressive teacher checkpoint")
+
+    def __init__(self, args, encoder, decoder):
+        super().__init__(args, encoder, decoder)
+        self.max_fertility = getattr(args, "max_fertility", None) or DEFAULT_MAX_FERTILITY
+        self.decoder_input_mode = getattr(args, "nat_decoder_input", None) or "copy-fertility"
+        self.sg_fertility = getattr(args, "sg_fertility", False)
+        self.fertility_proj = nn.Linear(encoder.embed_tokens.embedding_dim, self.max_fertility)
+
+    @classmethod
+    def build_model(cls, args, task):
+        nat_fertility_base(args)
+        model = super().build_model(args, task)
+        path = getattr(args, "init_encoder_from", None)
+        if path:
+            model.init_encoder_from_teacher(path)
+        return model
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return NATFertilityDecoder(args, tgt_dict, embed_tokens)
+
+    # -- teacher initialisation -----------------------------------------------------------------
+    def init_encoder_from_teacher(self, path: str) -> None:
+        """Copy ``encoder.*`` of an AR checkpoint (same encoder shape) into this model's encoder."""
+        import os
+
+        from fairseq import checkpoint_utils
+
+        if not os.path.exists(path):
+            # e.g. decoding a NAT checkpoint elsewhere: the weights come from the NAT checkpoint anyway
+            logger.warning(f"--init-encoder-from {path}: file not found; encoder left as initialised")
+            return
+        state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+        enc = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+        own = self.encoder.state_dict()
+        bad = [k for k, v in enc.items() if k in own and own[k].shape != v.shape]
+        if bad:
+            raise ValueError(f"--init-encoder-from {path}: shape mismatch for {bad[:5]} "
+                             f"(the NAT encoder must have the teacher's sizes)")
+        used = {k: v for k, v in enc.items() if k in own}
+        if not used:
+            raise ValueError(f"--init-encoder-from {path}: no encoder parameter matched")
+        missing = [k for k in own if k not in used and not k.endswith("_float_tensor")]
+        self.encoder.load_state_dict(used, strict=False)
+        logger.info(f"initialised the encoder from {path}: {len(used)} tensors"
+                    + (f"; not in the teacher: {missing}" if missing else ""))
+
+    # -- pieces ------------------------------------------------------------------------------------
+    def source_mask(self, src_tokens: Tensor) -> Tensor:
+        return source_word_mask(src_tokens, self.pad, self.eos)
+
+    def fertility_logits(self, encoder_out) -> Tensor:
+        """(B, S, L) logits of p_F(f_{t'} | x_{1:T'}) from the last encoder layer."""
+        h = encoder_out["encoder_out"][0].transpose(0, 1)
+        if self.sg_fertility:
+            h = h.detach()
+        return self.fertility_proj(h)
+
+    def decoder_inputs(self, encoder_out, src_tokens: Tensor, fertility: Optional[Tensor] = None,
+                       lengths: Optional[Tensor] = None) -> Tuple[Optional[Tensor], Tensor]:
+        """(decoder input (B, T, C) or None, output mask (B, T)) for the configured ``--decoder-input``.
+
+        ``copy-fertility`` needs ``fertility``; ``uniform``/``positional`` use ``lengths`` (B,) or, if
+        not given, Σ fertility."""
+        src_mask = self.source_mask(src_tokens)
+        mode = self.decoder_input_mode
+        if mode == "copy-fertility":
+            if fertility is None:
+                raise ValueError("--decoder-input copy-fertility needs fertilities")
+            index, mask = fertility_copy_index(fertility.masked_fill(~src_mask, 0))
+        else:
+            if lengths is None:
+                if fertility is None:
+                    raise ValueError(f"--decoder-input {mode} needs target lengths or fertilities")
+                lengths = fertility.masked_fill(~src_mask, 0).sum(1)
+            if mode == "uniform":
+                index, mask = uniform_copy_index(src_mask, lengths)
+            else:
+                T = max(int(lengths.max()), 1)
+                mask = torch.arange(T, device=src_tokens.device).unsqueeze(0) < lengths.unsqueeze(1)
+                return None, mask
+        emb = encoder_out["encoder_embedding"][0]  # (B, S, C): scaled token embeddings
+        x = emb.gather(1, index.unsqueeze(-1).expand(-1, -1, emb.size(-1)))
+        return x, mask
+
+    def decode(self, encoder_out, src_tokens: Tensor, fertility: Optional[Tensor] = None,
+               lengths: Optional[Tensor] = None, normalize: bool = False) -> Tuple[Tensor, Tensor]:
+        """(logits (B, T, V), mask (B, T)) of G(x_{1:T'}, f_{1:T'}) — one parallel decoder pass."""
+        x, mask = self.decoder_inputs(encoder_out, src_tokens, fertility, lengths)
+        return self.decoder(encoder_out, x, mask, normalize=normalize), mask
+
+    def forward(self, src_tokens, src_lengths, fertility: Optional[Tensor] = None,
+                tgt_tokens: Optional[Tensor] = None, **kwargs):
+        """Training pass given the q-fertilities (Eq. 8.9): returns the translation and fertility
+        predictions in fairseq's NAT output format (plus ``encoder_out`` for fine-tuning)."""
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        fert_logits = self.fertility_logits(encoder_out)
+        src_mask = self.source_mask(src_tokens)
+        lengths = tgt_tokens.ne(self.pad).sum(1) if tgt_tokens is not None else None
+        if fertility is not None:
+            fertility = fertility.masked_fill(~src_mask, 0)
+            if lengths is not None and self.decoder_input_mode == "copy-fertility" and \
+                    not torch.equal(fertility.sum(1), lengths):
+                raise ValueError("fertilities do not sum to the target lengths (were they computed on "
+                                 "these targets?)")
+        logits, out_mask = self.decode(encoder_out, src_tokens, fertility, lengths)
+        if tgt_tokens is not None:
+            T = out_mask.size(1)
+            if tgt_tokens.size(1) < T:
+                tgt_tokens = F.pad(tgt_tokens, (0, T - tgt_tokens.size(1)), value=self.pad)
+            tgt_tokens = tgt_tokens[:, :T]
+        return {
+            "word_ins": {"out": logits, "tgt": tgt_tokens, "mask": out_mask},
+            "fertility": {"out": fert_logits, "tgt": fertility, "mask": src_mask},
+            "encoder_out": encoder_out,
+        }
+
+    # fairseq's IterativeRefinementGenerator interface is not used: see generators/nat_fertility.py
+    def forward_decoder(self, *args, **kwargs):
+        raise NotImplementedError("decode nat_fertility with the translation_fertility task's generator")
+
+    def initialize_output_tokens(self, *args, **kwargs):
+        raise NotImplementedError("decode nat_fertility with the translation_fertility task's generator")
+
+
+# ----------------------------------------------------------------------------------------------- archs
+def _default(args, name, value):
+    if getattr(args, name, None) is None:
+        setattr(args, name, value)
+
+
+@register_model_architecture("nat_fertility", "nat_fertility")
+def nat_fertility_base(args):
+    """Transformer-base sizes, post-LN, no label smoothing (the thesis' WMT NAT, §8.5.1)."""
+    _default(args, "nat_decoder_input", "copy-fertility")
+    _default(args, "max_fertility", DEFAULT_MAX_FERTILITY)
+    for flag in ("no_positional_attention", "pos_attn_diag_mask", "no_self_attn_diag_mask", "sg_fertility"):
+        _default(args, flag, False)
+    _default(args, "init_encoder_from", None)
+    nat_base_architecture(args)
+
+
+@register_model_architecture("nat_fertility", "nat_fertility_iwslt16")
+def nat_fertility_iwslt16(args):
+    """IWSLT16 En-De: d_model 278, d_hidden 507, 5 layers, 2 heads, dropout 0.079 [C; thesis prints 287]."""
+    for side in ("encoder", "decoder"):
+        _default(args, f"{side}_embed_dim", 278)
+        _default(args, f"{side}_ffn_embed_dim", 507)
+        _default(args, f"{side}_layers", 5)
+        _default(args, f"{side}_attention_heads", 2)
+    _default(args, "dropout", 0.079)
+    nat_fertility_base(args)
+
+
+@register_model_architecture("nat_fertility", "nat_fertility_small")
+def nat_fertility_small(args):
+    """The bench model's shape (recipes/bench/configs.py TRANSFORMER_SMALL): 3+3, d 256, FFN 1024, 4 heads,
+    shared embeddings, PreNorm, dropout 0.1 — so ``--init-encoder-from`` the bench teacher works."""
+    for side in ("encoder", "decoder"):
+        _default(args, f"{side}_layers", 3)
+        _default(args, f"{side}_embed_dim", 256)
+        _default(args, f"{side}_ffn_embed_dim", 1024)
+        _default(args, f"{side}_attention_heads", 4)
+        _default(args, f"{side}_normalize_before", True)
+    _default(args, "share_all_embeddings", True)
+    _default(args, "dropout", 0.1)
+    nat_fertility_base(args)
+
+
+@register_model_architecture("nat_fertility", "nat_fertility_tiny")
+def nat_fertility_tiny(args):
+    """2+2 layers, d 32, FFN 64, 4 heads, shared embeddings (tests; the shape of harness.TINY_TRANSFORMER)."""
+    for side in ("encoder", "decoder"):
+        _default(args, f"{side}_layers", 2)
+        _default(args, f"{side}_embed_dim", 32)
+        _default(args, f"{side}_ffn_embed_dim", 64)
+        _default(args, f"{side}_attention_heads", 4)
+    _default(args, "share_all_embeddings", True)
+    nat_fertility_base(args)
