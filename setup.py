@@ -23,6 +23,7 @@ setup(
         "subword-nmt==0.3.8",
         "matplotlib==3.11.2",
         "eflomal==2.0.0",  # word alignments for NAT fertility supervision (Gu ch. 8)
+        "uroman==1.3.1.1",  # transliteration of any script (Nguyen ch. 3)
     ],
     extras_require={"dev": ["pytest==9.2.0"]},
     entry_points={
