@@ -1,0 +1,130 @@
+"""Gu (2018) ch. 8 recipe: recipes/gu/nat_pipeline.py end to end on the tiny slice (tiny models, a few
+updates per stage), recipes/gu/latency.py helpers, and the thesis-mode printout of recipes/gu/ch8.sh."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness import ROOT, env, n_lines, run
+
+sys.path.insert(0, str(ROOT / "recipes" / "gu"))
+import latency  # noqa: E402
+
+
+# ============================================================================ latency helpers
+def test_parse_system_names():
+    assert latency.parse_system("ar_b4") == {"name": "ar_b4", "kind": "ar", "beam": 4, "ckpt": "teacher",
+                                            "desc": "autoregressive teacher (beam 4)"}
+    s = latency.parse_system("nat_ft_npd100")
+    assert (s["kind"], s["ckpt"], s["decoding"], s["npd"]) == ("nat", "ft", "argmax", 100)
+    s = latency.parse_system("nat_avg")
+    assert (s["ckpt"], s["decoding"], s["npd"]) == ("nat", "average", 0)
+    for bad in ("ar_b0", "nat_npd0", "nat_ft_beam", "transformer"):
+        with pytest.raises(ValueError):
+            latency.parse_system(bad)
+
+
+def test_npd_sub_batches_cover_the_batch():
+    src = torch.arange(7 * 5).view(7, 5)
+    sample = {"id": torch.arange(7), "nsentences": 7, "fertility": src.clone(),
+              "net_input": {"src_tokens": src, "src_lengths": torch.full((7,), 5)}}
+    npd = latency.parse_system("nat_ft_npd10")
+    k = latency.npd_chunk(npd, sample, max_candidate_tokens=300)  # 300 // (10 * 2 * 5) = 3
+    assert k == 3
+    subs = latency.sub_batches(sample, k)
+    assert [s["id"].tolist() for s in subs] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert torch.equal(torch.cat([s["net_input"]["src_tokens"] for s in subs]), src)
+    assert torch.equal(torch.cat([s["fertility"] for s in subs]), src)
+    assert latency.npd_chunk(npd, sample, max_candidate_tokens=1) == 1  # never 0
+    assert latency.npd_chunk(latency.parse_system("nat_ft"), sample, 1) == 7  # no NPD: no split
+    assert latency.sub_batches(sample, 7) == [sample]
+
+
+def test_speedups_are_relative_to_the_reference():
+    res = {"batch_sizes": [1, 64], "systems": {
+        "ar_b4": {"b1": {"ms_per_sentence": 100.0}, "b64": {"ms_per_sentence": 10.0}},
+        "ar_b1": {"b1": {"ms_per_sentence": 50.0}, "b64": {"ms_per_sentence": 4.0}},
+        "nat": {"b1": {"ms_per_sentence": 5.0}, "b64": {"ms_per_sentence": 2.0}}}}
+    latency.summarise(res, "ar_b4")
+    assert res["systems"]["nat"]["b1"]["speedup_vs_ar_b4"] == 20.0
+    assert res["systems"]["nat"]["b64"]["speedup_vs_ar_b4"] == 5.0
+    assert res["systems"]["nat"]["b1"]["speedup_vs_ar_b1"] == 10.0
+    assert res["systems"]["ar_b4"]["b1"]["speedup_vs_ar_b4"] == 1.0
+
+
+# ============================================================================ recipe printout
+def test_ch8_thesis_mode_prints_the_three_settings():
+    p = subprocess.run(["bash", "recipes/gu/ch8.sh"], cwd=ROOT, env=env(MODE="thesis"), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    for d in ("iwslt16_en_de", "wmt14_en_de", "wmt16_en_ro"):
+        assert f"# ---- {d.split('_')[0]}" in out and d in out
+    cmds = [line for line in out.splitlines() if line.startswith("+ ")]
+    assert len(cmds) == 3 * 11
+    assert out.count("--arch nat_fertility_iwslt16") == 2 and out.count("--encoder-embed-dim 278") == 1
+    assert "--warmup-updates 746" in out and "--lr 0.0022" in out
+    assert out.count("--ft-lambda 0.25") == 3 and out.count("--lr 2e-5 --lr-scheduler fixed") == 3
+    assert "--max-tokens 1024" in out  # En-Ro fine-tuning batch
+    assert out.count("--npd-samples 100") == 3 and out.count("--beam 4 --lenpen 1") == 3
+    assert all("--criterion cross_entropy" in c for c in cmds if "translation_ext --arch" in c)  # no LS
+
+
+# ============================================================================ pipeline end to end
+def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
+    out = tmp_path / "gu"
+    cmd = [sys.executable, ROOT / "recipes" / "gu" / "nat_pipeline.py", "--data", tiny_bin, "--out", out,
+           "--size", "tiny", "--teacher-max-update", "8", "--budget-min", "0", "--max-update", "6",
+           "--ft-max-update", "2", "--npd", "2,3", "--b1-max-sentences", "5", "--n-bootstrap", "50",
+           "--batch-size", "16"]  # 36 test sentences: 3 batches (the recipe's default is 64)
+    p = run(cmd, timeout=300)
+    # distilled training targets (test keeps the real references) and eflomal fertilities on every split
+    kd = out / "kd"
+    assert n_lines(kd / "train.distill.en") == n_lines(tiny_bin / "train.ids")
+    assert (kd / "test.es-en.en.bin").read_bytes() == (tiny_bin / "test.es-en.en.bin").read_bytes()
+    for split in ("train", "valid", "test"):
+        assert (kd / f"{split}.es-en.fert.bin").exists() and (kd / f"{split}.es-en.fert.idx").exists()
+    # checkpoints: the NAT starts from the teacher's encoder, the FT from the NAT
+    for stage in ("teacher", "nat", "ft"):
+        assert (out / stage / "checkpoint_best.pt").exists()
+    nat_log = (out / "nat" / "train.log").read_text()
+    assert "initialised the encoder from" in nat_log and "| bleu " in nat_log
+    ft_log = (out / "ft" / "train.log").read_text()
+    assert "| rl " in ft_log and "| bp " in ft_log and "| kd " in ft_log
+    # translations of every system for every test sentence
+    n_test = n_lines(tiny_bin / "test.ids")
+    names = ["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg", "nat_ft_npd2", "nat_ft_npd3"]
+    for n in names:
+        assert sum(line.startswith("D-") for line in (out / "decode" / "hyps" / f"{n}.out").open()) == n_test
+    # latency: batch 1 on the 5-sentence subset, batch 16 on the whole test set, speed-ups vs AR b=4
+    lat = json.loads((out / "decode" / "latency.json").read_text())
+    assert lat["b1_sentences"] == 5 and lat["n_sentences"] == n_test
+    for n in names:
+        s = lat["systems"][n]
+        assert s["b1"]["sentences"] == 5 and s["b16"]["sentences"] == n_test
+        assert s["b1"]["ms_per_sentence"] > 0 and s["b16"]["speedup_vs_ar_b4"] > 0
+        assert len(lat["per_sentence"][n]) == 5
+    assert lat["systems"]["ar_b4"]["b1"]["speedup_vs_ar_b4"] == 1.0
+    png = out / "decode" / "latency_vs_length.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # BLEU / bootstrap / targets
+    res = json.loads((out / "results.json").read_text())
+    assert set(res["systems"]) == set(names)
+    for n in names:
+        r = res["systems"][n]
+        assert 0 <= r["bleu"] <= 100 and "nrefs:1" in r["bleu_signature"]
+        assert (n == "ar_b4") == ("bleu_p" not in r)
+    # BLEU(T) is against the teacher's greedy translations
+    teacher_b1 = (out / "decode" / "teacher_b1.txt").read_text().splitlines()
+    d_lines = [line.rstrip("\n").split("\t", 2)[2] for line in (out / "decode" / "hyps" / "ar_b1.out").open()
+               if line.startswith("D-")]
+    assert teacher_b1 == d_lines and all(0 <= res["systems"][n]["bleu_t"] <= 100 for n in names)
+    assert set(res["targets"]["bleu_gap_npd"]) == {"nat_ft_npd2", "nat_ft_npd3"}
+    md = (out / "results.md").read_text()
+    assert "| NAT (+FT + NPD s=3) |" in md and "Targets" in md
+    assert "| Autoregressive (b=4) |" in p.stdout
+    # a rerun reuses every stage
+    p = run(cmd, timeout=300)
+    assert p.stderr.count("reusing") == 5
