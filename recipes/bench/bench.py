@@ -93,6 +93,12 @@ def parse_generate_log(text: str) -> dict:
             "decode_sent_per_s": float(m.group(4)), "decode_tokens_per_s": float(m.group(5))}
 
 
+def post_process(data: Path) -> str:
+    """How fairseq-generate detokenises this data: the ``post_process`` of its segment.json."""
+    seg = json.loads((data / "segment.json").read_text()) if (data / "segment.json").exists() else {}
+    return seg.get("post_process", "sentencepiece")
+
+
 def raw_folder(data: Path) -> Path:
     seg = json.loads((data / "segment.json").read_text()) if (data / "segment.json").exists() else {}
     return Path(seg.get("raw", data.parent / "raw"))
@@ -117,6 +123,8 @@ def run_config(name: str, args, out: Path) -> dict:
     tr = parse_train_log((d / "train.log").read_text())
     gen_cmd = [BIN / "fairseq-generate", data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", cfg["task"],
                "--path", ckpt, "--gen-subset", "test", "--cpu", *cfg["generate"]]
+    if "--post-process" not in cfg["generate"]:
+        gen_cmd += ["--post-process", post_process(args.data)]
     gen_cmd += [f for f in ("--cpu-bf16", "--math-attention") if f in cfg["train"]]
     gen_wall = run_logged(gen_cmd, d / "generate.out", args.threads)
     ge = parse_generate_log((d / "generate.out").read_text())
@@ -215,6 +223,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT / "data" / "bible_es_en" / "spm8000",
                     help="segmented folder with bin/ and segment.json (fairseq_ext.data.corpora prepare)")
+    ap.add_argument("--baseline", default=bench_configs.BASELINE,
+                    help="configuration the others are compared with (default %(default)s)")
     ap.add_argument("--configs", default=bench_configs.BASELINE,
                     help=f"comma-separated names from configs.py (known: {', '.join(bench_configs.CONFIGS)})")
     ap.add_argument("--budget-min", type=float, default=15.0, help="training wall-clock budget per config")
@@ -228,6 +238,7 @@ def main(argv=None):
     ap.add_argument("--n-bootstrap", type=int, default=1000)
     ap.add_argument("--force", action="store_true", help="re-run configurations that have a result")
     args = ap.parse_args(argv)
+    bench_configs.BASELINE = args.baseline  # ratios, bootstrap and table order follow it
     if not (args.data / "bin").is_dir():
         raise SystemExit(f"error: {args.data / 'bin'} missing; run: python -m fairseq_ext.data.corpora prepare")
     names = [n for n in args.configs.split(",") if n]

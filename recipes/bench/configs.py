@@ -29,8 +29,8 @@ SCHEDULE = [
 ]
 OPTIM = SCHEDULE + ["--criterion", "label_smoothed_cross_entropy"]
 
-GENERATE = ["--beam", "5", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10",
-            "--post-process", "sentencepiece"]
+# (bench.py adds --post-process from the data's segment.json: sentencepiece or subword_nmt)
+GENERATE = ["--beam", "5", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10"]
 
 CONFIGS = {
     "transformer": {
@@ -84,6 +84,64 @@ CONFIGS["ms12_aif"] = {
 CONFIGS["fixnorm_lex"] = {
     "desc": "Nguyen fixnorm+lex (lexical module, ScaleNorm, FixNorm) (same dims)", "task": "translation_ext",
     "train": ["--arch", "transformer_lex_small", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
+    "generate": GENERATE}
+
+# ---------------------------------------------------------------------------------------------
+# Nguyen ch. 4, 5, 7 (issue 5; recipes/nguyen/ch{4,5,7}.sh). Every row keeps the baseline's model,
+# optimiser and decoding; only the thesis feature differs.
+
+# ch. 4: concatenation augmentation (task concat_translation) on the baseline transformer. Table 4.2
+# (CONSEC, RAND), Table 4.4 (position shifts) and Table 4.5 (mask / sep-batch / reset-pos ablations).
+for _name, _flags, _desc in [
+    ("concat_consec", ["--concat", "consec"], "CONSEC: D_orig + consecutive pairs"),
+    ("concat_rand", ["--concat", "rand"], "RAND: D_orig + pairs of a random permutation"),
+    ("shift_sim", ["--position-shift", "sim"], "baseline + sim-shift (p=1/3)"),
+    ("shift_uniform", ["--position-shift", "uniform"], "baseline + uniform-shift (p=0.1, 0..100)"),
+    ("concat_rand_uniform_shift", ["--concat", "rand", "--position-shift", "uniform"], "RAND + uniform-shift"),
+    ("concat_rand_mask", ["--concat", "rand", "--concat-attn-mask"], "RAND + mask"),
+    ("concat_rand_sep_batch", ["--concat", "rand", "--concat-sep-batch"], "RAND + sep-batch"),
+    ("concat_rand_mask_sep_batch", ["--concat", "rand", "--concat-attn-mask", "--concat-sep-batch"],
+     "RAND + mask + sep-batch"),
+    ("concat_rand_mask_sep_batch_reset_pos", ["--concat", "rand", "--concat-attn-mask", "--concat-sep-batch",
+                                              "--concat-reset-pos"], "RAND + mask + sep-batch + reset-pos"),
+]:
+    CONFIGS[_name] = {"desc": f"Nguyen ch.4 {_desc} (same model)", "task": "concat_translation",
+                      "train": TRANSFORMER_SMALL + OPTIM + _flags, "generate": GENERATE}
+
+# ch. 5 on the transformer: untied (no embedding sharing). (tied = the baseline; fixnorm =
+# twt_scalenorm_fixnorm; fixnorm+lex = fixnorm_lex.)
+CONFIGS["transformer_untied"] = {
+    "desc": "Nguyen ch.5 untied: no embedding sharing (same dims)", "task": "translation_ext",
+    "train": [f for f in TRANSFORMER_SMALL if f != "--share-all-embeddings"] + OPTIM, "generate": GENERATE}
+
+# ch. 5 on the thesis's own model: Luong global-attention LSTM ("general" score, input feeding, source
+# reversed, U[-0.01, 0.01] init, dropout 0.2), 2 layers x 256 (thesis 2 x 512) to fit the CPU budget.
+# Adam 1e-3 + clip 5 instead of the thesis's Adadelta (faster to converge in a wall-clock budget);
+# no bf16 autocast (LSTM). Compare these rows with luong_tied (the thesis's Table 5.4 reference).
+LUONG_OPTIM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3", "--clip-norm", "5.0",
+               "--max-tokens", "2048", "--criterion", "cross_entropy"]
+for _arch, _desc in [("lstm_luong", "untied"), ("lstm_luong_tied", "tied"),
+                     ("lstm_luong_fixnorm", "fixnorm (r=5)"), ("lstm_luong_fixnorm_lex", "fixnorm+lex (r=3.5)")]:
+    CONFIGS["luong_" + (_arch[len("lstm_luong_"):] or "untied")] = {
+        "desc": f"Nguyen ch.5 Luong LSTM 2x256 {_desc}", "task": "translation_ext",
+        "train": ["--arch", _arch, "--encoder-embed-dim", "256", "--encoder-layers", "2"] + LUONG_OPTIM,
+        "generate": GENERATE}
+
+# ch. 7: untied positional attention (Eq. 7.6) on the baseline model (PreNorm LayerNorm, same dims),
+# and on the thesis's PreNorm + ScaleNorm + FixNorm model (compare with twt_scalenorm_fixnorm).
+CONFIGS["untied_pos"] = {
+    "desc": "Nguyen ch.7 untied-pos (sinusoidal p, Eq. 7.6) (same dims)", "task": "translation_ext",
+    "train": ["--arch", "transformer_untied_pos_small"] + OPTIM, "generate": GENERATE}
+CONFIGS["random_untied_pos"] = {
+    "desc": "Nguyen ch.7 random-untied-pos (learned random p) (same dims)", "task": "translation_ext",
+    "train": ["--arch", "transformer_untied_pos_random_small"] + OPTIM, "generate": GENERATE}
+CONFIGS["untied_pos_scalenorm_fixnorm"] = {
+    "desc": "Nguyen ch.7 untied-pos on PreNorm+ScaleNorm+FixNorm (same dims)", "task": "translation_ext",
+    "train": ["--arch", "transformer_untied_pos_small", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
+    "generate": GENERATE}
+CONFIGS["random_untied_pos_scalenorm_fixnorm"] = {
+    "desc": "Nguyen ch.7 random-untied-pos on PreNorm+ScaleNorm+FixNorm (same dims)", "task": "translation_ext",
+    "train": ["--arch", "transformer_untied_pos_random_small", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
     "generate": GENERATE}
 
 BASELINE = "transformer"
