@@ -57,7 +57,7 @@ import random
 import shutil
 import sys
 
-from .validate import (DEFAULT_MAX_LEN, SPLITS, CorpusError, OutputSet, Timer, check_folder,
+from .validate import (DEFAULT_MAX_LEN, SPLITS, CorpusError, OutputSet, Timer, check_folder, run_cli,
                        count_lines, log, read_lines, resolve_pair, stamp_ok, write_stamp)
 
 __all__ = ["CorpusError", "binarize", "check", "cli_main", "main", "prepare", "subsample"]
@@ -419,15 +419,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cli_main(argv: list[str] | None = None) -> None:
     """Console entry point: a :class:`CorpusError` becomes ``error: <message>`` and exit status 2."""
-    try:
-        rc = main(argv)
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
-    sys.exit(rc)
+    run_cli(main, argv)
 
 
 if __name__ == "__main__":

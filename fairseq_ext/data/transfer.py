@@ -43,7 +43,7 @@ import os
 import sys
 from collections import Counter
 
-from .validate import CorpusError, OutputSet, Timer, log, read_lines, stamp_ok, write_stamp
+from .validate import CorpusError, OutputSet, Timer, log, read_lines, run_cli, stamp_ok, write_stamp
 
 VERSION = 1
 SOURCE_KEYS = ("encoder.embed_tokens.weight",)
@@ -468,12 +468,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli_main(argv: list[str] | None = None) -> None:
-    try:
-        rc = main(argv)
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(rc)
+    """Console entry point: a :class:`CorpusError` becomes ``error: <message>`` and exit status 2."""
+    run_cli(main, argv)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import sys
 import unicodedata
 from typing import Iterable
 
-from .validate import SPLITS, CorpusError, OutputSet, log, read_lines
+from .validate import SPLITS, CorpusError, OutputSet, log, read_lines, run_cli
 
 # --------------------------------------------------------------------------- the Uyghur table
 # (Arabic letter, ULY-ASCII); the order is the Uyghur alphabet.
@@ -344,12 +344,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli_main(argv: list[str] | None = None) -> None:
-    try:
-        rc = main(argv)
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(rc)
+    """Console entry point: a :class:`CorpusError` becomes ``error: <message>`` and exit status 2."""
+    run_cli(main, argv)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,22 @@ class CorpusError(ValueError):
     """Invalid corpus input or configuration. The message names the file (and line) at fault."""
 
 
+def run_cli(main, argv=None) -> None:
+    """Console entry point of the data CLIs: a :class:`CorpusError` becomes one line
+    ``error: <message>`` on stderr and exit status 2 (no traceback)."""
+    import sys
+
+    try:
+        rc = main(argv)
+    except CorpusError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rc)
+
+
 # --------------------------------------------------------------------------- logging / progress
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
