@@ -31,3 +31,23 @@ thesis() {
   echo "+ $*"
   if [ "${RUN:-0}" = 1 ]; then "$@"; fi
 }
+
+# nbench SEGMENTED_FOLDER OUT CONFIGS SRC TGT REF2: bench on any prepared pair (RUNS/TABLE/N_BOOTSTRAP env)
+nbench() {
+  .venv/bin/python recipes/bench/bench.py --data "$1" --out "$2" --configs "$3" --src "$4" --tgt "$5" \
+    --ref2 "$6" --budget-min "$BUDGET_MIN" --threads "$THREADS" --n-bootstrap "${N_BOOTSTRAP:-1000}" \
+    ${TABLE:+--table "$TABLE"}
+}
+
+# es_en_set full|low: print the segmented es-en folder of that set (low = LOW_SIZE training verses,
+# sentencepiece 4k), preparing it when missing
+es_en_set() {
+  case $1 in
+    full) echo data/bible_es_en/spm8000 ;;
+    low)
+      .venv/bin/python -m fairseq_ext.data.corpora prepare --corpus bible_es_en --src es --tgt en \
+        --method sentencepiece --vocab-size 4000 --train-size "${LOW_SIZE:-5000}" --out data/bible_es_en >&2
+      echo "data/bible_es_en/spm4000-train${LOW_SIZE:-5000}-seed1" ;;
+    *) echo "error: unknown set '$1' (full, low)" >&2; return 2 ;;
+  esac
+}

@@ -99,11 +99,6 @@ if [ "$MODE" = thesis ]; then
   exit 0
 fi
 
-nbench() {  # nbench SEGMENTED_FOLDER OUT CONFIGS SRC TGT REF2
-  $PY recipes/bench/bench.py --data "$1" --out "$2" --configs "$3" --src "$4" --tgt "$5" --ref2 "$6" \
-    --budget-min "$BUDGET_MIN" --threads "$THREADS" --n-bootstrap "$N_BOOTSTRAP" ${TABLE:+--table "$TABLE"}
-}
-
 # Table 4.3 on the test set: CONSEC-concatenated, decoded segment-aware, fairseq's sacrebleu scorer
 concat_eval() {  # concat_eval SEGMENTED_FOLDER JOB CONFIGS
   local seg=$1 job=$2 c flags

@@ -84,11 +84,6 @@ if [ "$MODE" = thesis ]; then
   exit 0
 fi
 
-nbench() {  # nbench SEGMENTED_FOLDER OUT CONFIGS SRC TGT REF2
-  $PY recipes/bench/bench.py --data "$1" --out "$2" --configs "$3" --src "$4" --tgt "$5" --ref2 "$6" \
-    --budget-min "$BUDGET_MIN" --threads "$THREADS" --n-bootstrap "$N_BOOTSTRAP" ${TABLE:+--table "$TABLE"}
-}
-
 analyse() {  # analyse SEGMENTED_FOLDER JOB CONFIGS: LSTM rows vs luong_tied; lexicons of the lex models
   local seg=$1 job=$2 c raw sys=()
   raw=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["raw"])' "$seg/segment.json")
@@ -122,14 +117,7 @@ CONFIGS=${CONFIGS:-transformer,transformer_untied,twt_scalenorm_fixnorm,fixnorm_
 SETS=${SETS:-full,low}
 bible_data
 for set in ${SETS//,/ }; do
-  case $set in
-    full) seg=data/bible_es_en/spm8000 ;;
-    low)
-      $PY -m fairseq_ext.data.corpora prepare --corpus bible_es_en --src es --tgt en --method sentencepiece \
-        --vocab-size 4000 --train-size "$LOW_SIZE" --out data/bible_es_en
-      seg="data/bible_es_en/spm4000-train$LOW_SIZE-seed1" ;;
-    *) echo "error: unknown set '$set' (full, low)" >&2; exit 2 ;;
-  esac
+  seg=$(es_en_set "$set")
   nbench "$seg" "$RUNS/nguyen_ch5_$set" "$CONFIGS" es en kjv
   analyse "$seg" "$RUNS/nguyen_ch5_$set" "$CONFIGS"
 done

@@ -103,11 +103,6 @@ if [ "$MODE" = thesis ]; then
   exit 0
 fi
 
-nbench() {  # nbench SEGMENTED_FOLDER OUT CONFIGS SRC TGT REF2
-  $PY recipes/bench/bench.py --data "$1" --out "$2" --configs "$3" --src "$4" --tgt "$5" --ref2 "$6" \
-    --budget-min "$BUDGET_MIN" --threads "$THREADS" --n-bootstrap "$N_BOOTSTRAP" ${TABLE:+--table "$TABLE"}
-}
-
 figures() {  # figures SEGMENTED_FOLDER JOB CONFIGS
   local c
   for c in ${3//,/ }; do
@@ -130,14 +125,7 @@ CONFIGS=${CONFIGS:-transformer,untied_pos,random_untied_pos}
 SETS=${SETS:-full,low}
 bible_data
 for set in ${SETS//,/ }; do
-  case $set in
-    full) seg=data/bible_es_en/spm8000 ;;
-    low)
-      $PY -m fairseq_ext.data.corpora prepare --corpus bible_es_en --src es --tgt en --method sentencepiece \
-        --vocab-size 4000 --train-size "$LOW_SIZE" --out data/bible_es_en
-      seg="data/bible_es_en/spm4000-train$LOW_SIZE-seed1" ;;
-    *) echo "error: unknown set '$set' (full, low)" >&2; exit 2 ;;
-  esac
+  seg=$(es_en_set "$set")
   nbench "$seg" "$RUNS/nguyen_ch7_$set" "$CONFIGS" es en kjv
   figures "$seg" "$RUNS/nguyen_ch7_$set" "$CONFIGS"
 done
