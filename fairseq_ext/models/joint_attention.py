@@ -50,6 +50,7 @@ from fairseq_ext.modules.layer_aggregation import (
     LayerAggregation,
     MultiLayerMultiheadAttention,
 )
+from fairseq_ext.modules.arch_utils import set_default
 
 JAS_STRATEGIES = ("none",) + STRATEGIES + ("mlmha",)
 
@@ -246,9 +247,7 @@ def resolve_jas_args(args) -> None:
     parse_layer_set(args.jas_mask_layers, L, "--jas-mask-layers")
 
 
-def _default(args, name, value):
-    if getattr(args, name, None) is None:
-        setattr(args, name, value)
+_default = set_default
 
 
 def jas_defaults(args, strategy: str = "mlmha", u0: int = 1, u1: int = 0) -> None:

@@ -57,6 +57,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 from fairseq_ext.models.joint_attention import BASES, parse_layer_set, wrap_layer
 from fairseq_ext.modules.aif import AuxiliaryInformationFusion
+from fairseq_ext.modules.arch_utils import set_default
 
 
 def parse_generate_from(spec, aux_layers: List[int]) -> Optional[int]:
@@ -386,9 +387,7 @@ class TransformerMSModel(TransformerModel):
         return MSDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
 
-def _default(args, name, value):
-    if getattr(args, name, None) is None:
-        setattr(args, name, value)
+_default = set_default
 
 
 def ms_defaults(args, aif: bool = False) -> None:

@@ -58,6 +58,8 @@ from fairseq.modules import LayerNorm, MultiheadAttention, SinusoidalPositionalE
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
+from fairseq_ext.modules.arch_utils import set_default
+
 logger = logging.getLogger(__name__)
 
 DECODER_INPUTS = ("copy-fertility", "uniform", "positional")
@@ -455,9 +457,7 @@ class NATFertilityModel(FairseqNATModel):
 
 
 # ----------------------------------------------------------------------------------------------- archs
-def _default(args, name, value):
-    if getattr(args, name, None) is None:
-        setattr(args, name, value)
+_default = set_default
 
 
 @register_model_architecture("nat_fertility", "nat_fertility")

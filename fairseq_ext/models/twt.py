@@ -40,6 +40,7 @@ from fairseq.models.transformer import (
 )
 
 from fairseq_ext.modules.norms import NORM_TYPES, FixNormEmbedding, ScaleNorm, build_norm, fixnorm
+from fairseq_ext.modules.arch_utils import set_default
 
 INIT_SCHEMES = ("fairseq", "xavier", "smallinit")
 LAYER_NORM_NAMES = ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")
@@ -167,9 +168,7 @@ class TwtTransformerModel(TransformerModel):
         return TwtDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
 
-def _default(args, name, value):
-    if getattr(args, name, None) is None:
-        setattr(args, name, value)
+_default = set_default
 
 
 @register_model_architecture("transformer_twt", "transformer_twt")
