@@ -58,7 +58,7 @@ from fairseq.modules import LayerNorm, MultiheadAttention, SinusoidalPositionalE
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
-from fairseq_ext.modules.arch_utils import set_default
+from fairseq_ext.modules.arch_utils import bench_small_defaults, set_default
 
 logger = logging.getLogger(__name__)
 
@@ -487,14 +487,7 @@ def nat_fertility_iwslt16(args):
 def nat_fertility_small(args):
     """The bench model's shape (recipes/bench/configs.py TRANSFORMER_SMALL): 3+3, d 256, FFN 1024, 4 heads,
     shared embeddings, PreNorm, dropout 0.1 — so ``--init-encoder-from`` the bench teacher works."""
-    for side in ("encoder", "decoder"):
-        _default(args, f"{side}_layers", 3)
-        _default(args, f"{side}_embed_dim", 256)
-        _default(args, f"{side}_ffn_embed_dim", 1024)
-        _default(args, f"{side}_attention_heads", 4)
-        _default(args, f"{side}_normalize_before", True)
-    _default(args, "share_all_embeddings", True)
-    _default(args, "dropout", 0.1)
+    bench_small_defaults(args)
     nat_fertility_base(args)
 
 

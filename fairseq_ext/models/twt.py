@@ -40,7 +40,7 @@ from fairseq.models.transformer import (
 )
 
 from fairseq_ext.modules.norms import NORM_TYPES, FixNormEmbedding, ScaleNorm, build_norm, fixnorm
-from fairseq_ext.modules.arch_utils import set_default
+from fairseq_ext.modules.arch_utils import bench_small_defaults, set_default
 
 INIT_SCHEMES = ("fairseq", "xavier", "smallinit")
 LAYER_NORM_NAMES = ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")
@@ -186,14 +186,7 @@ def transformer_twt(args):
 def transformer_twt_small(args):
     """The bench model (recipes/bench/configs.py TRANSFORMER_SMALL): 3+3 layers, d 256, FFN 1024,
     4 heads, shared embeddings, PreNorm, dropout 0.1."""
-    for side in ("encoder", "decoder"):
-        _default(args, f"{side}_layers", 3)
-        _default(args, f"{side}_embed_dim", 256)
-        _default(args, f"{side}_ffn_embed_dim", 1024)
-        _default(args, f"{side}_attention_heads", 4)
-        _default(args, f"{side}_normalize_before", True)
-    _default(args, "share_all_embeddings", True)
-    _default(args, "dropout", 0.1)
+    bench_small_defaults(args)
     transformer_twt(args)
 
 
