@@ -6,6 +6,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 PY=${PYTHON:-python3}
+# One set-up at a time: recipes started side by side each call this script, and two concurrent pip
+# installs into the same .venv break each other (measured: "No such file ... .venv/bin/fairseq-ext-data").
+exec 9>"$ROOT/.setup_env.lock"
+flock 9
 export PIP_CONSTRAINT="$ROOT/constraints.txt"   # never let pip pull another torch, also in build envs
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ ! -x .venv/bin/python ]; then
@@ -22,8 +26,16 @@ else
   echo "[setup] building fairseq-fixed 0.12.3.1 against the installed torch/numpy (~5 min the first time)"
   "$VPY" -m pip install -q --no-build-isolation fairseq-fixed==0.12.3.1
 fi
-# Always (a few seconds when nothing changed): the plugin and its pinned dependencies from setup.py,
-# so a .venv made before a dependency was added gets it.
-echo "[setup] installing fairseq_ext (editable) and its pinned dependencies"
-"$VPY" -m pip install -q --no-build-isolation -e ".[dev]"
+# The plugin and its pinned dependencies from setup.py, re-installed whenever setup.py or the
+# constraints change (a stamp in .venv keeps their hash), so a .venv made before a dependency was
+# added gets it; otherwise skipped.
+STAMP=.venv/.fairseq_ext_setup
+HASH=$(cat setup.py constraints.txt | sha256sum | cut -c1-16)
+if [ "$(cat "$STAMP" 2>/dev/null)" = "$HASH" ] && "$VPY" -c "import fairseq_ext" 2>/dev/null; then
+  echo "[setup] fairseq_ext and its pinned dependencies already installed (setup.py unchanged)"
+else
+  echo "[setup] installing fairseq_ext (editable) and its pinned dependencies"
+  "$VPY" -m pip install -q --no-build-isolation -e ".[dev]"
+  echo "$HASH" > "$STAMP"
+fi
 "$VPY" -c "import fairseq_ext, torch, fairseq; print('[setup] torch', torch.__version__, '| fairseq', fairseq.__version__, '| fairseq_ext', fairseq_ext.__version__)"
