@@ -130,6 +130,36 @@ def patch_distributed() -> None:
     dfm.DistributedDataParallel = CPUAwareDDP
 
 
+def patch_training_time() -> None:
+    """``--stop-time-hours`` must count the new run's time after ``--finetune-from-model`` / ``--reset-meters``.
+
+    ``Trainer.load_checkpoint`` restores ``previous_training_time`` from the checkpoint's extra state
+    even when the meters are reset, which is what ``--finetune-from-model`` asks for: a child model
+    fine-tuned from a parent trained for 20 minutes stopped after one update under a 10-minute
+    budget (measured).  With ``reset_meters`` the clock starts at zero, as the other meters do.
+    """
+    import inspect
+    import time
+
+    from fairseq import trainer as trainer_mod
+
+    orig = trainer_mod.Trainer.load_checkpoint
+    if getattr(orig, "_fairseq_ext", False):
+        return
+    sig = inspect.signature(orig)
+
+    def load_checkpoint(self, *args, **kwargs):
+        extra_state = orig(self, *args, **kwargs)
+        if sig.bind(self, *args, **kwargs).arguments.get("reset_meters", False):
+            self._previous_training_time = 0
+            self._start_time = time.time()
+        return extra_state
+
+    load_checkpoint._fairseq_ext = True
+    load_checkpoint.__wrapped__ = orig
+    trainer_mod.Trainer.load_checkpoint = load_checkpoint
+
+
 def quiet_warnings() -> None:
     for pattern in (
         r".*hydra.experimental.*", r".*version_base.*", r".*deprecated keyword in package header.*",
@@ -150,4 +180,5 @@ def apply() -> None:
     register_safe_globals()
     patch_batching()
     patch_distributed()
+    patch_training_time()
     _APPLIED = True

@@ -138,3 +138,19 @@ def test_interactive_and_wrapper_without_user_dir(tiny_bin, tiny_ckpt):
     p = run([BIN / "fairseq-ext-interactive", tiny_bin, "--task", "translation_ext", "--path", tiny_ckpt,
              "--cpu", "--beam", "2", "--max-len-b", "20"], input_text=src + "\n")
     assert re.search(r"^H-0\t", p.stdout, re.M)
+
+
+def test_finetune_from_model_restarts_the_training_clock(tiny_bin, tiny_ckpt, tmp_path):
+    """--stop-time-hours counts the fine-tuning run only (the parent's 1 h must not be inherited)."""
+    state = torch.load(tiny_ckpt, weights_only=True)
+    state["extra_state"]["previous_training_time"] = 3600.0  # a parent trained for an hour
+    parent = tmp_path / "parent.pt"
+    torch.save(state, parent)
+    p = fairseq("train", tiny_bin, "--task", "translation_ext", *TINY_TRANSFORMER, "--optimizer", "adam",
+                "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "3", "--stop-time-hours", "0.5",
+                "--finetune-from-model", parent, "--save-dir", tmp_path / "child",
+                "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                "--cpu", "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints")
+    log = p.stderr + p.stdout
+    assert "Stopping training due to cumulative_training_time" not in log
+    assert "num_updates 3" in log
