@@ -36,8 +36,19 @@ Choices where the thesis is silent (spec 002 §4.6):
 * A shift is drawn for every training example, original or concatenated (so "RAND +
   uniform-shift" also shifts concatenations); shift lengths count the final ``</s>``.
 * sep-batch: D_new joins neighbours of the whole training set sorted by (source, target) length
-  (random tie order), for consec and rand alike; fairseq's global length-sorted batching is kept
-  (no Morishita 10k-example chunks here).
+  (random tie order), for consec and rand alike (drawn once, not per Morishita chunk as spec 002
+  §4.6.1 would have it); with ``--batching chunked`` the batches of each chunk are still never mixed.
+
+Batching (inherited from ``translation_ext``, :class:`~fairseq_ext.tasks.translation_ext.TrainBatchingMixin`),
+the setting of every ch. 4 system [T §4.2.2, Table 4.1]::
+
+    --batching chunked --chunk-size 10000 --max-tokens 4096   Morishita et al.: shuffle, 10k-example
+                                    chunks sorted by length, packed to 4096 tokens, batches shuffled
+    --updates-per-epoch {100,600,1500,2000}   an "epoch" is N updates (validation, checkpoints,
+                                    --max-epoch and --patience count them); the next epoch continues
+                                    the shuffled stream of passes where this one stopped
+
+``--updates-per-epoch`` with ``--concat-resample`` is refused (a pass would change under its batches).
 * ``--concat-eval rand`` pairs neighbours of one seeded permutation (N-1 examples, as consec).
 * Decoding concatenated inputs: give room, e.g. ``--max-len-a 1.2 --max-len-b 10``; pass
   ``--concat-reset-pos`` to fairseq-generate too if the model was trained with it (it only matters
@@ -442,6 +453,9 @@ class ConcatTranslationTask(TransferTranslationTask):
             raise ValueError(f"--shift-prob must be in [0, 1], got {cfg.shift_prob}")
         if cfg.concat_sep_batch and cfg.concat == "none":
             raise ValueError("--concat-sep-batch needs --concat consec or rand")
+        if cfg.concat_resample and cfg.updates_per_epoch > 0:
+            raise ValueError("--concat-resample redraws the data at every epoch, which would change examples "
+                             "inside a pass of --updates-per-epoch; use one of the two")
         if src_dict.eos() != tgt_dict.eos() or src_dict.pad() != tgt_dict.pad():
             raise ValueError("concat_translation needs the same </s> and <pad> ids in both dictionaries")
         self.runtime = ConcatRuntime(src_dict.pad(), src_dict.eos(), cfg.concat_reset_pos, cfg.concat_attn_mask)

@@ -11,17 +11,36 @@ Later tasks of the plugin (document-level, multilingual, retrieval) subclass
   ``--cpu-bf16`` the math kernel made a training step of the small transformer 1.3x faster.
 * ``--gnmt-alpha``: decode with the GNMT length penalty (see
   :mod:`fairseq_ext.generators.length_penalty`) instead of fairseq's ``--lenpen``.
+* ``--batching {sorted,chunked} --chunk-size 10000``: the training batches. ``sorted`` (default) is
+  fairseq's (the whole set sorted by length, batched once, batch order reshuffled every epoch);
+  ``chunked`` is Morishita et al.'s, as in Nguyen (2021) [T §4.2.2]: every epoch the examples are
+  shuffled (seed + epoch), cut into chunks of ``--chunk-size`` examples, each chunk is sorted by
+  source then target length and packed into ``--max-tokens`` batches, and the batch order is
+  shuffled (:func:`fairseq_ext.data.batching.chunked_batches`). Valid/test sets keep fairseq's
+  sorted batches.
+* ``--updates-per-epoch N``: fixed-size "virtual" epochs [T §6.3.1, Table 4.1: 100/600/1500/2000
+  updates]; see :class:`TrainBatchingMixin`.
 """
 
 import contextlib
+import inspect
+import logging
 from dataclasses import dataclass, field
+from typing import List
 
+import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from fairseq.tasks import register_task
+from fairseq.data import data_utils, iterators
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import II
 
+from fairseq_ext.data.batching import BATCHING_MODES, VirtualEpochs, chunked_batches
 from fairseq_ext.generators.length_penalty import GNMTLengthPenaltySequenceGenerator
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,6 +60,22 @@ class TranslationExtConfig(TranslationConfig):
         metadata={"help": "if > 0, beam search normalises scores by the GNMT length penalty "
                           "((5+|Y|)/6)^alpha instead of |Y|^lenpen"},
     )
+    batching: ChoiceEnum(BATCHING_MODES) = field(
+        default="sorted",
+        metadata={"help": "training batches: 'sorted' = fairseq's (whole set sorted by length); 'chunked' = "
+                          "Morishita et al.: shuffle, chunks of --chunk-size examples each sorted by length, "
+                          "packed to --max-tokens, batch order shuffled (new batches every epoch)"},
+    )
+    chunk_size: int = field(
+        default=10000, metadata={"help": "examples per length-sorted chunk of --batching chunked"},
+    )
+    updates_per_epoch: int = field(
+        default=0,
+        metadata={"help": "if > 0, an epoch is this many updates (the next batches of an endless stream of "
+                          "shuffled passes over the training set), so validation, checkpoints, LR plateau "
+                          "steps, --max-epoch and --patience count these virtual epochs"},
+    )
+    update_freq: List[int] = II("optimization.update_freq")
 
 
 class AutocastMixin:
@@ -80,9 +115,100 @@ class GNMTGeneratorMixin:
             models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
 
 
+_BATCH_ITERATOR_SIGNATURE = inspect.signature(FairseqTask.get_batch_iterator)
+
+
+class TrainBatchingMixin:
+    """``get_batch_iterator`` for ``--batching chunked`` and ``--updates-per-epoch`` (training set only).
+
+    Both hand fairseq's :class:`~fairseq.data.iterators.EpochBatchIterator` a *callable*
+    ``batch_sampler(dataset, epoch)`` (supported by fairseq 0.12), so the batches are rebuilt for
+    every epoch as a pure function of ``--seed`` and the epoch: a checkpoint resumes mid-epoch on the
+    same batches. Everything else (sharding, the batch-order shuffle, the iterator cache) is fairseq's.
+
+    Virtual epochs (``--updates-per-epoch N``), the choice made here (spec 002 §1.3 [REC]): each epoch
+    takes the next ``N x update_freq x data-parallel workers`` batches, i.e. ``N`` updates, of an endless
+    stream of passes (a pass = one shuffled batch list over the whole training set, ``sorted`` or
+    ``chunked``, built anew with the pass number as its seed offset) and continues there in the next
+    epoch (:class:`fairseq_ext.data.batching.VirtualEpochs`). So fairseq's end-of-epoch machinery
+    (validation and ``--eval-bleu``, checkpoint saving, ``reduce_lr_on_plateau`` steps, ``--max-epoch``,
+    ``--patience``) runs every ``N`` updates. Mapping ``N`` onto ``--validate-interval-updates`` /
+    ``--save-interval-updates`` instead was rejected: validation and ``--patience`` would follow it,
+    but LR plateau steps and ``--max-epoch`` would still count real passes.
+    """
+
+    def _train_batching(self) -> tuple:
+        """``(batching, updates_per_epoch)``; configs from before these options mean fairseq's default."""
+        n = int(getattr(self.cfg, "updates_per_epoch", 0) or 0)
+        if n < 0:
+            raise ValueError(f"--updates-per-epoch must be >= 0 (0: an epoch is a pass), got {n}")
+        return getattr(self.cfg, "batching", "sorted"), n
+
+    def _update_freq(self) -> int:
+        """``--update-freq`` (batches per update), through the config's ``optimization.update_freq``."""
+        try:
+            uf = self.cfg.update_freq
+            return int(uf if isinstance(uf, int) else uf[0])
+        except Exception:  # unresolvable (a task config built by hand): one batch per update
+            return 1
+
+    def get_batch_iterator(self, dataset, *args, **kwargs):
+        batching, n_updates = self._train_batching()
+        train = self.datasets.get(getattr(self.cfg, "train_subset", "train"))
+        if dataset is not train or (batching == "sorted" and n_updates <= 0):
+            return super().get_batch_iterator(dataset, *args, **kwargs)
+        bound = _BATCH_ITERATOR_SIGNATURE.bind(self, dataset, *args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        reuse = (not a["disable_iterator_cache"] and not a["update_epoch_batch_itr"]
+                 and self.can_reuse_epoch_itr(dataset))
+        if reuse and dataset in self.dataset_to_epoch_iter:
+            return self.dataset_to_epoch_iter[dataset]
+        if batching == "chunked" and self.cfg.chunk_size < 1:
+            raise ValueError(f"--chunk-size must be >= 1, got {self.cfg.chunk_size}")
+        dataset.set_epoch(a["epoch"])
+        seed = a["seed"]
+        pack = dict(max_tokens=a["max_tokens"], max_sentences=a["max_sentences"],
+                    required_batch_size_multiple=a["required_batch_size_multiple"])
+
+        def usable(indices):
+            if a["max_positions"] is None:
+                return indices
+            return self.filter_indices_by_size(indices, dataset, a["max_positions"], a["ignore_invalid_inputs"])
+
+        def make_pass(p: int) -> list:
+            """One pass over the training set (the batches of epoch p without virtual epochs)."""
+            rng = np.random.default_rng([seed, p])
+            if batching == "chunked":
+                return chunked_batches(dataset, usable(rng.permutation(len(dataset))), rng,
+                                       self.cfg.chunk_size, **pack)
+            with data_utils.numpy_seed(seed + p):  # fairseq's own batches, in a seeded random order
+                indices = dataset.ordered_indices()
+            batches = list(dataset.batch_by_size(usable(indices), **pack))
+            return [batches[i] for i in rng.permutation(len(batches))]
+
+        if n_updates > 0:
+            per_epoch = n_updates * self._update_freq() * a["num_shards"]
+            sampler = VirtualEpochs(make_pass, per_epoch)
+            logger.info("virtual epochs of %d updates (%d batches), %s batching", n_updates, per_epoch, batching)
+        else:
+            def sampler(ds, epoch):
+                return make_pass(epoch)
+            logger.info("Morishita chunked batching, chunks of %d examples", self.cfg.chunk_size)
+        epoch_iter = iterators.EpochBatchIterator(
+            dataset=dataset, collate_fn=dataset.collater, batch_sampler=sampler, seed=seed,
+            num_shards=a["num_shards"], shard_id=a["shard_id"], num_workers=a["num_workers"],
+            epoch=a["epoch"], buffer_size=a["data_buffer_size"], skip_remainder_batch=a["skip_remainder_batch"],
+            grouped_shuffling=a["grouped_shuffling"], reuse_dataloader=getattr(self.cfg, "reuse_dataloader", True),
+            persistent_workers=getattr(self.cfg, "persistent_workers", True))
+        if reuse:
+            self.dataset_to_epoch_iter[dataset] = epoch_iter
+        return epoch_iter
+
+
 @register_task("translation_ext", dataclass=TranslationExtConfig)
-class TranslationExtTask(AutocastMixin, GNMTGeneratorMixin, TranslationTask):
-    """fairseq ``translation`` + ``--cpu-bf16`` + ``--math-attention`` + ``--gnmt-alpha``
-    (base of the plugin's tasks)."""
+class TranslationExtTask(AutocastMixin, GNMTGeneratorMixin, TrainBatchingMixin, TranslationTask):
+    """fairseq ``translation`` + ``--cpu-bf16`` + ``--math-attention`` + ``--gnmt-alpha`` +
+    ``--batching`` / ``--chunk-size`` / ``--updates-per-epoch`` (base of the plugin's tasks)."""
 
     cfg: TranslationExtConfig

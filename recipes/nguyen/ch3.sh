@@ -10,6 +10,7 @@
 #   EXPERIMENTS=related BUDGET_MIN=10 bash recipes/nguyen/ch3.sh
 #   MODE=thesis THESIS_DATA=data/lorelei bash recipes/nguyen/ch3.sh     # print (RUN=1: run)
 #   DATA=tiny BUDGET_MIN=0.02 RUNS=/tmp/r bash recipes/nguyen/ch3.sh      # smoke test (tests/data/bible_tiny)
+#   UNK_COPY=5 bash recipes/nguyen/ch3.sh                     # + the thesis's UNK-copy augmentation
 #
 # ---- Thesis setting [T §3.2-3.3; spec 002 §3] (MODE=thesis) --------------------------------------
 # Data: LORELEI (LDC-licensed) Uzbek->English parent (102k sents), Turkish->English (56k) and
@@ -44,8 +45,11 @@
 # lines adds ~6 min). Results:
 # runs/nguyen_ch3/<experiment>/bpe<K>/{parent,child_<c>-<tgt>_from_<p>_bpe<K>}/, summary.json, sweep.tsv, data/bpe<K>/overlap.json
 # (Table 3.3 for words and BPE). MERGES=4000,8000,16000 runs the Fig. 3.1 sweep (bleu_vs_merges.png).
-# Not reproduced here: the word-based Zoph rows (the commands are in MODE=thesis), UNK-copy
-# augmentation (not implemented), truecasing/recasing (the Bible data is not truecased).
+# UNK-copy augmentation (fairseq_ext/data/unk_copy.py) is opt-in: UNK_COPY=5 appends to both pairs'
+# joint-BPE training data a copy with the types seen < 5 times on their side replaced by <unk> (jobs in
+# bpe<K>_unk5/). The thesis halves the epochs for the doubled data; these runs have wall-clock
+# budgets, so nothing is halved. Not reproduced here: the word-based Zoph rows (the commands are in
+# MODE=thesis), truecasing/recasing (the Bible data is not truecased).
 source "$(dirname "$0")/../lib.sh"
 # training drops pairs over 50/60 tokens (--max-*-positions); every test sentence is decoded
 NOLIMIT="{'max_source_positions':100000,'max_target_positions':100000}"
@@ -80,14 +84,23 @@ if [ "$MODE" = thesis ]; then
     --parent-tgt "$TGT" --child "$CHILD" --child-src "$CSRC" --merges "$K" --out "$OUT/bpe$K"
   thesis $PY -m fairseq_ext.data.transfer overlap --child-train "$OUT/bpe$K/child/train.$CSRC" \
     --child-dev "$OUT/bpe$K/child/valid.$CSRC" --parent-dict "$OUT/bpe$K/dict.txt"          # Table 3.3
-  thesis .venv/bin/fairseq-train "$OUT/bpe$K/parent/bin" --user-dir fairseq_ext --task transfer_translation \
-    "${LSTM[@]}" --max-source-positions 61 --max-target-positions 61 --max-epoch "$PARENT_EPOCHS" \
+  # UNK copy [T §3.3]: + a copy with the types seen < 5 times (per side, own training set) as <unk>,
+  # binarized with the joint dictionary; the BPE systems then train for half the epochs
+  for side in parent child; do
+    lang=$PSRC; [ $side = child ] && lang=$CSRC
+    thesis $PY -m fairseq_ext.data.unk_copy "$OUT/bpe$K/$side" "$OUT/bpe$K/${side}_unk" --src "$lang" --tgt "$TGT" \
+      --min-freq "${UNK_MIN_FREQ:-5}"
+    thesis $PY -m fairseq_ext.data.corpora binarize "$OUT/bpe$K/${side}_unk" --src "$lang" --tgt "$TGT" \
+      --fairseq-args "--srcdict $OUT/bpe$K/dict.txt"
+  done
+  thesis .venv/bin/fairseq-train "$OUT/bpe$K/parent_unk/bin" --user-dir fairseq_ext --task transfer_translation \
+    "${LSTM[@]}" --max-source-positions 61 --max-target-positions 61 --max-epoch $((PARENT_EPOCHS / 2)) \
     --save-dir "$OUT/bpe$K/parent_ck"
   for sys in baseline transfer; do
     extra=(); [ $sys = transfer ] && extra=(--finetune-from-model "$OUT/bpe$K/parent_ck/checkpoint_best.pt"
-                                           --transfer-parent-data "$OUT/bpe$K/parent/bin")
-    thesis .venv/bin/fairseq-train "$OUT/bpe$K/child/bin" --user-dir fairseq_ext --task transfer_translation \
-      "${LSTM[@]}" --max-source-positions 61 --max-target-positions 61 --max-epoch "$CHILD_EPOCHS" \
+                                           --transfer-parent-data "$OUT/bpe$K/parent_unk/bin")
+    thesis .venv/bin/fairseq-train "$OUT/bpe$K/child_unk/bin" --user-dir fairseq_ext --task transfer_translation \
+      "${LSTM[@]}" --max-source-positions 61 --max-target-positions 61 --max-epoch $((CHILD_EPOCHS / 2)) \
       "${extra[@]}" --save-dir "$OUT/bpe$K/${sys}_ck"
     thesis .venv/bin/fairseq-generate "$OUT/bpe$K/child/bin" --user-dir fairseq_ext --task transfer_translation \
       --path "$OUT/bpe$K/${sys}_ck/checkpoint_best.pt" --gen-subset test "${GEN[@]}" --results-path "$OUT/bpe$K/${sys}_gen"
@@ -133,7 +146,7 @@ run_experiment() {  # OUT PARENT_SRC CHILD_SRC TGT [extra transfer.py args]
     --child-train-size "$CHILD_SIZE" --merges "$MERGES" --budget-min "$BUDGET_MIN" \
     --parent-budget-min "$PARENT_BUDGET_MIN" --threads "$THREADS" --n-bootstrap "$N_BOOTSTRAP" \
     --systems "${SYSTEMS:-bpe_baseline,bpe_transfer,bpe_transfer_freeze}" \
-    --out "$out" ${TABLE:+--table "$TABLE"} "$@"
+    --out "$out" ${TABLE:+--table "$TABLE"} ${UNK_COPY:+--unk-copy "$UNK_COPY"} "$@"
 }
 
 if [ "${DATA:-bible}" = tiny ]; then

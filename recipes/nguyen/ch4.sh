@@ -23,15 +23,17 @@
 # Systems: baseline, CONSEC, RAND (Table 4.2); concatenated dev sets decoded segment-aware (Table
 # 4.3, --concat-eval); baseline/RAND + sim-/uniform-shift (Table 4.4); RAND + mask / sep-batch /
 # mask+sep-batch / +reset-pos (Table 4.5); Fig. 4.1 BLEU by source-length bucket.
-# Not implemented (issue 4): virtual epochs (--updates-per-epoch), Morishita chunked batching; the
-# thesis commands below use --max-update and fairseq's length-sorted batches instead.
+# Batching (task translation_ext family, fairseq_ext/tasks/translation_ext.py): Morishita chunks
+# (--batching chunked --chunk-size 10000 --max-tokens 4096) and virtual epochs of N updates
+# (--updates-per-epoch N: validation, checkpoints, --max-epoch and --patience count them).
 #
 # ---- Bible mode (real data, this 2-core CPU) -----------------------------------------------------
 # en_web -> tl (Tagalog, Ang Biblia 1905), 10,000 training verses drawn from the Bible train split
 # (seed 1), valid/test the held-out books; sentencepiece unigram 4000 (joint) -- the bench decodes
 # sentencepiece output; the thesis's gl->en is 10k sentences with 3k BPE. Every system is the bench
 # transformer (3+3, d256, PreNorm, Adam 3e-3 inverse-sqrt, 2048-token batches) for BUDGET_MIN (15)
-# minutes of wall clock: the same compute for each (the thesis keeps steps per epoch fixed too).
+# minutes of wall clock: the same compute for each (the thesis keeps steps per epoch fixed too), with
+# fairseq's length-sorted batches (10k verses would make a single Morishita chunk anyway).
 # Configs (recipes/bench/configs.py): transformer (baseline), concat_consec, concat_rand; also
 # shift_sim, shift_uniform, concat_rand_uniform_shift, concat_rand_mask, concat_rand_sep_batch,
 # concat_rand_mask_sep_batch, concat_rand_mask_sep_batch_reset_pos. sacreBLEU BLEU/chrF of the test
@@ -51,8 +53,9 @@ PY=.venv/bin/python
 if [ "$MODE" = thesis ]; then
   : "${THESIS_DATA:?set THESIS_DATA to a binarized (BPE, --joined-dictionary) TED pair folder}"
   OUT=${THESIS_OUT:-checkpoints/nguyen_ch4}
-  # gl->en sizes; sk/en-vi/en-he: LAYERS=6 HEADS=8 DROPOUT=0.3 MAX_UPDATE=200 epochs x 600/1500/2000
-  LAYERS=${LAYERS:-4} HEADS=${HEADS:-4} DROPOUT=${DROPOUT:-0.4} MAX_UPDATE=${MAX_UPDATE:-100000}
+  # gl->en sizes; sk/en-vi/en-he: LAYERS=6 HEADS=8 DROPOUT=0.3 MAX_EPOCH=200 UPDATES_PER_EPOCH=600/1500/2000
+  LAYERS=${LAYERS:-4} HEADS=${HEADS:-4} DROPOUT=${DROPOUT:-0.4}
+  MAX_EPOCH=${MAX_EPOCH:-1000} UPDATES_PER_EPOCH=${UPDATES_PER_EPOCH:-100}
   MODEL=(--arch transformer_lex --no-lexical --encoder-normalize-before --decoder-normalize-before
          --norm-type scalenorm --fixnorm --twt-init smallinit --share-all-embeddings
          --encoder-layers "$LAYERS" --decoder-layers "$LAYERS" --encoder-attention-heads "$HEADS"
@@ -60,8 +63,9 @@ if [ "$MODE" = thesis ]; then
          --activation-dropout "$DROPOUT" --word-dropout 0.1 --target-vocab-mask train
          --max-source-positions 1024 --max-target-positions 1024)
   TRAIN=(--optimizer adam --adam-betas '(0.9,0.999)' --clip-norm 1.0 --max-tokens 4096
+         --batching chunked --chunk-size 10000 --updates-per-epoch "$UPDATES_PER_EPOCH" --max-epoch "$MAX_EPOCH"
          --lr-scheduler twt_invsqrt --lr-lambda 1 --lr-model-dim 512 --warmup-updates 8000
-         --criterion masked_label_smoothed_cross_entropy --label-smoothing 0.1 --max-update "$MAX_UPDATE"
+         --criterion masked_label_smoothed_cross_entropy --label-smoothing 0.1
          --eval-bleu --eval-bleu-args '{"beam":4}' --eval-tokenized-bleu --eval-bleu-remove-bpe
          --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --patience 50 --stop-min-lr 1e-6
          --no-epoch-checkpoints)

@@ -23,7 +23,7 @@
 # with/without normalizing h~ (--no-fixnorm-hidden); Table 5.7: r sweep; Table 5.8: extracted lexicon;
 # Table 5.9: BPE systems (merges 1k-3k / 10k-15k / 32k en-de, UNK-copy of hapaxes, epochs halved;
 # en-de 2+2 bidirectional encoder, 4-layer decoder).
-# Not implemented: the Arthur et al. baseline (discrete lexicon integration), UNK-copy augmentation,
+# Not implemented: the Arthur et al. baseline (discrete lexicon integration),
 # --fixnorm-impl project, loss normalised by sum (fairseq averages over tokens); Moses is external.
 #
 # ---- Bible mode (real data, this 2-core CPU) -----------------------------------------------------
@@ -79,7 +79,7 @@ if [ "$MODE" = thesis ]; then
   thesis $PY -m fairseq_ext.data.lexicon --path "$OUT/lstm_luong_fixnorm_lex/checkpoint_best.pt" --data "$THESIS_DATA" \
     --limit 50 --topk 5
   # Table 5.9 (BPE): the same commands on a BPE-segmented folder, --max-*-positions 61 and --remove-bpe
-  # at decoding (UNK-copy of hapaxes not implemented). The en-de shape (2+2 bidirectional encoder,
+  # at decoding (UNK copy of hapaxes: fairseq_ext.data.unk_copy --min-freq 2). The en-de shape (2+2 bidirectional encoder,
   # 4-layer decoder) is refused by lstm_luong, whose decoder starts from the encoder's final states.
   exit 0
 fi

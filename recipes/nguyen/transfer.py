@@ -17,6 +17,13 @@ tiny data slice of the recipes' ``DATA=tiny`` test mode.
    non-Latin ones among the two sources) transliterated to Latin script [T §3.2.1];
 4. one joint subword-nmt BPE of K merges on parent+child source+target, one dictionary, both
    pairs binarized with it (``fairseq_ext.data.transfer joint-bpe``) [T §3.2.2];
+   ``--unk-copy F`` (opt-in; the thesis's BPE systems [T §3.3]): then both pairs' training data
+   get the UNK copy of :mod:`fairseq_ext.data.unk_copy` (types seen < F times on their side of the
+   pair's own BPE'd training set become ``<unk>`` in an appended second copy; F = 5 in ch. 3) and
+   are binarized again with the same joint dictionary; the jobs go to ``OUT/bpe<K>_unk<F>``. The thesis
+   halves the number of epochs for the doubled data; the Bible runs train for a wall-clock budget
+   (``--budget-min``), so there is nothing to halve (the same budget sees each original pair
+   about half as often);
 5. the parent trained for ``--parent-budget-min`` (``recipes/bench/bench.py``'s ``run_config``; it is
    also decoded and scored on its own test set);
 6. the child systems for ``--budget-min`` each, scored with sacreBLEU and paired bootstrap against
@@ -48,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 import bench  # noqa: E402
 import configs as bench_configs  # noqa: E402
 
-from fairseq_ext.data import corpora, transfer  # noqa: E402
+from fairseq_ext.data import corpora, transfer, unk_copy  # noqa: E402
 from fairseq_ext.data.validate import CorpusError, OutputSet, log, read_lines, stamp_ok, write_stamp  # noqa: E402
 
 NON_LATIN = {"ar": "ara", "fa": "fas", "ru": "rus", "hi": "hin", "ug": "uig"}  # code -> uroman lcode
@@ -144,6 +151,13 @@ def transliterate_sources(folder: str, langs: list, scheme: str, out: str) -> st
     return cur
 
 
+def unk_copy_binarized(seg: Path, out: Path, src: str, tgt: str, min_freq: int, dict_path: str) -> Path:
+    """The UNK copy of a joint-BPE pair folder, binarized with the joint dictionary."""
+    unk_copy.unk_copy(str(seg), str(out), src, tgt, min_freq=min_freq)
+    corpora.binarize(str(out), str(out), src, tgt, joined=True, extra_args=["--srcdict", dict_path])
+    return out
+
+
 # ============================================================================ systems
 def register_configs(parent_ckpt: str, parent_bin: str, desc: str) -> None:
     """The parent and child systems, registered in ``recipes/bench/configs.py``'s table (in-process);
@@ -191,7 +205,8 @@ def run(a) -> dict:
         if csrc in langs:
             child = transliterate_sources(child, [csrc], a.xlit, str(data / "child_xlit"))
     summary = {"parent": f"{psrc}-{tgt}", "child": f"{csrc}-{tgt}", "child_train_size": a.child_train_size,
-               "excluded_child_verses": not a.no_exclude, "xlit": a.xlit, "word_overlap": overlap_words,
+               "excluded_child_verses": not a.no_exclude, "xlit": a.xlit, "unk_copy": a.unk_copy,
+               "word_overlap": overlap_words,
                "runs": {}}
     sweep = []
     for k in [int(x) for x in str(a.merges).split(",") if x]:
@@ -204,7 +219,12 @@ def run(a) -> dict:
         log(f"[transfer.py] Table 3.3 child {csrc} types in parent {psrc}: words train "
             f"{overlap_words['train']['share']:.1%} dev {overlap_words['dev']['share']:.1%}; BPE {k} train "
             f"{overlap['train']['share']:.1%} dev {overlap['dev']['share']:.1%}")
-        job = out / f"bpe{k}"
+        tag = f"bpe{k}"
+        if a.unk_copy:
+            tag += f"_unk{a.unk_copy}"
+            seg_p = unk_copy_binarized(seg_p, jb / f"parent_unk{a.unk_copy}", psrc, tgt, a.unk_copy, rep["dict"])
+            seg_c = unk_copy_binarized(seg_c, jb / f"child_unk{a.unk_copy}", csrc, tgt, a.unk_copy, rep["dict"])
+        job = out / tag
         job.mkdir(parents=True, exist_ok=True)
         parent_ckpt = a.parent_ckpt or str(job / "parent" / "checkpoint_best.pt")
         register_configs(parent_ckpt, str(seg_p / "bin"), f"{psrc}->{tgt}, joint BPE {k}")
@@ -213,7 +233,7 @@ def run(a) -> dict:
             pargs = argparse.Namespace(data=seg_p, budget_min=a.parent_budget_min, threads=a.threads, seed=a.seed,
                                        src=psrc, tgt=tgt, ref2="", force=a.force)
             res_parent = bench.run_config("parent", pargs, job)
-        child_job = f"child_{csrc}-{tgt}_from_{psrc}_bpe{k}"  # the job name of bench's table rows
+        child_job = f"child_{csrc}-{tgt}_from_{psrc}_{tag}"  # the job name of bench's table rows
         argv = ["--data", str(seg_c), "--configs", ",".join(systems), "--budget-min", str(a.budget_min),
                 "--threads", str(a.threads), "--seed", str(a.seed), "--src", csrc, "--tgt", tgt, "--ref2", "",
                 "--n-bootstrap", str(a.n_bootstrap), "--out", str(job / child_job)]
@@ -255,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--xlit", choices=("none", "uroman", "uyghur"), default="none")
     r.add_argument("--xlit-langs", help="comma list of source codes to transliterate (default: non-Latin ones)")
     r.add_argument("--merges", default="8000", help="BPE merges; a comma list runs the Fig. 3.1 sweep")
+    r.add_argument("--unk-copy", type=int, default=0, metavar="F",
+                   help="append a copy of each pair's BPE training data with the types seen < F times "
+                        "replaced by <unk> (thesis: 5); default 0: off")
     r.add_argument("--systems", default=",".join(SYSTEMS))
     r.add_argument("--budget-min", type=float, default=15.0, help="training minutes per child system")
     r.add_argument("--parent-budget-min", type=float, default=30.0)
