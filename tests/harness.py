@@ -162,3 +162,33 @@ def toy_batch(bsz=3, src_len=7, tgt_len=6, vocab=60, seed=1):
     tgt = torch.randint(4, vocab, (bsz, tgt_len), generator=g)
     tgt[:, 0] = 2
     return src, src.ne(1).sum(1), tgt
+
+
+def incremental_logits(model, src, lengths, prev):
+    """Decoder logits computed one step at a time with an incremental state (B,T,V), to compare with
+    the full (teacher-forced) forward pass."""
+    import torch
+
+    enc = model.encoder(src, src_lengths=lengths)
+    state, outs = {}, []
+    for t in range(prev.size(1)):
+        outs.append(model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0])
+    return torch.cat(outs, dim=1)
+
+
+def toy_arthur_lexicon(path, vocab: int = 60, k: int = 3, seed: int = 0) -> str:
+    """Write a random Arthur lexicon (``--arthur-lexicon``) for :func:`make_dictionary` (``vocab``) on
+    both sides: k target types per regular source type with probabilities summing to < 1."""
+    import torch
+
+    from fairseq_ext.data.arthur_lexicon import save_lexicon
+
+    g = torch.Generator().manual_seed(seed)
+    d = make_dictionary(vocab)
+    rows = torch.arange(d.nspecial, vocab).repeat_interleave(k)
+    cols = torch.stack([torch.randperm(vocab - d.nspecial, generator=g)[:k] + d.nspecial
+                        for _ in range(vocab - d.nspecial)]).flatten()
+    probs = torch.rand(vocab - d.nspecial, k, generator=g)
+    probs = (0.9 * probs / probs.sum(1, keepdim=True)).flatten()
+    save_lexicon(str(path), torch.stack([rows, cols]), probs, d, d)
+    return str(path)

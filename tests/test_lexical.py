@@ -20,7 +20,9 @@ from fairseq_ext.data.lexicon import extract_lexicon, format_lexicon
 from fairseq_ext.models.lexical import reverse_padded
 from fairseq_ext.modules.lexical import LexicalTranslation, word_dropout
 from fairseq_ext.modules.norms import fixnorm
-from harness import build_model, generate, hypotheses, make_dictionary, n_lines, run, train
+from harness import (
+    build_model, generate, hypotheses, incremental_logits, make_dictionary, n_lines, run, train,
+)
 
 V = 60
 TINY_T = dict(encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
@@ -36,14 +38,6 @@ def batch(bsz=3, src_len=7, tgt_len=6, seed=0, sort=False):
     prev = torch.randint(4, V, (bsz, tgt_len), generator=g)
     prev[:, 0] = 2
     return src, src.ne(1).sum(1), prev
-
-
-def incremental(model, src, lengths, prev):
-    enc = model.encoder(src, src_lengths=lengths)
-    state, outs = {}, []
-    for t in range(prev.size(1)):
-        outs.append(model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0])
-    return torch.cat(outs, dim=1)
 
 
 # --------------------------------------------------------------------- the lexical module (§5.4)
@@ -144,7 +138,7 @@ def test_transformer_lex_defaults_and_bench_size():
 def test_transformer_lex_incremental_equals_full():
     m = build_model("transformer_lex_small", vocab=V, seed=5, norm_type="scalenorm", fixnorm=True, **TINY_T)
     src, lengths, prev = batch()
-    assert torch.allclose(m(src, lengths, prev)[0], incremental(m, src, lengths, prev), atol=1e-5)
+    assert torch.allclose(m(src, lengths, prev)[0], incremental_logits(m, src, lengths, prev), atol=1e-5)
 
 
 def test_lexical_training_step_updates_lexical_parameters():
@@ -235,7 +229,7 @@ def test_lstm_luong_init_uniform():
 def test_lstm_luong_incremental_equals_full(arch, kw):
     m = build_model(arch, vocab=V, seed=10, **TINY_L, **kw)
     src, lengths, prev = batch()
-    assert torch.allclose(m(src, lengths, prev)[0], incremental(m, src, lengths, prev), atol=1e-5)
+    assert torch.allclose(m(src, lengths, prev)[0], incremental_logits(m, src, lengths, prev), atol=1e-5)
 
 
 def test_lstm_lexical_uses_the_main_attention_over_source_embeddings():

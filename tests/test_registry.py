@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from fairseq_ext.__main__ import registrations
-from harness import build_model, toy_batch
+from harness import build_model, toy_arthur_lexicon, toy_batch
 
 TRANSFORMER_FAMILY = [
-    "transformer_dc", "transformer_dec_dc_bench", "transformer_dec_dc_iwslt_small",
+    "transformer_arthur", "transformer_dc", "transformer_dec_dc_bench", "transformer_dec_dc_iwslt_small",
     "transformer_dec_dc_wmt_en_de", "transformer_enc_dc_bench", "transformer_enc_dc_iwslt_small",
     "transformer_enc_dc_wmt_en_de", "transformer_full_dc_bench", "transformer_full_dc_iwslt_small",
     "transformer_full_dc_wmt_en_de", "transformer_iwslt_small", "transformer_jas",
@@ -35,7 +35,9 @@ TRANSFORMER_FAMILY = [
     "twt_prenorm_fixnorm_rmsnorm", "twt_prenorm_fixnorm_scalenorm", "twt_prenorm_fixnorm_scalenorm_fixedg",
     "twt_prenorm_layernorm", "twt_random_untied_pos", "twt_untied_pos",
 ]
-LSTM_FAMILY = ["lstm_luong", "lstm_luong_fixnorm", "lstm_luong_fixnorm_lex", "lstm_luong_tied"]
+LSTM_FAMILY = ["lstm_luong", "lstm_luong_arthur", "lstm_luong_fixnorm", "lstm_luong_fixnorm_lex",
+               "lstm_luong_tied"]
+ARTHUR = {"lstm_luong_arthur", "transformer_arthur"}  # need a lexicon file (--arthur-lexicon)
 NAT_FAMILY = ["nat_fertility", "nat_fertility_iwslt16", "nat_fertility_small", "nat_fertility_tiny"]
 
 NARROW = dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64,
@@ -46,9 +48,13 @@ def test_every_registered_architecture_is_listed():
     assert sorted(TRANSFORMER_FAMILY + LSTM_FAMILY + NAT_FAMILY) == registrations()["architectures"]
 
 
+def _lexicon(arch, tmp_path):
+    return {"arthur_lexicon": toy_arthur_lexicon(tmp_path / "lex.pt")} if arch in ARTHUR else {}
+
+
 @pytest.mark.parametrize("arch", TRANSFORMER_FAMILY)
-def test_transformer_family_preset_builds_and_runs(arch):
-    model = build_model(arch, vocab=60, **NARROW)
+def test_transformer_family_preset_builds_and_runs(arch, tmp_path):
+    model = build_model(arch, vocab=60, **NARROW, **_lexicon(arch, tmp_path))
     src, lengths, prev = toy_batch()
     with torch.no_grad():
         logits = model(src, lengths, prev)[0]
@@ -56,9 +62,9 @@ def test_transformer_family_preset_builds_and_runs(arch):
 
 
 @pytest.mark.parametrize("arch", LSTM_FAMILY)
-def test_lstm_preset_builds_and_runs(arch):
+def test_lstm_preset_builds_and_runs(arch, tmp_path):
     model = build_model(arch, vocab=60, encoder_embed_dim=32, decoder_embed_dim=32, encoder_hidden_size=32,
-                        decoder_hidden_size=32, decoder_out_embed_dim=32)
+                        decoder_hidden_size=32, decoder_out_embed_dim=32, **_lexicon(arch, tmp_path))
     src, lengths, prev = toy_batch()
     with torch.no_grad():
         logits = model(src, lengths, prev)[0]

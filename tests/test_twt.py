@@ -13,6 +13,7 @@ import fairseq_ext.optim  # noqa: F401  (registers the LR schedulers)
 from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.models.transformer import TransformerModel
 from fairseq_ext.models.twt import THESIS_PRESETS
 from fairseq_ext.modules.norms import FixNormEmbedding, RMSNorm, ScaleNorm, fixnorm
 from fairseq_ext.optim.twt_schedules import invsqrt_lr
@@ -271,6 +272,60 @@ def test_forward_under_cpu_bf16_autocast():
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         out = m(src, lengths, prev)[0]
     assert torch.isfinite(out.float()).all()
+
+
+# ------------------------------------------------------------------------------- word dropout
+def record_inputs(model):
+    """Record the tokens that reach the encoder (``src``) and the decoder (``prev``)."""
+    seen = {}
+    enc_forward, dec_forward = model.encoder.forward, model.decoder.forward
+
+    def encoder(src_tokens, *args, **kwargs):
+        seen["src"] = src_tokens
+        return enc_forward(src_tokens, *args, **kwargs)
+
+    def decoder(prev_output_tokens, *args, **kwargs):
+        seen["prev"] = prev_output_tokens
+        return dec_forward(prev_output_tokens, *args, **kwargs)
+
+    model.encoder.forward, model.decoder.forward = encoder, decoder
+    return seen
+
+
+def test_word_dropout_is_off_by_default_and_p0_changes_nothing():
+    for name in ("transformer_twt", *THESIS_PRESETS):
+        assert parse(name).word_dropout == 0.0, name
+        assert parse(name, "--word-dropout", "0.1").word_dropout == 0.1, name
+    m = build("twt_prenorm_fixnorm_scalenorm", *TINY, "--dropout", "0").train()
+    assert m.word_dropout_p == 0.0
+    src, lengths, prev = batch()
+    seen = record_inputs(m)
+    out = m(src, lengths, prev)[0]
+    assert torch.equal(seen["src"], src) and torch.equal(seen["prev"], prev)
+    assert torch.equal(out, TransformerModel.forward(m, src, lengths, prev)[0])
+
+
+def test_word_dropout_in_training_only_at_rate_p_and_never_on_specials():
+    p = 0.3
+    m = build("twt_prenorm_fixnorm_scalenorm", *TINY, "--dropout", "0", "--word-dropout", str(p))
+    assert m.word_dropout_p == p
+    src, lengths, prev = batch(bsz=64, src_len=50, tgt_len=50, seed=3)
+    seen = record_inputs(m)
+    with torch.no_grad():
+        out = m(src, lengths, prev)[0]  # eval: no dropout
+        assert torch.equal(seen["src"], src) and torch.equal(seen["prev"], prev)
+        m.word_dropout_p = 0.0
+        assert torch.equal(out, m(src, lengths, prev)[0])
+        m.word_dropout_p = p
+        torch.manual_seed(0)
+        m.train()(src, lengths, prev)
+    for given, got in ((src, seen["src"]), (prev, seen["prev"])):
+        special = given < DICT.nspecial  # <s> <pad> </s> <unk>
+        assert torch.equal(got[special], given[special])
+        changed = got != given
+        assert torch.all(got[changed] == DICT.unk())
+        rate = changed.sum().item() / (~special).sum().item()
+        assert abs(rate - p) < 0.03, rate
 
 
 @pytest.mark.parametrize("scheme", ["xavier", "smallinit"])

@@ -37,10 +37,22 @@ initialised from the final encoder state, plus [T §5.5.3, spec 002 §5.1–5.3]
 
 Archs (thesis systems, Table 5.4): ``lstm_luong`` (= **untied**; 2×512), ``lstm_luong_tied``
 (**tied**), ``lstm_luong_fixnorm`` (**fixnorm**, r = 5), ``lstm_luong_fixnorm_lex`` (**fixnorm+lex**,
-r = 3.5). Sizes per Table 5.3 via ``--encoder-layers/--decoder-layers`` and ``--*-embed-dim``
-(hidden sizes follow the embedding size).
+r = 3.5), ``lstm_luong_arthur`` (**Arthur**: tied + the discrete-lexicon bias below). Sizes per
+Table 5.3 via ``--encoder-layers/--decoder-layers`` and ``--*-embed-dim`` (hidden sizes follow the
+embedding size).
+
+**Arthur et al. (2016) baseline** [T §5.5.2; Arthur et al. 2016 Eq. 9], both model families:
+``--arthur-lexicon lex.pt`` (built by :mod:`fairseq_ext.data.arthur_lexicon`) and ``--arthur-eps``
+(ε, default 0.001) add log(L_f a_t + ε) to the logits
+(:class:`fairseq_ext.modules.lexical.DiscreteLexiconBias`), with a_t the attention the lexical module
+uses: the Luong attention of the LSTM, the head-averaged cross-attention of the last decoder layer of
+``transformer_lex``. The lexicon is a buffer of the model (saved in checkpoints: decoding does not
+need the file). Archs ``lstm_luong_arthur`` and ``transformer_arthur`` (``transformer_lex`` sizes,
+no lexical module) require the flag; the other ``lstm_luong*`` / ``transformer_lex*`` archs accept it.
 """
+import logging
 import math
+import os
 from typing import Dict, List, Optional
 
 import torch
@@ -53,10 +65,16 @@ from torch import Tensor
 
 from fairseq_ext.criterions.masked_label_smoothing import TargetVocabMaskMixin
 from fairseq_ext.models.twt import (
-    TwtDecoder, TwtTransformerModel, _default, transformer_twt, transformer_twt_small,
+    TwtDecoder, TwtEncoder, TwtTransformerModel, _default, transformer_twt, transformer_twt_small,
 )
-from fairseq_ext.modules.lexical import LexicalTranslation, word_dropout
+from fairseq_ext.modules.lexical import (
+    DiscreteLexiconBias, LexicalTranslation, WordDropoutMixin, add_word_dropout_args,
+)
 from fairseq_ext.modules.norms import FixNormEmbedding, fixnorm
+
+logger = logging.getLogger(__name__)
+
+ARTHUR_ARCHS = ("lstm_luong_arthur", "transformer_arthur")
 
 
 # ------------------------------------------------------------------------------- shared pieces
@@ -74,24 +92,37 @@ def add_lexical_args(parser):
 
 
 def add_common_args(parser):
-    parser.add_argument("--word-dropout", type=float, metavar="P",
-                        help="replace source and decoder-input tokens by <unk> with probability P "
-                             "in training")
     parser.add_argument("--target-vocab-mask", type=str, metavar="{none,train,FILE}",
                         help="mask (logit -1e9) output types outside the target side of the "
                              "binarized train data (train) or outside a token list (FILE)")
 
 
-class WordDropoutMixin:
-    """``forward`` that applies :func:`word_dropout` to the source and decoder-input tokens."""
+def add_arthur_args(parser):
+    parser.add_argument("--arthur-lexicon", type=str, metavar="PATH",
+                        help="Arthur et al. (2016) baseline: add log(L_f a_t + eps) to the logits, with "
+                             "the discrete lexicon PATH (python -m fairseq_ext.data.arthur_lexicon)")
+    parser.add_argument("--arthur-eps", type=float, metavar="EPS",
+                        help="epsilon of the Arthur bias (default 0.001)")
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, *args, **kwargs):
-        p = getattr(self, "word_dropout_p", 0.0)
-        if self.training and p > 0:
-            sd, td = self.encoder.dictionary, self.decoder.dictionary
-            src_tokens = word_dropout(src_tokens, p, sd.unk(), sd.nspecial)
-            prev_output_tokens = word_dropout(prev_output_tokens, p, td.unk(), td.nspecial)
-        return super().forward(src_tokens, src_lengths, prev_output_tokens, *args, **kwargs)
+
+def build_arthur_bias(args, src_dict, tgt_dict) -> Optional[DiscreteLexiconBias]:
+    """The Arthur bias of ``--arthur-lexicon`` (None without it). A missing file is accepted (with a
+    warning) so that a checkpoint, which carries its lexicon, decodes without it."""
+    path = getattr(args, "arthur_lexicon", None)
+    if not path:
+        if getattr(args, "arch", None) in ARTHUR_ARCHS:
+            raise ValueError(f"--arch {args.arch} needs --arthur-lexicon PATH "
+                             "(build it with python -m fairseq_ext.data.arthur_lexicon)")
+        return None
+    from fairseq_ext.data.arthur_lexicon import load_lexicon
+
+    bias = DiscreteLexiconBias(len(src_dict), len(tgt_dict), eps=args.arthur_eps)
+    if os.path.exists(path):
+        lex = load_lexicon(path, src_dict, tgt_dict)
+        bias.set_lexicon(lex["indices"], lex["values"])
+    else:
+        logger.warning("--arthur-lexicon %s not found: the lexicon must come from a checkpoint", path)
+    return bias
 
 
 class LexiconMixin:
@@ -116,6 +147,7 @@ class LexTransformerDecoder(TargetVocabMaskMixin, TwtDecoder):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
         self.target_vocab_mask = None
+        self.arthur = None  # DiscreteLexiconBias (set by build_model)
         src_dim = cfg.encoder.embed_dim
         self.src_embed_scale = 1.0 if cfg.no_scale_embedding else math.sqrt(src_dim)
         self.lexical = (LexicalTranslation(src_dim, len(dictionary), radius=cfg.lex_radius,
@@ -141,7 +173,20 @@ class LexTransformerDecoder(TargetVocabMaskMixin, TwtDecoder):
         logits = self.output_layer(x)
         if self.lexical is not None and encoder_out is not None:
             logits = logits + self.lexical_logits(extra["attn"][0], encoder_out).to(logits.dtype)
+        if self.arthur is not None and encoder_out is not None:
+            logits = logits + self.arthur(extra["attn"][0], encoder_out["src_tokens"][0]).to(logits.dtype)
         return self.apply_target_vocab_mask(logits), extra
+
+
+class SourceTokensEncoder(TwtEncoder):
+    """TwT encoder whose output also carries ``src_tokens`` (fairseq leaves the list empty; its
+    ``reorder_encoder_out`` reorders it), for the Arthur bias's L_f."""
+
+    def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None):
+        out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        out["src_tokens"] = [src_tokens]
+        return out
 
 
 def resolve_lex_args(args, embed_dim: int, default_radius: float):
@@ -153,23 +198,29 @@ def resolve_lex_args(args, embed_dim: int, default_radius: float):
 
 
 @register_model("transformer_lex")
-class LexTransformerModel(LexiconMixin, WordDropoutMixin, TwtTransformerModel):
-    """``transformer_twt`` + lexical module (§5.4), word dropout and target-vocabulary mask."""
+class LexTransformerModel(LexiconMixin, TwtTransformerModel):
+    """``transformer_twt`` (with its word dropout) + lexical module (§5.4), Arthur bias (§5.5.2) and
+    target-vocabulary mask."""
 
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
         add_lexical_args(parser)
         add_common_args(parser)
+        add_arthur_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
         transformer_lex(args)
         resolve_lex_args(args, args.encoder_embed_dim, args.encoder_embed_dim ** 0.25)
         model = super().build_model(args, task)
-        model.word_dropout_p = args.word_dropout
+        model.decoder.arthur = build_arthur_bias(args, task.source_dictionary, task.target_dictionary)
         model.decoder.init_target_vocab_mask(args.target_vocab_mask, task, task.target_dictionary)
         return model
+
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        return SourceTokensEncoder(cfg, src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
@@ -183,18 +234,33 @@ def _lex_defaults(args, lexical=True):
     _default(args, "target_vocab_mask", None)
 
 
+def _lex_model_defaults(args, lexical=True):
+    """:func:`_lex_defaults` + the Arthur bias's (off without a lexicon; ε = 0.001)."""
+    _lex_defaults(args, lexical)
+    _default(args, "arthur_lexicon", None)
+    _default(args, "arthur_eps", 1e-3)
+
+
 @register_model_architecture("transformer_lex", "transformer_lex")
 def transformer_lex(args):
     """fairseq ``transformer`` sizes (via ``transformer_twt``) + the lexical module."""
-    _lex_defaults(args)
+    _lex_model_defaults(args)
     transformer_twt(args)
 
 
 @register_model_architecture("transformer_lex", "transformer_lex_small")
 def transformer_lex_small(args):
     """The bench model (3+3, d 256, FFN 1024, 4 heads, shared embeddings, PreNorm) + lexical module."""
-    _lex_defaults(args)
+    _lex_model_defaults(args)
     transformer_twt_small(args)
+
+
+@register_model_architecture("transformer_lex", "transformer_arthur")
+def transformer_arthur(args):
+    """fairseq ``transformer`` sizes + the Arthur et al. bias (§5.5.2; needs ``--arthur-lexicon``),
+    no lexical module."""
+    _lex_model_defaults(args, lexical=False)
+    transformer_twt(args)
 
 
 # ------------------------------------------------------------------------------------- LSTM
@@ -213,7 +279,8 @@ def reverse_padded(tokens_or_states: Tensor, lengths: Tensor, dim: int) -> Tenso
 
 class LuongLSTMEncoder(LSTMEncoder):
     """fairseq's LSTM encoder, optionally reading the source backwards (outputs in source order), and
-    also returning the source word embeddings f_s for the lexical module."""
+    also returning the source word embeddings f_s for the lexical module and the (right-padded) source
+    tokens for the Arthur bias: ``(outs, h, c, pad mask, f_s, src_tokens)``, all time-major."""
 
     def __init__(self, dictionary, reverse_source=False, **kwargs):
         super().__init__(dictionary, **kwargs)
@@ -240,7 +307,7 @@ class LuongLSTMEncoder(LSTMEncoder):
         if self.bidirectional:
             final_h = self.combine_bidir(final_h, bsz)
             final_c = self.combine_bidir(final_c, bsz)
-        return (x, final_h, final_c, pad_mask.t(), emb.transpose(0, 1))
+        return (x, final_h, final_c, pad_mask.t(), emb.transpose(0, 1), src_tokens.t())
 
     def reorder_encoder_out(self, encoder_out, new_order):
         return tuple(t.index_select(1, new_order) for t in encoder_out)
@@ -248,8 +315,9 @@ class LuongLSTMEncoder(LSTMEncoder):
 
 class LuongLSTMDecoder(TargetVocabMaskMixin, LSTMDecoder):
     """fairseq's LSTM decoder (input feeding, general attention) with fixnorm on W^o / h̃ (§5.3), an
-    output bias, the lexical module (§5.4) and the target-vocabulary mask. The attention weights of
-    every step are kept (also in training) for the lexical module."""
+    output bias, the lexical module (§5.4), the Arthur bias (§5.5.2) and the target-vocabulary mask.
+    The attention weights of every step are kept (also in training) for the lexical module and the
+    Arthur bias."""
 
     def __init__(self, dictionary, fixnorm_radius=0.0, fixnorm_hidden=True, lexical=None, **kwargs):
         super().__init__(dictionary, **kwargs)
@@ -259,6 +327,7 @@ class LuongLSTMDecoder(TargetVocabMaskMixin, LSTMDecoder):
         self.output_bias = (nn.Parameter(torch.zeros(len(dictionary)))
                             if self.share_input_output_embed else None)  # b^o (fc_out has its own)
         self.lexical = lexical
+        self.arthur = None  # DiscreteLexiconBias (set by build_model)
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None):
         """h̃_t for every step (B,T,H) and the attention weights a_t(s) (B,T,S)."""
@@ -318,6 +387,8 @@ class LuongLSTMDecoder(TargetVocabMaskMixin, LSTMDecoder):
         if self.lexical is not None:
             src_embed = encoder_out[4].transpose(0, 1)  # f_s (B,S,C)
             logits = logits + self.lexical(attn, src_embed, encoder_out[3].t())
+        if self.arthur is not None:
+            logits = logits + self.arthur(attn, encoder_out[5].t()).to(logits.dtype)
         logits = self.apply_target_vocab_mask(logits)
         return logits, (attn if not self.training and self.need_attn else None)
 
@@ -340,7 +411,9 @@ class LuongLSTMModel(LexiconMixin, WordDropoutMixin, LSTMModel):
         parser.add_argument("--init-uniform", type=float, metavar="A",
                             help="initialise every parameter U[-A, A] (default 0.01)")
         add_lexical_args(parser)
+        add_word_dropout_args(parser)
         add_common_args(parser)
+        add_arthur_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -389,6 +462,7 @@ class LuongLSTMModel(LexiconMixin, WordDropoutMixin, LSTMModel):
         model = cls(encoder, decoder)
         model.init_uniform_(args.init_uniform, r if args.fixnorm and not args.share_all_embeddings else 0.0)
         model.word_dropout_p = args.word_dropout
+        decoder.arthur = build_arthur_bias(args, src_dict, tgt_dict)
         decoder.init_target_vocab_mask(args.target_vocab_mask, task, tgt_dict)
         return model
 
@@ -435,7 +509,7 @@ def lstm_luong(args):
     _default(args, "fixnorm_radius", 5.0)
     _default(args, "fixnorm_hidden", True)
     _default(args, "init_uniform", 0.01)
-    _lex_defaults(args, lexical=False)
+    _lex_model_defaults(args, lexical=False)
 
 
 @register_model_architecture("lstm_luong", "lstm_luong_tied")
@@ -459,4 +533,11 @@ def lstm_luong_fixnorm_lex(args):
     _default(args, "fixnorm", True)
     _default(args, "fixnorm_radius", 3.5)
     _default(args, "lexical", True)
+    lstm_luong_tied(args)
+
+
+@register_model_architecture("lstm_luong", "lstm_luong_arthur")
+def lstm_luong_arthur(args):
+    """**Arthur** [T §5.5.2]: tied + the discrete-lexicon bias log(L_f a_t + ε) of Arthur et al. (2016)
+    (needs ``--arthur-lexicon``; ε = ``--arthur-eps``, 0.001)."""
     lstm_luong_tied(args)

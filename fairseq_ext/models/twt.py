@@ -15,7 +15,10 @@ Everything is fairseq's :class:`~fairseq.models.transformer.TransformerModel`; t
   ``--fixnorm``, as in the reference implementation; spec §6.7.3);
 * ``--twt-init``: ``fairseq`` (unchanged), ``xavier`` (Xavier normal, Eq. 6.4, for every projection;
   the "Baseline" of Table 6.2) or ``smallinit`` (attention Q, K, V, O with std √(2/(5d)), FFN Xavier
-  normal, biases 0; §6.2.2).
+  normal, biases 0; §6.2.2);
+* ``--word-dropout p`` (default 0): in training, source and decoder-input tokens (never targets nor
+  specials) are replaced by <unk> with probability p [T §6.3.1: "we randomly replace tokens with UNK",
+  p = 0.1 in the thesis; spec 002 §6.7.4] — :class:`fairseq_ext.modules.lexical.WordDropoutMixin`.
 
 With ``--norm-type layernorm``, no ``--fixnorm`` and ``--twt-init fairseq`` the model is fairseq's
 transformer (same parameters, same initial weights for a seed, same outputs).
@@ -39,6 +42,7 @@ from fairseq.models.transformer import (
     base_architecture,
 )
 
+from fairseq_ext.modules.lexical import WordDropoutMixin, add_word_dropout_args
 from fairseq_ext.modules.norms import NORM_TYPES, FixNormEmbedding, ScaleNorm, build_norm, fixnorm
 from fairseq_ext.modules.arch_utils import bench_small_defaults, set_default
 
@@ -119,8 +123,9 @@ class TwtDecoder(TransformerDecoderBase):
 
 
 @register_model("transformer_twt")
-class TwtTransformerModel(TransformerModel):
-    """fairseq transformer + ch. 6 norms, FixNorm, output bias and init schemes (see module doc)."""
+class TwtTransformerModel(WordDropoutMixin, TransformerModel):
+    """fairseq transformer + ch. 6 norms, FixNorm, output bias, init schemes and word dropout (see
+    module doc)."""
 
     @classmethod
     def add_args(cls, parser):
@@ -140,12 +145,14 @@ class TwtTransformerModel(TransformerModel):
         parser.add_argument("--twt-init", choices=INIT_SCHEMES,
                             help="weight init: fairseq (default), xavier (Xavier normal everywhere, "
                                  "Eq. 6.4) or smallinit (attention std √(2/5d), §6.2.2)")
+        add_word_dropout_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
         transformer_twt(args)  # fills what an older checkpoint lacks
         model = super().build_model(args, task)
         twt_init_(model, args.twt_init)
+        model.word_dropout_p = args.word_dropout
         return model
 
     @classmethod
@@ -179,6 +186,7 @@ def transformer_twt(args):
     _default(args, "fixnorm_radius", 1.0)
     _default(args, "output_bias", bool(args.fixnorm))
     _default(args, "twt_init", "fairseq")
+    _default(args, "word_dropout", 0.0)
     base_architecture(args)
 
 

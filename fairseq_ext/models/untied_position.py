@@ -45,7 +45,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from fairseq_ext.criterions.masked_label_smoothing import TargetVocabMaskMixin
-from fairseq_ext.models.lexical import WordDropoutMixin, add_common_args, _lex_defaults
+from fairseq_ext.models.lexical import add_common_args, _lex_defaults
 from fairseq_ext.models.twt import (
     THESIS_PRESETS, TwtDecoder, TwtEncoder, TwtTransformerModel, _default, _thesis_preset,
     transformer_twt, transformer_twt_small,
@@ -317,7 +317,7 @@ class UntiedPosDecoder(TargetVocabMaskMixin, TwtDecoder):
 
 
 @register_model("transformer_untied_pos")
-class UntiedPosTransformerModel(WordDropoutMixin, TwtTransformerModel):
+class UntiedPosTransformerModel(TwtTransformerModel):
     """``transformer_twt`` with untied positional attention (ch. 7, Eq. 7.6; see module doc)."""
 
     @classmethod
@@ -338,7 +338,6 @@ class UntiedPosTransformerModel(WordDropoutMixin, TwtTransformerModel):
         transformer_untied_pos(args)
         args.no_token_positional_embeddings = True  # positions enter only through Eq. 7.6
         model = super().build_model(args, task)
-        model.word_dropout_p = args.word_dropout
         model.decoder.init_target_vocab_mask(args.target_vocab_mask, task, task.target_dictionary)
         return model
 

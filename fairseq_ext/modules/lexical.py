@@ -1,5 +1,6 @@
-"""The lexical translation module of Nguyen (2021) ch. 5 (§5.4; Nguyen & Chiang, NAACL 2018),
-plus token-level word dropout (§6.3.1).
+"""The lexical translation module of Nguyen (2021) ch. 5 (§5.4; Nguyen & Chiang, NAACL 2018), the
+discrete-lexicon bias of the Arthur et al. (2016) baseline (§5.5.2), and token-level word dropout
+(§6.3.1).
 
 Lexical module (§5.4, the equations there are unnumbered): with f_s the embeddings of the source
 words and a_t(s) the main model's attention weights at target step t,
@@ -18,6 +19,9 @@ on the attended source embeddings and on h^ℓ before normalisation [RI]; W^ℓ 
 U[−0.01, 0.01] (the thesis' init for every parameter; only the row directions matter under fixnorm).
 
 Everything is vectorised over the batch and all target positions: one batched matmul (B,T,S)×(B,S,d).
+
+Arthur et al. baseline (:class:`DiscreteLexiconBias`): see its docstring; the lexicon itself is built
+by :mod:`fairseq_ext.data.arthur_lexicon`.
 """
 import torch
 import torch.nn as nn
@@ -86,3 +90,109 @@ def word_dropout(tokens: torch.Tensor, p: float, unk: int, nspecial: int, traini
         return tokens
     drop = torch.rand(tokens.shape, device=tokens.device, generator=generator) < p
     return tokens.masked_fill(drop & tokens.ge(nspecial), unk)
+
+
+def add_word_dropout_args(parser):
+    parser.add_argument("--word-dropout", type=float, metavar="P",
+                        help="replace source and decoder-input tokens by <unk> with probability P "
+                             "in training (specials kept; default 0)")
+
+
+class WordDropoutMixin:
+    """``forward`` that applies :func:`word_dropout` to the source and decoder-input tokens (never the
+    targets) in training, with ``self.word_dropout_p`` (set by the model's ``build_model``)."""
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, *args, **kwargs):
+        p = getattr(self, "word_dropout_p", 0.0) or 0.0
+        if self.training and p > 0:
+            sd, td = self.encoder.dictionary, self.decoder.dictionary
+            src_tokens = word_dropout(src_tokens, p, sd.unk(), sd.nspecial)
+            prev_output_tokens = word_dropout(prev_output_tokens, p, td.unk(), td.nspecial)
+        return super().forward(src_tokens, src_lengths, prev_output_tokens, *args, **kwargs)
+
+
+# ----------------------------------------------------------------------- Arthur et al. (2016)
+class DiscreteLexiconBias(nn.Module):
+    """The "bias" integration of a discrete translation lexicon (Arthur et al. 2016 Eq. 9 / thesis
+    §5.5.2, the ch. 5 baseline "Arthur")::
+
+        p(e_t | e_<t, f) = softmax(W^o h̃_t + b^o + log(L_f a_t + ε))
+
+    L_f ∈ R^{|V_e|×|f|} has the lexical distributions p_l(· | f_j) of the source words as columns and
+    a_t ∈ R^{|f|} is the decoder's attention at step t, so p_lex,t(e) = Σ_j a_t(j) p_l(e | f_j);
+    ε = 0.001 [REC, spec 002 §5.2]. :meth:`forward` returns log(p_lex,t + ε) (B,T,V_e), to be added to
+    the logits.
+
+    The lexicon is kept as the top-k entries of every source type: ``index`` (V_f, k) target ids and
+    ``prob`` (V_f, k) p_l(e | f) (0 where a type has fewer than k entries). Both are persistent
+    buffers, so a checkpoint carries its lexicon; when a state dict is loaded they take its shapes.
+    p_lex is scattered from the (B, T, S·k) products, never materialising a dense (B, S, V_e) L_f
+    (the thesis' KFTT run did not fit on the GPU with a dense one).
+    """
+
+    def __init__(self, num_src: int, num_tgt: int, eps: float = 1e-3):
+        super().__init__()
+        self.num_src, self.num_tgt, self.eps = num_src, num_tgt, float(eps)
+        self.register_buffer("index", torch.zeros(num_src, 0, dtype=torch.int32))
+        self.register_buffer("prob", torch.zeros(num_src, 0))
+        self.loaded = False  # a lexicon was given (set_lexicon) or read from a state dict
+
+    @torch.no_grad()
+    def set_lexicon(self, indices: torch.Tensor, values: torch.Tensor) -> None:
+        """Load p_l(e | f) given as the COO entries of a sparse (V_f × V_e) matrix: ``indices`` (2, nnz)
+        rows (f, e), ``values`` (nnz,). Each row f must be a (sub-)distribution: Σ_e p_l(e | f) ≤ 1."""
+        f, e = indices[0].long(), indices[1].long()
+        values = values.float()
+        if len(f) and (f.min() < 0 or f.max() >= self.num_src or e.min() < 0 or e.max() >= self.num_tgt):
+            raise ValueError(f"lexicon entries outside the {self.num_src} x {self.num_tgt} dictionaries")
+        if len(values) and (values.min() < 0 or values.max() > 1):
+            raise ValueError("lexicon probabilities must lie in [0, 1]")
+        row_sums = torch.zeros(self.num_src).index_add_(0, f, values)
+        if len(f) and row_sums.max() > 1 + 1e-4:
+            raise ValueError(f"lexicon row of source type {int(row_sums.argmax())} sums to "
+                             f"{float(row_sums.max()):.4f} > 1")
+        counts = torch.bincount(f, minlength=self.num_src)
+        k = int(counts.max()) if len(f) else 0
+        by_prob = torch.argsort(-values, stable=True)
+        order = by_prob[torch.argsort(f[by_prob], stable=True)]  # by f, then by decreasing p
+        f, e, values = f[order], e[order], values[order]
+        rank = torch.arange(len(f)) - (torch.cumsum(counts, 0) - counts)[f]
+        index = torch.zeros(self.num_src, k, dtype=torch.int32)
+        prob = torch.zeros(self.num_src, k)
+        index[f, rank] = e.int()
+        prob[f, rank] = values
+        self.index = index.to(self.index.device)
+        self.prob = prob.to(self.prob.device, self.prob.dtype)
+        self.loaded = True
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        for name in ("index", "prob"):  # the checkpoint's lexicon, whatever its k
+            key = prefix + name
+            if key in state_dict:
+                old = self._buffers[name]
+                self._buffers[name] = torch.empty(state_dict[key].shape, dtype=old.dtype, device=old.device)
+                self.loaded = True
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
+    def lexical_probs(self, attn: torch.Tensor, src_tokens: torch.Tensor) -> torch.Tensor:
+        """p_lex = L_f a_t for every step: attn (B,T,S) over the source tokens (B,S) → (B,T,V_e), float32."""
+        if not self.loaded:
+            raise RuntimeError("no Arthur lexicon: the --arthur-lexicon file was missing when the model "
+                               "was built and no checkpoint supplied one")
+        bsz, tgt_len, src_len = attn.shape
+        k = self.index.size(1)
+        out = attn.new_zeros(bsz, tgt_len, self.num_tgt, dtype=torch.float32)
+        if k == 0:
+            return out
+        idx = self.index[src_tokens].long().reshape(bsz, 1, src_len * k).expand(bsz, tgt_len, src_len * k)
+        weights = attn.float().unsqueeze(-1) * self.prob[src_tokens].float().unsqueeze(1)  # (B,T,S,k)
+        return out.scatter_add(2, idx, weights.reshape(bsz, tgt_len, src_len * k))
+
+    def forward(self, attn: torch.Tensor, src_tokens: torch.Tensor) -> torch.Tensor:
+        """log(L_f a_t + ε) (B,T,V_e), the bias added to the output logits."""
+        return torch.log(self.lexical_probs(attn, src_tokens) + self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_src} -> {self.num_tgt}, top-{self.index.size(1)}, eps={self.eps}"

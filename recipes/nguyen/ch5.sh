@@ -2,7 +2,9 @@
 # Nguyen thesis ch. 5 (Nguyen & Chiang, NAACL 2018): improving lexical choice. fixnorm: target
 # embeddings (tied with W^o) at a fixed norm r and h~ rescaled to r; fixnorm+lex: + a lexical module
 # whose logits W^l h^l (h^l from the attention-weighted source embeddings) are added to the output
-# layer (fairseq_ext/models/lexical.py: lstm_luong*, transformer_lex*; fairseq_ext/data/lexicon.py).
+# layer (fairseq_ext/models/lexical.py: lstm_luong*, transformer_lex*; fairseq_ext/data/lexicon.py);
+# Arthur et al. (2016): a discrete lexicon p_l(e|f) added as the bias log(L_f a_t + eps)
+# (lstm_luong_arthur, transformer_arthur; fairseq_ext/data/arthur_lexicon.py).
 #
 #   bash recipes/nguyen/ch5.sh                           # Bible es->en, full and 5k-verse subsample
 #   SETS=low CONFIGS=transformer,fixnorm_lex bash recipes/nguyen/ch5.sh
@@ -23,8 +25,16 @@
 # with/without normalizing h~ (--no-fixnorm-hidden); Table 5.7: r sweep; Table 5.8: extracted lexicon;
 # Table 5.9: BPE systems (merges 1k-3k / 10k-15k / 32k en-de, UNK-copy of hapaxes, epochs halved;
 # en-de 2+2 bidirectional encoder, 4-layer decoder).
-# Not implemented: the Arthur et al. baseline (discrete lexicon integration),
-# --fixnorm-impl project, loss normalised by sum (fairseq averages over tokens); Moses is external.
+# Arthur et al. baseline (Table 5.4 "Arthur", thesis §5.5.2): lstm_luong_arthur = tied +
+# --arthur-lexicon lex.pt --arthur-eps 0.001, i.e. softmax(W h~ + b + log(L_f a_t + eps)) with a_t the
+# Luong attention (transformer_lex archs take the same flags). lex.pt comes first from
+# `python -m fairseq_ext.data.arthur_lexicon --data DATA --src S --tgt T --out lex.pt [--topk 100]`:
+# p_l(e|f) = relative frequency of the alignment links of the training data, top 100 per source type,
+# </s> linked to </s>. Deviation: eflomal alignments (or --links FILE, e.g. GIZA++ output) instead of
+# GIZA++ "auto"; eps and the pruning come from Arthur et al., not the thesis. The lexicon is saved in
+# the checkpoints (decoding does not need the file).
+# Not implemented: --fixnorm-impl project, loss normalised by sum (fairseq averages over tokens);
+# Moses is external.
 #
 # ---- Bible mode (real data, this 2-core CPU) -----------------------------------------------------
 # Two data sets, es->en (RV1909 -> WEB, second reference KJV when present), sentencepiece unigram:
@@ -55,7 +65,8 @@ if [ "$MODE" = thesis ]; then
   : "${THESIS_DATA:?set THESIS_DATA to a word-level folder (fairseq-preprocess --thresholdsrc 5 --thresholdtgt 5 --dataset-impl raw)}"
   OUT=${THESIS_OUT:-checkpoints/nguyen_ch5}
   LAYERS=${LAYERS:-2} DIM=${DIM:-512}        # Table 5.3: ta/ur 1x512, en-ja 4x768
-  TGT=${TGT:-vi}
+  SRC=${SRC:-en} TGT=${TGT:-vi}
+  LEX=$OUT/arthur_lexicon.pt              # the Arthur et al. lexicon, built before its run
   # raw-text datasets (fairseq-preprocess --dataset-impl raw): fairseq's --replace-unk needs them
   TRAIN=(--task translation_ext --dataset-impl raw --encoder-layers "$LAYERS" --encoder-embed-dim "$DIM"
          --optimizer adadelta --lr 1.0 --adadelta-rho 0.95 --adadelta-eps 1e-6 --clip-norm 5 --batch-size 32
@@ -65,16 +76,21 @@ if [ "$MODE" = thesis ]; then
          --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --no-epoch-checkpoints)
   GEN=(--task translation_ext --dataset-impl raw --gen-subset test --beam 12 --gnmt-alpha 0.8 --max-len-a 3 --max-len-b 0 --model-overrides "$NOLIMIT" --replace-unk /dev/null)
   # Table 5.4 (and 5.1: lstm_luong_fixnorm --no-fixnorm-hidden; 5.7: --fixnorm-radius 3/5/7, lex 2/3.5/5)
-  for arch in lstm_luong lstm_luong_tied lstm_luong_fixnorm lstm_luong_fixnorm_lex; do
+  thesis $PY -m fairseq_ext.data.arthur_lexicon --data "$THESIS_DATA" --src "$SRC" --tgt "$TGT" --out "$LEX" \
+    --topk 100
+  for arch in lstm_luong lstm_luong_tied lstm_luong_fixnorm lstm_luong_fixnorm_lex lstm_luong_arthur; do
+    extra=()
+    if [ "$arch" = lstm_luong_arthur ]; then extra=(--arthur-lexicon "$LEX" --arthur-eps 0.001); fi
     thesis .venv/bin/fairseq-train "$THESIS_DATA" --user-dir fairseq_ext --arch "$arch" "${TRAIN[@]}" \
-      --save-dir "$OUT/$arch"
+      "${extra[@]}" --save-dir "$OUT/$arch"
     thesis .venv/bin/fairseq-generate "$THESIS_DATA" --user-dir fairseq_ext --path "$OUT/$arch/checkpoint_best.pt" \
       "${GEN[@]}" --results-path "$OUT/$arch/test"
   done
   # detokenized BLEU into English (sacremoses-detokenize the D- lines first), --tokenised for en-vi/en-ja
   thesis $PY -m fairseq_ext.evaluation.score compare --baseline "$OUT/lstm_luong_tied/test/generate-test.txt" \
     --system "$OUT/lstm_luong/test/generate-test.txt" --system "$OUT/lstm_luong_fixnorm/test/generate-test.txt" \
-    --system "$OUT/lstm_luong_fixnorm_lex/test/generate-test.txt" --ref "${THESIS_REF:-$THESIS_DATA/../test.$TGT}" --tokenised
+    --system "$OUT/lstm_luong_fixnorm_lex/test/generate-test.txt" \
+    --system "$OUT/lstm_luong_arthur/test/generate-test.txt" --ref "${THESIS_REF:-$THESIS_DATA/../test.$TGT}" --tokenised
   # Table 5.8: lexicon extracted from the lex module
   thesis $PY -m fairseq_ext.data.lexicon --path "$OUT/lstm_luong_fixnorm_lex/checkpoint_best.pt" --data "$THESIS_DATA" \
     --limit 50 --topk 5
