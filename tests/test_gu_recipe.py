@@ -21,7 +21,11 @@ def test_parse_system_names():
     assert (s["kind"], s["ckpt"], s["decoding"], s["npd"]) == ("nat", "ft", "argmax", 100)
     s = latency.parse_system("nat_avg")
     assert (s["ckpt"], s["decoding"], s["npd"]) == ("nat", "average", 0)
-    for bad in ("ar_b0", "nat_npd0", "nat_ft_beam", "transformer"):
+    s = latency.parse_system("nat_ft_epd10")
+    assert (s["ckpt"], s["decoding"], s["npd"], s["epd"], s["desc"]) == ("ft", "epd", 0, 10, "NAT +FT +EPD K=10")
+    assert latency.rescored(s) == 10 and latency.rescored(latency.parse_system("nat_npd3")) == 3
+    assert latency.rescored(latency.parse_system("nat_ft")) == 0
+    for bad in ("ar_b0", "nat_npd0", "nat_epd0", "nat_ft_npd2_epd2", "nat_ft_beam", "transformer"):
         with pytest.raises(ValueError):
             latency.parse_system(bad)
 
@@ -39,6 +43,7 @@ def test_npd_sub_batches_cover_the_batch():
     assert torch.equal(torch.cat([s["fertility"] for s in subs]), src)
     assert latency.npd_chunk(npd, sample, max_candidate_tokens=1) == 1  # never 0
     assert latency.npd_chunk(latency.parse_system("nat_ft"), sample, 1) == 7  # no NPD: no split
+    assert latency.npd_chunk(latency.parse_system("nat_ft_epd5"), sample, 300) == 6  # K candidates: 300 // 50
     assert latency.sub_batches(sample, 7) == [sample]
 
 
@@ -54,6 +59,19 @@ def test_speedups_are_relative_to_the_reference():
     assert res["systems"]["ar_b4"]["b1"]["speedup_vs_ar_b4"] == 1.0
 
 
+def test_pipeline_epd_systems_only_when_asked():
+    import argparse
+
+    import nat_pipeline
+
+    default = nat_pipeline.systems(argparse.Namespace(npd=[10, 100], epd=[]))
+    assert default == ["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg", "nat_ft_npd10", "nat_ft_npd100"]
+    assert nat_pipeline.systems(argparse.Namespace(npd=[10], epd=[10]))[-2:] == ["nat_ft_npd10", "nat_ft_epd10"]
+    assert nat_pipeline.row_name("nat_ft_epd10") == "NAT (+FT + EPD K=10)"
+    assert nat_pipeline.row_name("nat_ft_npd100") == "NAT (+FT + NPD s=100)"
+    assert nat_pipeline.row_name("nat_ft") == "NAT (+FT)"
+
+
 # ============================================================================ recipe printout
 def test_ch8_thesis_mode_prints_the_three_settings():
     p = subprocess.run(["bash", "recipes/gu/ch8.sh"], cwd=ROOT, env=env(MODE="thesis"), capture_output=True,
@@ -63,12 +81,14 @@ def test_ch8_thesis_mode_prints_the_three_settings():
     for d in ("iwslt16_en_de", "wmt14_en_de", "wmt16_en_ro"):
         assert f"# ---- {d.split('_')[0]}" in out and d in out
     cmds = [line for line in out.splitlines() if line.startswith("+ ")]
-    assert len(cmds) == 3 * 11
+    assert len(cmds) == 3 * 13
     assert out.count("--arch nat_fertility_iwslt16") == 2 and out.count("--encoder-embed-dim 278") == 1
     assert "--warmup-updates 746" in out and "--lr 0.0022" in out
     assert out.count("--ft-lambda 0.25") == 3 and out.count("--lr 2e-5 --lr-scheduler fixed") == 3
     assert "--max-tokens 1024" in out  # En-Ro fine-tuning batch
     assert out.count("--npd-samples 100") == 3 and out.count("--beam 4 --lenpen 1") == 3
+    assert out.count("--fertility-decoding epd --epd-topk 10 ") == 3 and out.count("--epd-topk 100 ") == 3
+    assert out.count("nat_ft_npd100,nat_ft_epd10,nat_ft_epd100") == 3
     assert all("--criterion cross_entropy" in c for c in cmds if "translation_ext --arch" in c)  # no LS
 
 
@@ -77,7 +97,7 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     out = tmp_path / "gu"
     cmd = [sys.executable, ROOT / "recipes" / "gu" / "nat_pipeline.py", "--data", tiny_bin, "--out", out,
            "--size", "tiny", "--teacher-max-update", "8", "--budget-min", "0", "--max-update", "6",
-           "--ft-max-update", "2", "--npd", "2,3", "--b1-max-sentences", "5", "--n-bootstrap", "50",
+           "--ft-max-update", "2", "--npd", "2,3", "--epd", "2", "--b1-max-sentences", "5", "--n-bootstrap", "50",
            "--batch-size", "16"]  # 36 test sentences: 3 batches (the recipe's default is 64)
     p = run(cmd, timeout=300)
     # distilled training targets (test keeps the real references) and eflomal fertilities on every split
@@ -95,7 +115,7 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     assert "| rl " in ft_log and "| bp " in ft_log and "| kd " in ft_log
     # translations of every system for every test sentence
     n_test = n_lines(tiny_bin / "test.ids")
-    names = ["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg", "nat_ft_npd2", "nat_ft_npd3"]
+    names = ["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg", "nat_ft_npd2", "nat_ft_npd3", "nat_ft_epd2"]
     for n in names:
         assert sum(line.startswith("D-") for line in (out / "decode" / "hyps" / f"{n}.out").open()) == n_test
     # latency: batch 1 on the 5-sentence subset, batch 16 on the whole test set, speed-ups vs AR b=4
@@ -122,8 +142,10 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
                if line.startswith("D-")]
     assert teacher_b1 == d_lines and all(0 <= res["systems"][n]["bleu_t"] <= 100 for n in names)
     assert set(res["targets"]["bleu_gap_npd"]) == {"nat_ft_npd2", "nat_ft_npd3"}
+    assert set(res["targets"]["bleu_gap_epd"]) == {"nat_ft_epd2"}
     md = (out / "results.md").read_text()
-    assert "| NAT (+FT + NPD s=3) |" in md and "Targets" in md
+    assert "| NAT (+FT + NPD s=3) |" in md and "| NAT (+FT + EPD K=2) |" in md and "Targets" in md
+    assert "BLEU gap with EPD K=2" in md
     assert "| Autoregressive (b=4) |" in p.stdout
     # a rerun reuses every stage
     p = run(cmd, timeout=300)

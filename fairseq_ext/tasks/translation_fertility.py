@@ -7,11 +7,14 @@
   :mod:`fairseq_ext.data.fertility`; they are checked (Σf = target length) and batched with the source as
   ``sample["fertility"]``.  Targets lose their ⟨eos⟩ (the NAT's T counts words only);
 * ``--teacher-path CKPT``: the frozen autoregressive teacher, loaded once on first use, shared by the
-  fine-tuning criterion (Eq. 8.10–8.11) and noisy parallel decoding (Eq. 8.7); it is held outside every
-  ``nn.Module`` so that it is neither trained nor saved;
+  fine-tuning criterion (Eq. 8.10–8.11) and noisy/exact parallel decoding (Eqs. 8.7, 8.8); it is held
+  outside every ``nn.Module`` so that it is neither trained nor saved;
 * generation (``fairseq-generate --task translation_fertility``), for ``nat_fertility`` checkpoints:
   ``--fertility-decoding argmax|average`` (Eqs. 8.5/8.6), ``--npd-samples s`` (Eq. 8.7: s fertility
   sequences sampled from p_F, decoded in parallel and rescored by the teacher's mean token log-probability),
+  ``--fertility-decoding epd --epd-topk K`` (Eq. 8.8: the K most probable fertility sequences instead of
+  samples, rescored the same way), ``--rescore-batch N`` (the teacher's vocabulary softmax on N candidates
+  at a time: bounded memory, same scores),
   ``--oracle-length`` (uniform/positional models decode with the reference length; copy-fertility models
   with the reference fertilities), ``--max-len-ratio`` (Σf ≤ ratio·T').  Other models fall back to
   ``translation_ext``'s beam search, so the teacher itself can be decoded with this task.
@@ -30,7 +33,7 @@ from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationE
 
 logger = logging.getLogger(__name__)
 
-FERTILITY_DECODING_CHOICES = ChoiceEnum(["argmax", "average"])
+FERTILITY_DECODING_CHOICES = ChoiceEnum(["argmax", "average", "epd"])
 
 
 @dataclass
@@ -45,7 +48,12 @@ class TranslationFertilityConfig(TranslationExtConfig):
     )
     fertility_decoding: FERTILITY_DECODING_CHOICES = field(
         default="argmax",
-        metadata={"help": "NAT decoding: argmax (Eq. 8.5) or average (Eq. 8.6) fertility"},
+        metadata={"help": "NAT decoding: argmax (Eq. 8.5) or average (Eq. 8.6) fertility, or exact parallel "
+                          "decoding (Eq. 8.8: the --epd-topk most probable fertility sequences, rescored by the "
+                          "teacher, --teacher-path)"},
+    )
+    epd_topk: int = field(
+        default=10, metadata={"help": "exact parallel decoding: the number K of fertility sequences"},
     )
     npd_samples: int = field(
         default=0,
@@ -56,10 +64,15 @@ class TranslationFertilityConfig(TranslationExtConfig):
         default=1.0, metadata={"help": "temperature of p_F when sampling NPD fertilities"},
     )
     npd_score_eos: bool = field(
-        default=False, metadata={"help": "NPD: the teacher also scores the final <eos>"},
+        default=False, metadata={"help": "NPD/EPD: the teacher also scores the final <eos>"},
     )
     npd_no_length_norm: bool = field(
-        default=False, metadata={"help": "NPD: rank by the teacher's total instead of mean log-probability"},
+        default=False, metadata={"help": "NPD/EPD: rank by the teacher's total instead of mean log-probability"},
+    )
+    rescore_batch: int = field(
+        default=0,
+        metadata={"help": "NPD/EPD: the teacher's output softmax over the vocabulary runs on this many "
+                          "candidates at a time (bounds memory, same scores); 0 = all at once"},
     )
     oracle_length: bool = field(
         default=False,
@@ -142,7 +155,7 @@ class TranslationFertilityTask(TranslationExtTask):
 
         cfg = self.cfg
         teacher = None
-        if cfg.npd_samples > 0:
+        if cfg.npd_samples > 0 or cfg.fertility_decoding == "epd":
             import torch
 
             device = next(models[0].parameters()).device if isinstance(models[0], torch.nn.Module) else None
@@ -151,7 +164,7 @@ class TranslationFertilityTask(TranslationExtTask):
             self.target_dictionary, fertility_decoding=cfg.fertility_decoding, npd_samples=cfg.npd_samples,
             teacher=teacher, npd_temperature=cfg.npd_temperature, npd_score_eos=cfg.npd_score_eos,
             npd_length_normalize=not cfg.npd_no_length_norm, oracle_length=cfg.oracle_length,
-            max_len_ratio=cfg.max_len_ratio)
+            max_len_ratio=cfg.max_len_ratio, epd_topk=cfg.epd_topk, rescore_batch=cfg.rescore_batch)
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         from fairseq.data import LanguagePairDataset

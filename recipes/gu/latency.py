@@ -11,20 +11,22 @@ Systems (names parsed, any K / s):
   max length 1.2·T' + 10 (the bench's generate flags);
 * ``nat`` / ``nat_ft``: the NAT / the fine-tuned NAT with argmax fertilities (Eq. 8.5); suffix ``_avg`` for
   average fertilities (Eq. 8.6), ``_npdS`` for noisy parallel decoding with S sampled fertility sequences
-  rescored by the teacher (Eq. 8.7).
+  rescored by the teacher (Eq. 8.7), ``_epdK`` for exact parallel decoding with the K most probable
+  fertility sequences rescored by the teacher (Eq. 8.8; optional, not in the default ``--systems``).
 
 What is timed (thesis §8.5: "time to decode one sentence without minibatching, averaged over the test
 set"): one ``generator.generate`` call per batch — encoder, fertility prediction/sampling, the decoder and,
-for NPD, the teacher's rescoring pass (for the AR teacher: the encoder and the whole beam search); the
-batches are collated before the clock starts.  ``torch.no_grad``, fp32, ``--threads`` intra-op threads,
-a few untimed warm-up batches per system and batch size, NPD reseeded per system (``--seed``).
+for NPD/EPD, the top-K search and the teacher's rescoring pass (for the AR teacher: the encoder and the
+whole beam search); the batches are collated before the clock starts.  ``torch.no_grad``, fp32,
+``--threads`` intra-op threads, a few untimed warm-up batches per system and batch size, NPD reseeded per
+system (``--seed``).
 
 * **batch 1**: every sentence alone, in test order (``--b1-max-sentences N``: a seeded random subset of N,
   the same for every system); per-sentence (id, source length, output length, ms) are kept for the plot;
 * **batch B > 1**: the test set sorted by source length (as fairseq batches it) in batches of B; reported
-  as ms per sentence (total time / sentences).  NPD with B·s candidates is split into sub-batches of
-  at most ``--max-candidate-tokens`` candidate tokens (s · 2T'max each; the generator holds (B·s, T, V)
-  float logits and teacher log-probs), the chunk size is reported; the whole test set is always used.
+  as ms per sentence (total time / sentences).  NPD/EPD with B·s (B·K) candidates is split into sub-batches
+  of at most ``--max-candidate-tokens`` candidate tokens (s · 2T'max each; the generator holds (B·s, T, V)
+  float logits), the chunk size is reported; the whole test set is always used.
 
 Outputs in ``--out``: ``latency.json`` (everything, with per-sentence rows), ``latency.md`` (Markdown rows:
 ms/sentence and speed-up vs ``--reference`` (default ar_b4, the thesis' 1.00×) and vs ar_b1 at every batch
@@ -48,7 +50,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-SYSTEM_RE = re.compile(r"^(?:ar_b(?P<beam>\d+)|nat(?P<ft>_ft)?(?:_(?P<mode>avg|npd(?P<s>\d+)))?)$")
+SYSTEM_RE = re.compile(r"^(?:ar_b(?P<beam>\d+)|nat(?P<ft>_ft)?(?:_(?P<mode>avg|npd(?P<s>\d+)|epd(?P<k>\d+)))?)$")
 
 
 def log(msg: str) -> None:
@@ -59,17 +61,17 @@ def log(msg: str) -> None:
 def parse_system(name: str) -> Dict:
     m = SYSTEM_RE.match(name)
     if not m:
-        raise ValueError(f"unknown system {name!r}: expected ar_bK, nat[_ft][_avg|_npdS]")
+        raise ValueError(f"unknown system {name!r}: expected ar_bK, nat[_ft][_avg|_npdS|_epdK]")
     if m.group("beam"):
         k = int(m.group("beam"))
         if k < 1:
             raise ValueError(f"{name}: beam must be >= 1")
         return {"name": name, "kind": "ar", "beam": k, "ckpt": "teacher",
                 "desc": f"autoregressive teacher ({'greedy' if k == 1 else f'beam {k}'})"}
-    mode, s = m.group("mode"), m.group("s")
+    mode, s, k = m.group("mode"), m.group("s"), m.group("k")
     ckpt = "ft" if m.group("ft") else "nat"
     desc = "NAT" + (" +FT" if ckpt == "ft" else "")
-    sys_ = {"name": name, "kind": "nat", "ckpt": ckpt, "decoding": "argmax", "npd": 0}
+    sys_ = {"name": name, "kind": "nat", "ckpt": ckpt, "decoding": "argmax", "npd": 0, "epd": 0}
     if mode == "avg":
         sys_["decoding"] = "average"
         desc += " (average fertility)"
@@ -78,6 +80,11 @@ def parse_system(name: str) -> Dict:
         if sys_["npd"] < 1:
             raise ValueError(f"{name}: NPD needs s >= 1")
         desc += f" +NPD s={s}"
+    elif k:
+        sys_["decoding"], sys_["epd"] = "epd", int(k)
+        if sys_["epd"] < 1:
+            raise ValueError(f"{name}: EPD needs K >= 1")
+        desc += f" +EPD K={k}"
     else:
         desc += " (argmax fertility)"
     sys_["desc"] = desc
@@ -114,9 +121,15 @@ def build_generator(system: Dict, models: Dict, task):
         return task.build_generator([models["teacher"]], gen_args), models["teacher"]
     from fairseq_ext.generators.nat_fertility import NATFertilityGenerator
 
+    extra = {"epd_topk": system["epd"]} if system.get("epd") else {}
     return NATFertilityGenerator(task.target_dictionary, fertility_decoding=system["decoding"],
-                                 npd_samples=system["npd"],
-                                 teacher=models["teacher"] if system["npd"] else None), models[system["ckpt"]]
+                                 npd_samples=system["npd"], teacher=models["teacher"] if rescored(system) else None,
+                                 **extra), models[system["ckpt"]]
+
+
+def rescored(system: Dict) -> int:
+    """Candidates per sentence that the teacher rescores: s (NPD), K (EPD), 0 otherwise."""
+    return system.get("npd", 0) or system.get("epd", 0)
 
 
 # ------------------------------------------------------------------------------------------- batches
@@ -134,11 +147,12 @@ def make_batches(ds, ids: List[int], batch_size: int, gpu: bool = False) -> List
 
 
 def npd_chunk(system: Dict, sample: Dict, max_candidate_tokens: int) -> int:
-    """Sentences per sub-batch so that s · B_sub · 2T'max ≤ max_candidate_tokens (≥ 1)."""
-    if system.get("npd", 0) <= 0:
+    """Sentences per sub-batch so that s · B_sub · 2T'max ≤ max_candidate_tokens (≥ 1); K for EPD."""
+    n = rescored(system)
+    if n <= 0:
         return sample["net_input"]["src_tokens"].size(0)
     tmax = int(sample["net_input"]["src_tokens"].size(1))
-    return max(1, max_candidate_tokens // (system["npd"] * 2 * max(tmax, 1)))
+    return max(1, max_candidate_tokens // (n * 2 * max(tmax, 1)))
 
 
 def sub_batches(sample: Dict, k: int) -> List[Dict]:
@@ -301,7 +315,7 @@ def measure(args) -> Dict:
     if args.gpu and not torch.cuda.is_available():
         raise SystemExit("error: --gpu but CUDA is not available")
     systems = [parse_system(n) for n in args.systems.split(",") if n]
-    need = {s["ckpt"] for s in systems} | ({"teacher"} if any(s.get("npd") for s in systems) else set())
+    need = {s["ckpt"] for s in systems} | ({"teacher"} if any(rescored(s) for s in systems) else set())
     models, task = load_models(str(args.data), args.teacher, args.nat, args.ft, need)
     if args.gpu:
         models = {k: m.cuda() for k, m in models.items()}
@@ -337,8 +351,8 @@ def measure(args) -> Dict:
             entry[f"b{bs}"] = {"sentences": nsent, "total_s": sum(times),
                                "ms_per_sentence": 1000.0 * sum(times) / max(nsent, 1),
                                "sent_per_s": nsent / max(sum(times), 1e-12)}
-            if system.get("npd") and bs > 1:
-                entry[f"b{bs}"]["npd_sub_batch"] = chunk
+            if rescored(system) and bs > 1:
+                entry[f"b{bs}"]["epd_sub_batch" if system.get("epd") else "npd_sub_batch"] = chunk
             if bs == 1:
                 ms = [1000.0 * t for t in times]
                 entry["b1"]["median_ms"] = float(np.median(ms))
@@ -359,16 +373,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--data", type=Path, required=True, help="binarized folder (the distilled one: same dicts)")
-    ap.add_argument("--teacher", help="autoregressive teacher checkpoint (ar_bK systems and NPD)")
-    ap.add_argument("--nat", help="NAT checkpoint (nat, nat_avg, nat_npdS)")
-    ap.add_argument("--ft", help="fine-tuned NAT checkpoint (nat_ft, nat_ft_avg, nat_ft_npdS)")
+    ap.add_argument("--teacher", help="autoregressive teacher checkpoint (ar_bK systems, NPD and EPD)")
+    ap.add_argument("--nat", help="NAT checkpoint (nat, nat_avg, nat_npdS, nat_epdK)")
+    ap.add_argument("--ft", help="fine-tuned NAT checkpoint (nat_ft, nat_ft_avg, nat_ft_npdS, nat_ft_epdK)")
     ap.add_argument("--systems", default="ar_b4,ar_b1,nat,nat_ft,nat_ft_npd10,nat_ft_npd100")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
     ap.add_argument("--split", default="test")
     ap.add_argument("--reference", default="ar_b4", help="speed-ups are relative to this system (thesis: AR b=4)")
     ap.add_argument("--b1-max-sentences", type=int, default=0, help="batch 1 on a seeded subset (0 = all)")
     ap.add_argument("--max-candidate-tokens", type=int, default=20000,
-                    help="NPD: split a batch so that s x sentences x 2T'max stays below this")
+                    help="NPD/EPD: split a batch so that s (K) x sentences x 2T'max stays below this")
     ap.add_argument("--warmup", type=int, default=3, help="untimed warm-up batches at batch 1 (1 at larger)")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
     ap.add_argument("--seed", type=int, default=1)
