@@ -153,6 +153,21 @@ def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str 
 
 
 # --------------------------------------------------------------------------- subsample
+def write_train_subset(o: OutputSet, raw: str, splits: list, langs: list, keep: list) -> list:
+    """Write the ``{split}.{lang}`` and ``{split}.ids`` files of ``raw`` into ``o``, the training
+    split reduced to the line numbers ``keep`` (other splits as they are); returns the names written."""
+    outputs = []
+    for sp in splits:
+        for x in langs + ["ids"]:
+            p = os.path.join(raw, f"{sp}.{x}")
+            if not os.path.exists(p):
+                continue
+            lines = read_lines(p)
+            o.write_lines(f"{sp}.{x}", [lines[i] for i in keep] if sp == "train" else lines)
+            outputs.append(f"{sp}.{x}")
+    return outputs
+
+
 def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force: bool = False) -> str:
     """Copy ``raw`` to ``out`` with ``n`` training lines drawn without replacement (``seed``), in
     their original order; valid/test are copied; ``train.docs.jsonl`` keeps only the drawn verses."""
@@ -168,16 +183,9 @@ def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force
     if n <= 0 or n > total:
         raise CorpusError(f"--train-size {n} is not in 1..{total} (the lines of {os.path.join(raw, 'train.' + langs[0])})")
     keep = sorted(random.Random(seed).sample(range(total), n))
-    outputs = []
     with OutputSet(out) as o:
+        outputs = write_train_subset(o, raw, splits, langs, keep)
         for sp in splits:
-            for x in langs + ["ids"]:
-                p = os.path.join(raw, f"{sp}.{x}")
-                if not os.path.exists(p):
-                    continue
-                lines = read_lines(p)
-                o.write_lines(f"{sp}.{x}", [lines[i] for i in keep] if sp == "train" else lines)
-                outputs.append(f"{sp}.{x}")
             docs = os.path.join(raw, f"{sp}.docs.jsonl")
             if os.path.exists(docs):
                 if sp != "train":

@@ -94,16 +94,8 @@ def exclude_train(raw: str, out: str, langs: list, drop_ids: set, force: bool = 
     keep = [i for i, v in enumerate(ids) if v not in drop_ids]
     if not keep:
         raise CorpusError(f"excluding the child's verses leaves no parent training data in {raw}")
-    outputs = []
     with OutputSet(out) as o:
-        for sp in ("train", "valid", "test"):
-            for x in langs + ["ids"]:
-                p = os.path.join(raw, f"{sp}.{x}")
-                if not os.path.exists(p):
-                    continue
-                lines = read_lines(p)
-                o.write_lines(f"{sp}.{x}", [lines[i] for i in keep] if sp == "train" else lines)
-                outputs.append(f"{sp}.{x}")
+        outputs = corpora.write_train_subset(o, raw, ["train", "valid", "test"], langs, keep)
     write_stamp(out, "exclude", params, outputs)
     log(f"[transfer.py] parent {out}: {len(keep)} of {len(ids)} training lines "
         f"({len(ids) - len(keep)} child verses excluded)")
