@@ -12,7 +12,7 @@ setup(
     version="0.1.0",
     description="fairseq plugin: Ampomah, Nguyen, Maruf and Gu NMT systems",
     packages=find_packages(include=["fairseq_ext", "fairseq_ext.*"]),
-    package_data={"fairseq_ext": ["py.typed"]},
+    package_data={"fairseq_ext": ["py.typed", "tools/data/*.tsv"]},
     python_requires=">=3.11,<3.13",
     install_requires=[
         "torch==2.13.0",
@@ -28,8 +28,21 @@ setup(
     extras_require={"dev": ["pytest==9.2.0"]},
     entry_points={
         "console_scripts": [
-            "fairseq-ext-data=fairseq_ext.data.corpora:cli_main",
-            "fairseq-ext-score=fairseq_ext.evaluation.score:cli_main",
+            # the offline tools (fairseq_ext/tools/, one CLI convention: fairseq_ext.tools.common)
+            "fairseq-ext-data=fairseq_ext.tools.corpora:cli_main",
+            "fairseq-ext-score=fairseq_ext.tools.score:cli_main",
+            "fairseq-ext-transfer=fairseq_ext.tools.transfer:cli_main",
+            "fairseq-ext-transliterate=fairseq_ext.tools.transliterate:cli_main",
+            "fairseq-ext-unk-copy=fairseq_ext.tools.unk_copy:cli_main",
+            "fairseq-ext-distill=fairseq_ext.tools.distill:cli_main",
+            "fairseq-ext-fertility=fairseq_ext.tools.fertility:cli_main",
+            "fairseq-ext-lexicon=fairseq_ext.tools.lexicon:cli_main",
+            "fairseq-ext-arthur-lexicon=fairseq_ext.tools.arthur_lexicon:cli_main",
+            "fairseq-ext-analysis=fairseq_ext.tools.analysis:cli_main",
+            "fairseq-ext-tiny=fairseq_ext.tools.tiny:cli_main",
+            "fairseq-ext-synthetic-rules=fairseq_ext.tools.synthetic_rules:cli_main",
+            "fairseq-ext-dialogue-patterns=fairseq_ext.tools.dialogue_patterns:cli_main",
+            # fairseq's own CLIs with the plugin loaded
             "fairseq-ext-train=fairseq_ext.cli:train_main",
             "fairseq-ext-generate=fairseq_ext.cli:generate_main",
             "fairseq-ext-interactive=fairseq_ext.cli:interactive_main",

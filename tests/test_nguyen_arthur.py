@@ -10,10 +10,10 @@ import torch
 
 import fairseq_ext  # noqa: F401  (registers the models)
 from fairseq.data import Dictionary
-from fairseq_ext.data.arthur_lexicon import (
+from fairseq_ext.tools.arthur_lexicon import (
     LexiconMismatchError, build_lexicon, estimate_lexicon, load_lexicon, main as lexicon_main,
 )
-from fairseq_ext.data.validate import CorpusError, run_cli
+from fairseq_ext.tools.common import CorpusError, run_cli
 from fairseq_ext.modules.lexical import DiscreteLexiconBias
 from harness import (
     build_model, generate, hypotheses, incremental_logits, n_lines, run, toy_arthur_lexicon, toy_batch, train,
@@ -36,7 +36,7 @@ def toy_lex(tmp_path_factory):
 def tiny_lex(tiny_bin, tmp_path_factory):
     """The CLI on the binarized tiny slice (eflomal IBM1: fast)."""
     out = tmp_path_factory.mktemp("tiny_lex") / "lex.pt"
-    run([sys.executable, "-m", "fairseq_ext.data.arthur_lexicon", "--data", tiny_bin, "--src", "es",
+    run([sys.executable, "-m", "fairseq_ext.tools.arthur_lexicon", "--data", tiny_bin, "--src", "es",
          "--tgt", "en", "--out", out, "--eflomal-model", "1"])
     return out
 
@@ -210,7 +210,7 @@ def test_lexicon_is_a_checkpoint_buffer_and_mismatches_are_clear_errors(arch, kw
 def test_other_lex_archs_accept_the_bias(toy_lex):
     m = build_model("lstm_luong_fixnorm_lex", vocab=V, arthur_lexicon=toy_lex, arthur_eps=0.01, **TINY_L)
     assert m.decoder.arthur.eps == 0.01 and m.decoder.lexical is not None
-    assert build_model("transformer_lex_small", vocab=V, **TINY_T).decoder.arthur is None
+    assert build_model("transformer_lex_bench", vocab=V, **TINY_T).decoder.arthur is None
 
 
 def test_bias_trains_through_the_attention(toy_lex):

@@ -44,8 +44,8 @@ def _parse_thesis_lines(lines):
     """Every printed fairseq-train/-generate/-preprocess command and every plugin CLI call parses."""
     from fairseq import options
 
-    from fairseq_ext.data import arthur_lexicon, transfer, transliterate
-    from fairseq_ext.evaluation import score
+    from fairseq_ext.tools import arthur_lexicon, transfer, transliterate
+    from fairseq_ext.tools import score
     n = 0
     for line in lines:
         toks = line[2:].split()
@@ -57,13 +57,13 @@ def _parse_thesis_lines(lines):
             options.parse_args_and_arch(options.get_generation_parser(), args)
         elif tool == "fairseq-preprocess":
             options.get_preprocessing_parser().parse_args(args)
-        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.data.transfer"]:
+        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.transfer"]:
             transfer.build_parser().parse_args(args[2:])
-        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.data.transliterate"]:
+        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.transliterate"]:
             transliterate.build_parser().parse_args(args[2:])
-        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.evaluation.score"]:
-            score._build_parser().parse_args(args[2:])
-        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.data.arthur_lexicon"]:
+        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.score"]:
+            score.build_parser().parse_args(args[2:])
+        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.arthur_lexicon"]:
             arthur_lexicon.build_parser().parse_args(args[2:])
         else:
             continue
@@ -81,7 +81,7 @@ def _parse_thesis_lines(lines):
              "--gnmt-alpha 0.6", "--buckets"]),
     ("ch5", ["--arch lstm_luong ", "--arch lstm_luong_tied", "--arch lstm_luong_fixnorm ",
              "--arch lstm_luong_fixnorm_lex", "--optimizer adadelta", "--batch-size 32", "--replace-unk",
-             "--gnmt-alpha 0.8", "fairseq_ext.data.lexicon", "fairseq_ext.data.arthur_lexicon --data /x",
+             "--gnmt-alpha 0.8", "fairseq_ext.tools.lexicon", "fairseq_ext.tools.arthur_lexicon --data /x",
              "--arch lstm_luong_arthur", "--arthur-lexicon checkpoints/nguyen_ch5/arthur_lexicon.pt"]),
     ("ch7", ["--arch twt_untied_pos", "--arch twt_random_untied_pos", "--no-lexical", "--gnmt-alpha 0.6",
              "fig7 "]),

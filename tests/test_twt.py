@@ -210,7 +210,7 @@ def test_small_arch_is_the_bench_baseline():
     from configs import TRANSFORMER_SMALL
 
     fairseq_flags = [f for f in TRANSFORMER_SMALL if f not in ("--arch", "transformer")]
-    twt, ref = build("transformer_twt_small", share=False), build("transformer", *fairseq_flags, share=False)
+    twt, ref = build("transformer_twt_bench", share=False), build("transformer", *fairseq_flags, share=False)
     assert n_params(twt) == n_params(ref)
     assert_same_model(twt, ref)
 

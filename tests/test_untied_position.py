@@ -8,14 +8,14 @@ import fairseq_ext  # noqa: F401  (registers the models)
 from fairseq_ext.models.untied_position import (
     PositionTable, UntiedPosAttention, sinusoidal_table,
 )
-from harness import build_model, generate, hypotheses, n_lines, train
+from harness import build_model, generate, hypotheses, incremental_logits, n_lines, train
 
 V = 50
 D, H = 16, 2
 TINY = dict(encoder_layers=2, decoder_layers=2, encoder_embed_dim=D, decoder_embed_dim=D,
             encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=H,
             decoder_attention_heads=H)
-ARCHS = ("transformer_untied_pos_small", "transformer_untied_pos_random_small")
+ARCHS = ("transformer_untied_pos_bench", "transformer_untied_pos_random_bench")
 
 
 def batch(bsz=3, src_len=7, tgt_len=6, seed=0):
@@ -137,6 +137,26 @@ def test_decoder_self_and_cross_attention_match_loop_reference(arch):
     assert torch.allclose(got, ref, atol=1e-5) and torch.allclose(w.sum(-1), torch.ones(bsz, t), atol=1e-5)
 
 
+def test_attention_never_takes_fairseqs_fused_path(monkeypatch):
+    """fairseq's fused path (``F.multi_head_attention_forward``) has no ``apply_sparse_mask`` hook and
+    its own scaling: training and incremental decoding must both go through the hooked path."""
+    import torch.nn.functional as F
+
+    def fused(*args, **kwargs):
+        raise AssertionError("fused attention path taken: the positional term would be lost")
+
+    monkeypatch.setattr(F, "multi_head_attention_forward", fused)
+    m = model(seed=7, dropout=0.1, attention_dropout=0.1).train()
+    src, lengths, prev = batch()
+    m(src, lengths, prev)[0].sum().backward()
+    assert m.encoder.pos_self.q_proj.weight.grad.abs().sum() > 0
+    assert m.decoder.pos_self.q_proj.weight.grad.abs().sum() > 0
+    assert m.decoder.pos_cross.q_proj.weight.grad.abs().sum() > 0
+    m.eval()
+    with torch.no_grad():
+        assert torch.allclose(m(src, lengths, prev)[0], incremental_logits(m, src, lengths, prev), atol=1e-5)
+
+
 def test_positional_term_is_computed_once_and_shared_by_all_layers():
     m = model(encoder_layers=3, decoder_layers=3)
     seen = {}
@@ -166,7 +186,7 @@ def test_positional_term_is_computed_once_and_shared_by_all_layers():
 @torch.no_grad()
 def test_zero_positional_projections_reduce_to_twt_without_positions():
     m = model(seed=3, untied_pos_scale="standard", norm_type="scalenorm", fixnorm=True)
-    base = build_model("transformer_twt_small", vocab=V, seed=0, no_token_positional_embeddings=True,
+    base = build_model("transformer_twt_bench", vocab=V, seed=0, no_token_positional_embeddings=True,
                        norm_type="scalenorm", fixnorm=True, **TINY)
     res = base.load_state_dict(m.state_dict(), strict=False)
     assert not res.missing_keys and all(".pos_" in k or "positions" in k for k in res.unexpected_keys)
@@ -225,12 +245,12 @@ def test_incremental_decoding_equals_full(arch):
 
 
 def test_archs_and_parameters():
-    m = build_model("transformer_untied_pos_small", vocab=V, device="meta")
-    twt = build_model("transformer_twt_small", vocab=V, device="meta")
+    m = build_model("transformer_untied_pos_bench", vocab=V, device="meta")
+    twt = build_model("transformer_twt_bench", vocab=V, device="meta")
     n = lambda mod: sum(p.numel() for p in mod.parameters())  # noqa: E731
     assert m.encoder.embed_positions is None and m.decoder.embed_positions is None
     assert n(m) - n(twt) == 3 * 2 * 256 * 256  # W'_q, W'_k for enc self, dec self, cross
-    r = build_model("transformer_untied_pos_random_small", vocab=V, device="meta")
+    r = build_model("transformer_untied_pos_random_bench", vocab=V, device="meta")
     assert n(r) - n(m) == 1024 * 256 + 1024 * 256  # a learned position table per stack
     t = build_model("twt_random_untied_pos", vocab=V, device="meta")
     assert t.decoder.positions.kind == "random" and t.encoder.layers[0].self_attn.embed_dim == 512
@@ -248,7 +268,7 @@ TINY_CLI = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-d
 
 @pytest.mark.parametrize("arch,extra", [
     ("twt_untied_pos", ["--dropout", "0.1"]),
-    ("transformer_untied_pos_random_small", ["--target-vocab-mask", "train"]),
+    ("transformer_untied_pos_random_bench", ["--target-vocab-mask", "train"]),
 ])
 def test_cli_train_and_generate(tiny_bin, tmp_path, arch, extra):
     ckpt = train(tiny_bin, tmp_path, ["--arch", arch, *TINY_CLI, *extra],

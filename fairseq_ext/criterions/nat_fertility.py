@@ -1,4 +1,5 @@
-"""``nat_fertility_loss``: training and fine-tuning losses of the fertility NAT (Gu 2018 §8.4).
+"""``nat_fertility_loss``: training and fine-tuning losses of the fertility NAT (Gu's thesis, §8.4;
+references in :mod:`fairseq_ext.models.nat_fertility`).
 
 **Supervised training** (Eq. 8.9).  With the deterministic external fertility model q (alignments of the
 distilled pairs) the variational bound reduces to two supervised terms::
@@ -6,11 +7,13 @@ distilled pairs) the variational bound reduces to two supervised terms::
     L_KD = −Σ_t log p(y_t | x_1{f_1}, …, x_{T'}{f_{T'}})   [translation loss]
            −Σ_{t'} log p_F(f_{t'} | x_{1:T'})               [fertility loss],   f ~ q          (8.9)
 
-Each term is a mean (over target tokens, resp. source words) as in fairseq's ``nat_loss``; the fertility
-target is clamped to L−1; ``--fertility-loss-factor`` weights it (1 in the thesis), ``--label-smoothing``
-smooths the translation term (0 in the thesis).
+Each term is one term of fairseq's ``nat_loss`` (a mean over target tokens, resp. source words, computed by
+``LabelSmoothedDualImitationCriterion._compute_loss``, which this criterion inherits); the fertility target
+is clamped to L−1; ``--fertility-loss-factor`` weights it (1 in the thesis), ``--label-smoothing`` smooths
+the translation term (0 in the thesis).
 
-**Fine-tuning** (``--finetune``; Eq. 8.11 as corrected in spec 004b §3.9.11)::
+**Fine-tuning** (``--finetune``; Eq. 8.11, written as a loss to minimise: Eq. 8.10 as printed is
+Σ_t Σ_y p_NA · log p_AR, the negative of the cross-entropy below, so it enters with a minus sign)::
 
     L_RKL(f) = −Σ_t Σ_y p_NA(y | x, f) · log p_AR(y | ŷ_{<t}, x),   ŷ = G(x, f)          (8.10, as a loss)
     L_FT = λ·( E_{f∼p_F}[L_RKL(f) − L_RKL(f̄)]  +  E_{f∼q}[L_RKL(f)] ) + (1 − λ)·L_KD      (8.11)
@@ -22,13 +25,16 @@ smooths the translation term (0 in the thesis).
 * **L_RL** is REINFORCE on the fertility predictor: one f ~ p_F per sentence, baseline f̄ = the average
   fertility (Eq. 8.6); the cost of each sequence is its length-normalised L_RKL; the surrogate is
   ``scale · (cost(f) − cost(f̄)) · Σ_{t'} log p_F(f_{t'})`` (gradient of E_f[cost]); ``--ft-rl-center``
-  subtracts the batch mean of the advantage and ``--ft-rl-scale`` scales it (the released code: 0.1);
+  subtracts the batch mean of the advantage and ``--ft-rl-scale`` scales it (the authors' released code
+  uses 0.1);
 * ``--ft-lambda`` λ = 0.25 (thesis); ``--ft-terms`` picks a subset of ``rl,bp,kd`` (Table 8.3 ablations;
   the missing terms count 0).
 
 The pure functions (:func:`translation_loss`, :func:`fertility_loss`, :func:`reverse_kl`,
 :func:`reinforce_loss`, :func:`finetune_loss`) are the equations and are unit-tested on hand-computed
-values.  ``sample_size`` is 1 (every term is already a mean), as in ``nat_loss``.
+values.  ``sample_size`` is 1 (every term is already a mean), as in ``nat_loss``.  Fertilities are chosen
+and the teacher is run by :mod:`fairseq_ext.modules.nat_fertility`; the model is used through its
+``forward`` and ``decode``.
 """
 import math
 from dataclasses import dataclass, field
@@ -37,46 +43,50 @@ from typing import Dict, Tuple
 import torch
 import torch.nn.functional as F
 from fairseq import utils
-from fairseq.criterions import FairseqCriterion, register_criterion
-from fairseq.dataclass import FairseqDataclass
+from fairseq.criterions import register_criterion
+from fairseq.criterions.nat_loss import (LabelSmoothedDualImitationCriterion,
+                                         LabelSmoothedDualImitationCriterionConfig)
 from fairseq.logging import metrics
 from torch import Tensor
 
-from fairseq_ext.models.nat_fertility import predict_fertility, teacher_log_probs
+from fairseq_ext.modules.nat_fertility import predict_fertility, teacher_log_probs
 
 FT_TERMS = ("rl", "bp", "kd")
 
 
 # ----------------------------------------------------------------------------------------------- equations
+def nat_loss_term(outputs: Tensor, targets: Tensor, mask: Tensor, label_smoothing: float = 0.0
+                  ) -> Tuple[Tensor, Tensor]:
+    """(loss, nll) of one output of fairseq's ``nat_loss``: the mean over the ``mask``ed positions of
+    −log softmax(outputs)[target], label-smoothed with ε as (1 − ε)·nll − ε·mean log p.
+
+    Computed by fairseq's ``LabelSmoothedDualImitationCriterion._compute_loss``, called unbound since it
+    reads no state of its criterion; the outputs are cast to float first (the log-softmax in fp32 under
+    mixed precision).  Only an all-masked batch is handled here: fairseq then returns the integer
+    ``torch.tensor(0)``, which has no graph, where a differentiable float zero is needed."""
+    if not bool(mask.any()):
+        zero = outputs.sum() * 0.0
+        return zero, zero
+    out = LabelSmoothedDualImitationCriterion._compute_loss(None, outputs.float(), targets, mask, label_smoothing)
+    return out["loss"], out["nll_loss"]
+
+
 def translation_loss(logits: Tensor, target: Tensor, mask: Tensor, label_smoothing: float = 0.0
                      ) -> Tuple[Tensor, Tensor]:
     """(loss, nll): mean over the masked positions of −log p(y_t | x, f) (Eq. 8.9, translation term);
-    with label smoothing ε, loss = (1 − ε)·nll − ε·mean_y log p(y)."""
-    if not bool(mask.any()):
-        zero = logits.sum() * 0.0
-        return zero, zero
-    lprobs = F.log_softmax(logits[mask].float(), -1)
-    nll = -lprobs.gather(-1, target[mask].unsqueeze(-1)).squeeze(-1).mean()
-    if label_smoothing > 0:
-        loss = (1 - label_smoothing) * nll - label_smoothing * lprobs.mean()
-    else:
-        loss = nll
-    return loss, nll
+    with label smoothing ε, loss = (1 − ε)·nll − ε·mean_y log p(y) (:func:`nat_loss_term`)."""
+    return nat_loss_term(logits, target, mask, label_smoothing)
 
 
 def fertility_loss(fertility_logits: Tensor, fertility: Tensor, mask: Tensor) -> Tensor:
     """Mean over the source words of −log p_F(f_{t'} | x) (Eq. 8.9, fertility term); targets are clamped
-    to the largest class L−1."""
-    if not bool(mask.any()):
-        return fertility_logits.sum() * 0.0
+    to the largest class L−1 (:func:`nat_loss_term`)."""
     L = fertility_logits.size(-1)
-    lprobs = F.log_softmax(fertility_logits[mask].float(), -1)
-    tgt = fertility[mask].long().clamp(0, L - 1)
-    return -lprobs.gather(-1, tgt.unsqueeze(-1)).squeeze(-1).mean()
+    return nat_loss_term(fertility_logits, fertility.long().clamp(0, L - 1), mask)[0]
 
 
 def reverse_kl(student_logits: Tensor, teacher_lprobs: Tensor, mask: Tensor) -> Tensor:
-    """Per position (B, T): −Σ_y p_NA(y) · log p_AR(y) (Eq. 8.10 with the loss sign, spec §3.9.11);
+    """Per position (B, T): −Σ_y p_NA(y) · log p_AR(y) (Eq. 8.10 with the sign of a loss);
     ``teacher_lprobs`` is treated as a constant; 0 at masked positions."""
     p = F.softmax(student_logits.float(), -1)
     return -(p * teacher_lprobs.detach().float()).sum(-1).masked_fill(~mask, 0.0)
@@ -103,9 +113,10 @@ def finetune_loss(l_rl: Tensor, l_bp: Tensor, l_kd: Tensor, lam: float = 0.25, t
 
 # ----------------------------------------------------------------------------------------------- criterion
 @dataclass
-class NATFertilityLossConfig(FairseqDataclass):
-    label_smoothing: float = field(
-        default=0.0, metadata={"help": "label smoothing of the translation loss (the thesis uses none)"})
+class NATFertilityLossConfig(LabelSmoothedDualImitationCriterionConfig):
+    """``nat_loss``'s options (``--label-smoothing``, of the translation loss: the thesis uses none) and
+    this criterion's."""
+
     fertility_loss_factor: float = field(
         default=1.0, metadata={"help": "weight of the fertility loss in L_KD (Eq. 8.9: 1)"})
     finetune: bool = field(
@@ -114,21 +125,27 @@ class NATFertilityLossConfig(FairseqDataclass):
     ft_lambda: float = field(default=0.25, metadata={"help": "λ of Eq. 8.11 (0.25 in the thesis)"})
     ft_terms: str = field(
         default="rl,bp,kd", metadata={"help": "comma-separated subset of rl,bp,kd (ablations of Table 8.3)"})
-    ft_rl_scale: float = field(default=1.0, metadata={"help": "scale of the REINFORCE advantage ([C]: 0.1)"})
+    ft_rl_scale: float = field(
+        default=1.0, metadata={"help": "scale of the REINFORCE advantage (the authors' released code: 0.1)"})
     ft_rl_center: bool = field(
-        default=False, metadata={"help": "subtract the batch mean from the REINFORCE advantage ([C])"})
+        default=False,
+        metadata={"help": "subtract the batch mean from the REINFORCE advantage (as the authors' released code does)"})
     ft_rl_temperature: float = field(
         default=1.0, metadata={"help": "temperature of p_F when sampling the REINFORCE fertilities"})
 
 
 @register_criterion("nat_fertility_loss", dataclass=NATFertilityLossConfig)
-class NATFertilityLoss(FairseqCriterion):
-    """Eq. 8.9 (supervised) or Eq. 8.11 (``--finetune``); see the module docstring."""
+class NATFertilityLoss(LabelSmoothedDualImitationCriterion):
+    """Eq. 8.9 (supervised) or Eq. 8.11 (``--finetune``); see the module docstring.
+
+    fairseq's ``nat_loss`` plus a fertility term and the fine-tuning terms: its options
+    (``--label-smoothing``) and its per-output loss (``_compute_loss``, through :func:`nat_loss_term`) are
+    fairseq's; ``forward`` (fairseq's expects ``prev_target`` and sums every output of the model) and
+    ``reduce_metrics`` (which logs the fertility and fine-tuning terms) are this family's."""
 
     def __init__(self, task, label_smoothing=0.0, fertility_loss_factor=1.0, finetune=False, ft_lambda=0.25,
                  ft_terms="rl,bp,kd", ft_rl_scale=1.0, ft_rl_center=False, ft_rl_temperature=1.0):
-        super().__init__(task)
-        self.label_smoothing = label_smoothing
+        super().__init__(task, label_smoothing)
         self.fertility_loss_factor = fertility_loss_factor
         self.finetune = finetune
         self.ft_lambda = ft_lambda
@@ -159,7 +176,7 @@ class NATFertilityLoss(FairseqCriterion):
         target = sample["target"]
         fertility = sample.get("fertility")
         if fertility is None and model.decoder_input_mode == "copy-fertility":
-            raise ValueError("nat_fertility_loss needs fertilities: run python -m fairseq_ext.data.fertility "
+            raise ValueError("nat_fertility_loss needs fertilities: run python -m fairseq_ext.tools.fertility "
                              "on the data folder (task translation_fertility)")
         out = model(src_tokens, src_lengths, fertility=fertility, tgt_tokens=target)
         word, fert = out["word_ins"], out["fertility"]
@@ -220,7 +237,3 @@ class NATFertilityLoss(FairseqCriterion):
                 div = 1.0 if key == "rl" else math.log(2)
                 metrics.log_scalar(key, val / n / div, n, round=3)
         metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["nll_loss"].avg))
-
-    @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True

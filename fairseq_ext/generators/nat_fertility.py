@@ -1,4 +1,5 @@
-"""Decoding the fertility NAT (Gu 2018 §8.3.4): argmax, average, noisy and exact parallel decoding.
+"""Decoding the fertility NAT (Gu's thesis, §8.3.4; references in :mod:`fairseq_ext.models.nat_fertility`):
+argmax, average, noisy and exact parallel decoding.
 
 Given fertilities f̂ the translation factorises, so decoding is one parallel decoder pass and a per-position
 argmax, Ŷ = G(x_{1:T'}, f̂_{1:T'}; θ).  The fertilities come from
@@ -7,41 +8,212 @@ argmax, Ŷ = G(x_{1:T'}, f̂_{1:T'}; θ).  The fertilities come from
 * **average** (Eq. 8.6): f̂_{t'} = Round(Σ_f p_F(f_{t'} | x_{1:T'})·f) (classes 0..L−1);
 * **noisy parallel decoding, NPD** (Eq. 8.7): Ŷ_NPD = G(x, argmax_{f∼p_F} p_AR(G(x, f) | X)) — s
   fertility sequences are sampled from p_F, all s·B candidates are decoded in one batch, and the frozen
-  autoregressive teacher scores them in one teacher-forced pass (mean token log-probability by default,
-  spec §3.9.14; ``--npd-score-eos`` adds ⟨eos⟩, ``--npd-no-length-norm`` ranks by the total); the best
-  candidate of each sentence is kept.  s counts sampled sequences only (the argmax one is not added).
-  Sampling uses torch's global RNG, so ``fairseq-generate --seed`` makes NPD reproducible;
+  autoregressive teacher scores them in one teacher-forced pass (by default the mean token log-probability,
+  i.e. length-normalised, a choice the thesis leaves open; ``--npd-score-eos`` adds ⟨eos⟩,
+  ``--npd-no-length-norm`` ranks by the total); the best candidate of each sentence is kept.  s counts
+  sampled sequences only (the argmax one is not added).  Sampling uses torch's global RNG, so
+  ``fairseq-generate --seed`` makes NPD reproducible;
 * **exact parallel decoding, EPD** (Eq. 8.8): Ŷ_EPD = G(x, argmax_{f ∈ argsort^K p_F} p_AR(G(x, f) | X)) —
   the K most probable fertility sequences under the factorised p_F (heap search, duplicates after the
-  length cap removed: :func:`~fairseq_ext.models.nat_fertility.topk_fertility`; the argmax sequence comes
-  first, so K = 1 is argmax decoding) instead of samples, then the same batched decoding and teacher
-  rescoring as NPD.  Deterministic.
+  length cap removed: :func:`topk_fertility`; the argmax sequence comes first, so K = 1 is argmax decoding)
+  instead of samples, then the same batched decoding and teacher rescoring as NPD.  Deterministic.
 
-The teacher's rescoring keeps only the candidates' own tokens' log-probabilities; the vocabulary
-log-softmax runs on ``rescore_batch`` candidates at a time (0: all at once), which bounds its memory and
-does not change the scores.
+The pieces, in the order :meth:`NATFertilityGenerator.generate` uses them:
 
-In every mode Σf̂ is capped at ``max_len_ratio``·T' and an all-zero f̂ gets one word (spec §3.9.9); models
-trained with ``--decoder-input uniform|positional`` use Σf̂ as the output length unless ``oracle_length``.
+1. the model's public interface: ``model.encoder``, ``model.fertility_logits``, ``model.source_mask``;
+2. the fertility search — :func:`~fairseq_ext.modules.nat_fertility.predict_fertility` (argmax, average,
+   NPD samples) or :func:`topk_fertility` (EPD);
+3. ``model.decode`` (one parallel pass over every candidate);
+4. with NPD/EPD, the rescoring step :func:`teacher_sequence_scores` — "score candidate target sequences with
+   a teacher model, length-normalised, chunked by ``--rescore-batch``" — through
+   :meth:`NATFertilityGenerator.score_candidates`, its only caller, and :func:`best_per_sentence`.
+   It keeps only the candidates' own tokens' log-probabilities; the vocabulary log-softmax runs on
+   ``rescore_batch`` candidates at a time (0: all at once), which bounds its memory and does not change the
+   scores.
+
+In every mode Σf̂ is capped at ``max_len_ratio``·T' and an all-zero f̂ gets one word
+(:func:`~fairseq_ext.modules.nat_fertility.constrain_fertility`); models trained with ``--decoder-input
+uniform|positional`` use Σf̂ as the output length unless ``oracle_length``.
 
 Used through ``task.build_generator`` of ``translation_fertility`` (so ``fairseq-generate`` works unchanged);
 hypotheses carry ``tokens`` (+⟨eos⟩), the student's mean log-probability as ``score``, per-token
 ``positional_scores``, the ``fertility`` used and, with NPD/EPD, the teacher's ``teacher_score`` and the
 number of ``candidates`` it chose from.
 """
+import heapq
+import itertools
 import logging
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq_ext.models.nat_fertility import predict_fertility, teacher_sequence_scores, topk_fertility
+from fairseq_ext.modules.nat_fertility import (constrain_fertility, fertility_cap, predict_fertility,
+                                               teacher_features, teacher_output_log_probs)
 
 logger = logging.getLogger(__name__)
 
 DECODING = ("argmax", "average", "epd")
 
 
+# ----------------------------------------------------------------------------------------------- EPD search
+def fertility_sequences_by_probability(log_probs: Tensor, cap: Optional[int] = None
+                                       ) -> Iterator[Tuple[float, Tuple[int, ...]]]:
+    """Every fertility sequence f_{1:T'} with its log p_F(f_{1:T'}) = Σ_{t'} log p_F(f_{t'}), in order of
+    non-increasing probability — the argsort of Eq. 8.8 over the factorised p_F, enumerated lazily.
+
+    ``log_probs`` (T', L): per-word log p_F over the classes 0..L−1.  Heap-based search over the per-word
+    fertilities sorted by log-probability (as ``topK_search`` of the authors' released code): a state holds
+    one rank per word, the root is all ranks 0 (the argmax sequence, Eq. 8.5, ties to the smaller fertility as
+    ``argmax``), and a state's successors raise one rank at or after the last raised word — every rank vector
+    then has exactly one parent (lower its last non-zero rank), so no sequence is generated twice and no
+    duplicate check is needed, and a successor is never more probable than its parent, so the heap pops in
+    probability order. Sums are in float64; equal probabilities come out in push order.
+
+    With ``cap`` (the output-length cap Σf ≤ cap), sequences that the cap makes identical to a more probable
+    one already yielded are skipped where that is cheap to see: a state's descendants only change words at
+    or after its last raised one, so none is raised at a word whose predecessors already sum to ≥ cap (every
+    such descendant truncates to the state's own sequence).  The rest are yielded."""
+    lp = log_probs.detach().double().cpu()
+    n = lp.size(0)
+    if n == 0:
+        yield 0.0, ()
+        return
+    sorted_lp, order = lp.sort(dim=-1, descending=True, stable=True)
+    vals, classes = sorted_lp.tolist(), order.tolist()
+    L = len(vals[0])
+    root = (0,) * n
+    heap = [(-sum(v[0] for v in vals), 0, root, 0)]  # (−log p, push counter, ranks, first raisable word)
+    pushed = 1
+    while heap:
+        neg, _, ranks, start = heapq.heappop(heap)
+        f = tuple(c[r] for c, r in zip(classes, ranks))
+        yield -neg, f
+        before = sum(f[:start])  # Σ of the words before j
+        for j in range(start, n):
+            if cap is not None and before >= cap:
+                break
+            r = ranks[j] + 1
+            if r < L:
+                heapq.heappush(heap, (neg + vals[j][r - 1] - vals[j][r], pushed, ranks[:j] + (r,) + ranks[j + 1:], j))
+                pushed += 1
+            before += f[j]
+
+
+def topk_fertility(fertility_logits: Tensor, src_mask: Tensor, k: int, max_len_ratio: float = 2.0,
+                   max_length: Optional[int] = None, max_examined: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+    """Exact parallel decoding's candidates (Eq. 8.8): the K most probable fertility sequences of every
+    sentence under the factorised p_F (logits (B, S, L)), as decodable sequences.
+
+    Sequences come from :func:`fertility_sequences_by_probability` over the real words (``src_mask``) and
+    go through :func:`constrain_fertility` (Σf ≤ ``max_len_ratio``·T', no empty output), after which
+    duplicates are removed: two sequences that differ only beyond the length cap decode identically, so
+    only the more probable one is kept and the search goes on to the next (the search itself skips most
+    such sequences).  The first candidate of each sentence is therefore the argmax one (Eq. 8.5, what
+    ``predict_fertility(.., "argmax")`` returns).  At most ``max_examined`` (default 100·K) sequences are
+    examined per sentence, so a sentence may get fewer than K candidates (e.g. a one-word source under
+    the cap Σf ≤ 2 has only two).
+
+    Returns ``fertility`` (N, S) and ``index`` (N,), the sentence of every candidate, in sentence order
+    and, within a sentence, in order of decreasing probability."""
+    if k < 1:
+        raise ValueError(f"EPD needs K >= 1, got {k}")
+    budget = max_examined or 100 * k
+    logits = fertility_logits.detach().float().cpu()
+    mask = src_mask.cpu()
+    log_probs = logits.double().log_softmax(-1)  # float64: no ties that the float logits do not have
+    B, S, _ = logits.shape
+    rows, index = [], []
+    caps = fertility_cap(mask, max_len_ratio, max_length).tolist()
+    for b in range(B):
+        words = mask[b].nonzero().flatten()
+        sequences = fertility_sequences_by_probability(log_probs[b, words], cap=caps[b])
+        seen, examined = set(), 0
+        while len(seen) < k and examined < budget:
+            raw = [f for _, f in itertools.islice(sequences, min(k, budget - examined))]
+            if not raw:
+                break
+            examined += len(raw)
+            f = torch.zeros(len(raw), S, dtype=torch.long)
+            f[:, words] = torch.tensor(raw, dtype=torch.long).view(len(raw), -1)
+            f = constrain_fertility(f, logits[b].expand(len(raw), -1, -1), mask[b].expand(len(raw), -1),
+                                    max_len_ratio, max_length)
+            for row in f.tolist():
+                key = tuple(row)
+                if key not in seen and len(seen) < k:
+                    seen.add(key)
+                    rows.append(row)
+                    index.append(b)
+    device = fertility_logits.device
+    return (torch.tensor(rows, dtype=torch.long, device=device).view(-1, S),
+            torch.tensor(index, dtype=torch.long, device=device))
+
+
+# ----------------------------------------------------------------------------------------------- rescoring
+def hypothesis_log_probs(token_lprobs: Tensor, hyp_tokens: Tensor, hyp_mask: Tensor,
+                         eos: Optional[int] = None) -> Tuple[Tensor, Optional[Tensor]]:
+    """(log p(ŷ_t) (N, T), 0 at padding; log p(⟨eos⟩ | ŷ) (N,) with ``eos``, else None) gathered from
+    (N, ≥T+1, V) log-probs laid out as :func:`~fairseq_ext.modules.nat_fertility.teacher_log_probs`'."""
+    T = hyp_tokens.size(1)
+    tok = token_lprobs[:, :T].gather(-1, hyp_tokens.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    tok = tok.masked_fill(~hyp_mask, 0.0)
+    eos_lp = None
+    if eos is not None:
+        rows = torch.arange(hyp_tokens.size(0), device=hyp_tokens.device)
+        eos_lp = token_lprobs[rows, hyp_mask.sum(1), eos]
+    return tok, eos_lp
+
+
+def _combine_scores(tok: Tensor, hyp_mask: Tensor, eos_lp: Optional[Tensor], length_normalize: bool) -> Tensor:
+    total = tok.sum(1)
+    n = hyp_mask.sum(1).float()
+    if eos_lp is not None:
+        total = total + eos_lp
+        n = n + 1
+    return total / n.clamp(min=1) if length_normalize else total
+
+
+def sequence_scores(token_lprobs: Tensor, hyp_tokens: Tensor, hyp_mask: Tensor, eos: Optional[int] = None,
+                    length_normalize: bool = True) -> Tensor:
+    """Σ_t log p(ŷ_t) (÷ length when ``length_normalize``, the NPD/EPD default) from (N, T+1, V) teacher
+    log-probs; with ``eos`` the ⟨eos⟩ after the last token is scored too.  The unchunked reference of
+    :func:`teacher_sequence_scores`."""
+    tok, eos_lp = hypothesis_log_probs(token_lprobs, hyp_tokens, hyp_mask, eos)
+    return _combine_scores(tok, hyp_mask, eos_lp, length_normalize)
+
+
+@torch.no_grad()
+def teacher_sequence_scores(teacher, src_tokens: Tensor, src_lengths: Tensor, hyp_tokens: Tensor,
+                            hyp_mask: Tensor, index: Optional[Tensor] = None, eos: Optional[int] = None,
+                            length_normalize: bool = True, chunk: int = 0) -> Tensor:
+    """The teacher's score p_AR(ŷ | X) of every candidate (N,) — the rescoring of NPD (Eq. 8.7) and EPD
+    (Eq. 8.8); the value of :func:`sequence_scores` on
+    :func:`~fairseq_ext.modules.nat_fertility.teacher_log_probs`.  The generator's one rescoring step (a
+    sentence's candidates are rows with the same ``index``), kept separate so that a shared
+    "sample candidates, rescore with a scorer model" implementation can take its place.
+
+    The decoder runs once over all candidates, but the output layer and the log-softmax over the
+    vocabulary run on ``chunk`` candidates at a time (0: all), trimmed to the chunk's longest candidate, and
+    only the candidates' own tokens' log-probabilities are kept, so the (N, T+1, V) log-probs are never
+    held at once: peak memory is ``chunk``·(T+1)·V floats.  The chunking does not change a row's value."""
+    features, extra = teacher_features(teacher, src_tokens, src_lengths, hyp_tokens, hyp_mask, index)
+    N, T = hyp_tokens.shape
+    step = chunk if chunk and chunk > 0 else max(N, 1)
+    toks, eoss = [], []
+    for a in range(0, N, step):
+        mask = hyp_mask[a:a + step]
+        t = int(mask.sum(1).max()) if mask.numel() else 0
+        lprobs = teacher_output_log_probs(teacher, features[a:a + step, :t + 1], extra)
+        tok, eos_lp = hypothesis_log_probs(lprobs, hyp_tokens[a:a + step, :t], mask[:, :t], eos)
+        toks.append(F.pad(tok, (0, T - t)))
+        eoss.append(eos_lp)
+    tok = torch.cat(toks) if toks else hyp_tokens.new_zeros(0, T, dtype=torch.float)
+    eos_lp = torch.cat(eoss) if eos is not None and eoss else None
+    return _combine_scores(tok, hyp_mask, eos_lp, length_normalize)
+
+
+# ----------------------------------------------------------------------------------------------- generator
 def best_per_sentence(scores: Tensor, index: Tensor, n_sentences: int) -> Tensor:
     """(n_sentences,) the row of the highest score among the rows ``index`` assigns to each sentence (the
     first of equal scores; NaN counts as −inf); every sentence needs at least one row."""
@@ -53,7 +225,8 @@ def best_per_sentence(scores: Tensor, index: Tensor, n_sentences: int) -> Tensor
 
 
 class NATFertilityGenerator:
-    """fairseq-style generator (``generate(models, sample)``) for ``nat_fertility`` models."""
+    """fairseq-style generator (``generate(models, sample)``) for ``nat_fertility`` models; see the module
+    docstring.  It calls only the model's public methods; the model never calls back."""
 
     def __init__(self, tgt_dict, fertility_decoding: str = "argmax", npd_samples: int = 0, teacher=None,
                  npd_temperature: float = 1.0, npd_score_eos: bool = False, npd_length_normalize: bool = True,
@@ -81,8 +254,27 @@ class NATFertilityGenerator:
         self.rescore_batch = rescore_batch
         self.symbols_to_strip_from_output = {tgt_dict.bos(), tgt_dict.eos()}
 
-    def _cap(self, model) -> Optional[int]:
-        return getattr(model.decoder, "max_target_positions", None)
+    @property
+    def rescores(self) -> bool:
+        """Noisy (Eq. 8.7) or exact (Eq. 8.8) parallel decoding: several candidates, rescored by the teacher."""
+        return self.npd_samples > 0 or self.fertility_decoding == "epd"
+
+    # -- fertility search ------------------------------------------------------------------------
+    def fertility(self, fert_logits: Tensor, src_mask: Tensor, cap: Optional[int]) -> Tensor:
+        """One fertility sequence per sentence (B, S): argmax (Eq. 8.5) or average (Eq. 8.6)."""
+        return predict_fertility(fert_logits, src_mask, self.fertility_decoding, self.max_len_ratio, cap)
+
+    def candidate_fertilities(self, fert_logits: Tensor, src_mask: Tensor, cap: Optional[int]
+                              ) -> Tuple[Tensor, Tensor]:
+        """(fertility (N, S), index (N,)): the candidate fertility sequences and the sentence of each — s
+        samples per sentence (NPD, Eq. 8.7) or the K most probable sequences (EPD, Eq. 8.8)."""
+        if self.npd_samples > 0:
+            B = fert_logits.size(0)
+            index = torch.arange(B, device=fert_logits.device).repeat_interleave(self.npd_samples)
+            fertility = predict_fertility(fert_logits[index], src_mask[index], "sample", self.max_len_ratio, cap,
+                                          temperature=self.npd_temperature)
+            return fertility, index
+        return topk_fertility(fert_logits, src_mask, self.epd_topk, self.max_len_ratio, cap)
 
     def _oracle(self, model, sample, src_mask):
         """(fertility, lengths) from the reference for ``oracle_length``."""
@@ -94,9 +286,11 @@ class NATFertilityGenerator:
             raise ValueError("--oracle-length needs references")
         return None, sample["target"].ne(self.pad).sum(1)
 
+    # -- rescoring -------------------------------------------------------------------------------
     def score_candidates(self, src_tokens: Tensor, src_lengths: Tensor, tokens: Tensor, mask: Tensor,
                          index: Tensor) -> Tensor:
-        """The teacher's score of every candidate (N,); row n translates source ``index[n]``."""
+        """The teacher's score of every candidate (N,); row n translates source ``index[n]``
+        (:func:`teacher_sequence_scores` with this generator's settings)."""
         teacher = self.teacher
         if next(teacher.parameters()).device != tokens.device:
             teacher.to(tokens.device)
@@ -119,6 +313,7 @@ class NATFertilityGenerator:
         candidates = torch.bincount(index, minlength=B)
         return tokens[chosen], scores[chosen], mask[chosen], fertility[chosen], t_scores[chosen], candidates
 
+    # -- decoding --------------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, models, sample: Dict, prefix_tokens=None, constraints=None, **kwargs) -> List[List[Dict]]:
         if len(models) != 1:
@@ -131,27 +326,19 @@ class NATFertilityGenerator:
         encoder_out = model.encoder(src_tokens, src_lengths=src_lengths)
         fert_logits = model.fertility_logits(encoder_out)
         src_mask = model.source_mask(src_tokens)
-        cap = self._cap(model)
+        cap = getattr(model.decoder, "max_target_positions", None)
         teacher_score = candidates = None
 
-        if self.npd_samples > 0 or self.fertility_decoding == "epd":
-            if self.npd_samples > 0:  # Eq. 8.7: s sampled sequences per sentence
-                index = torch.arange(B, device=src_tokens.device).repeat_interleave(self.npd_samples)
-                fertility = predict_fertility(fert_logits[index], src_mask[index], "sample", self.max_len_ratio,
-                                              cap, temperature=self.npd_temperature)
-            else:  # Eq. 8.8: the K most probable sequences per sentence
-                fertility, index = topk_fertility(fert_logits, src_mask, self.epd_topk, self.max_len_ratio, cap)
+        if self.rescores:
+            fertility, index = self.candidate_fertilities(fert_logits, src_mask, cap)
             tokens, scores, mask, fertility, teacher_score, candidates = self.rescore(
                 model, encoder_out, src_tokens, src_lengths, fertility, index)
         else:
-            lengths = None
+            fertility = lengths = None
             if self.oracle_length:
                 fertility, lengths = self._oracle(model, sample, src_mask)
-                if fertility is None:
-                    fertility = predict_fertility(fert_logits, src_mask, self.fertility_decoding,
-                                                  self.max_len_ratio, cap)
-            else:
-                fertility = predict_fertility(fert_logits, src_mask, self.fertility_decoding, self.max_len_ratio, cap)
+            if fertility is None:
+                fertility = self.fertility(fert_logits, src_mask, cap)
             logits, mask = model.decode(encoder_out, src_tokens, fertility=fertility, lengths=lengths)
             scores, tokens = torch.log_softmax(logits.float(), -1).max(-1)
 

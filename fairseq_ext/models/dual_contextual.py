@@ -6,16 +6,19 @@ Eqs. 5.4-5.7).  Encoder layer: ``z_f = DC(H_e^{l-1})``, ``H_e^l = LN(FFN(z_f) + 
 layer: ``z_f = DC(H_d^{l-1})`` (causal), then the usual encoder-decoder attention and FFN.
 Everything else (embeddings, FFNs, encoder-decoder attention, LayerNorm placement) is fairseq's.
 
-Options: ``--dc-kernel-size f`` (default 2, [P] §5.2), ``--encoder-dc-layers`` /
+Options: ``--dc-kernel-size f`` (default 2, §5.2 of the paper), ``--encoder-dc-layers`` /
 ``--decoder-dc-layers`` (``all``, ``none``, a range ``i-j`` or a list ``i,j``; 1-based),
 ``--dc-encoder-conv-padding same|left|right`` and ``--dc-fi-out-proj`` (an output projection in
 each FI unit; not in the thesis — the parameter counts exclude it).
 
 Architectures (thesis system -> arch) for ``wmt_en_de`` (base), ``iwslt_small`` and ``bench``
-(see :mod:`fairseq_ext.models.joint_attention`): Enc-DC ``transformer_enc_dc_*`` (DC in every
+(the shapes of :mod:`fairseq_ext.modules.arch_utils`): Enc-DC ``transformer_enc_dc_*`` (DC in every
 encoder layer; the thesis' recommended variant), Dec-DC ``transformer_dec_dc_*``, Full-DC
 ``transformer_full_dc_*``.  The encoder layer-range variants ``[i-j]`` of Table 5.6 are
 ``--arch transformer_enc_dc_wmt_en_de --encoder-dc-layers i-j``.
+
+References: I. K. E. Ampomah, S. McClean, G. Hawe, "Dual contextual module for neural machine
+translation", Machine Translation 35, 2021; and Ampomah's thesis (see :mod:`fairseq_ext.models.joint_attention`).
 """
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -27,7 +30,7 @@ from fairseq.models.transformer import (
 )
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from fairseq_ext.models.joint_attention import BASES, _default, parse_layer_set, wrap_layer
+from fairseq_ext.modules.arch_utils import SHAPES, parse_layer_set, register_shaped, set_default, wrap_layer
 from fairseq_ext.modules.dual_contextual import PADDINGS, DualContextual
 
 
@@ -118,11 +121,11 @@ class TransformerDCModel(TransformerModel):
 
 
 def dc_defaults(args, encoder: str = "all", decoder: str = "none") -> None:
-    _default(args, "dc_kernel_size", 2)
-    _default(args, "encoder_dc_layers", encoder)
-    _default(args, "decoder_dc_layers", decoder)
-    _default(args, "dc_encoder_conv_padding", "same")
-    _default(args, "dc_fi_out_proj", False)
+    set_default(args, "dc_kernel_size", 2)
+    set_default(args, "encoder_dc_layers", encoder)
+    set_default(args, "decoder_dc_layers", decoder)
+    set_default(args, "dc_encoder_conv_padding", "same")
+    set_default(args, "dc_fi_out_proj", False)
 
 
 @register_model_architecture("transformer_dc", "transformer_dc")
@@ -135,15 +138,14 @@ def transformer_dc(args):
 PLACEMENTS = {"enc": ("all", "none"), "dec": ("none", "all"), "full": ("all", "all")}
 
 
-def _dc_arch(encoder, decoder, base):
+def dc_arch(encoder, decoder):
     def arch(args):
+        """A DC placement on fairseq's transformer."""
         dc_defaults(args, encoder, decoder)
-        base(args)
+        base_architecture(args)
 
     return arch
 
 
-for _p, (_enc, _dec) in PLACEMENTS.items():
-    for _b, _base in BASES.items():
-        register_model_architecture("transformer_dc", f"transformer_{_p}_dc_{_b}")(
-            _dc_arch(_enc, _dec, _base))
+for _p, (_enc, _dec) in PLACEMENTS.items():  # transformer_{enc,dec,full}_dc_{bench,iwslt_small,wmt_en_de}
+    register_shaped("transformer_dc", f"transformer_{_p}_dc", dc_arch(_enc, _dec), shapes=tuple(SHAPES))

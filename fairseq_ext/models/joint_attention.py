@@ -21,19 +21,22 @@ top n changes nothing.  With PreNorm (``--encoder-normalize-before``) every expo
 through the encoder's final LayerNorm (shared, no new parameters), as ``H_e^L`` does.
 
 Architectures (thesis system -> arch), each for ``wmt_en_de`` (base 6+6, 512/2048/8), ``iwslt_small``
-(4+4, 256/1024/4) and ``bench`` (3+3, 256/1024/4, PreNorm; the repo's TRANSFORMER_SMALL), all with
+(4+4, 256/1024/4) and ``bench`` (3+3, 256/1024/4, PreNorm; :mod:`fairseq_ext.modules.arch_utils`), all with
 three-way tied embeddings: S-Agg ``transformer_jas_sagg_*``, Iter-S-Agg ``transformer_jas_iter_sagg_*``,
 C-Agg ``transformer_jas_cagg_*``, Iter-C-Agg ``transformer_jas_iter_cagg_*``, M-00/01/10/11
 ``transformer_jas_m00_*`` ... ``transformer_jas_m11_*``.  Baselines on the ``transformer`` model:
 ``transformer_iwslt_small`` (the IWSLT "small" baseline, d_ff 1024), B1 ``transformer_wmt_en_de_ffn4096``
 and B2 ``transformer_wmt_en_de_10l`` (Sec. 3.5.2 complexity controls).
+
+Reference: I. K. E. Ampomah, "Sentence Representation Learning and Generation for Neural Machine
+Translation", PhD thesis, Ulster University, 2020 (ch. 3-5 for this family and the ``transformer_ms``
+and ``transformer_dc`` models).
 """
 from typing import Dict, List, Optional
 
 import torch
 from torch import Tensor
 
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -42,7 +45,6 @@ from fairseq.models.transformer import (
     TransformerModel,
     base_architecture,
 )
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 from fairseq_ext.modules.layer_aggregation import (
@@ -50,46 +52,11 @@ from fairseq_ext.modules.layer_aggregation import (
     LayerAggregation,
     MultiLayerMultiheadAttention,
 )
-from fairseq_ext.modules.arch_utils import set_default
+from fairseq_ext.modules.arch_utils import (
+    SHAPES, apply_shape, parse_layer_set, register_shaped, set_default, wrap_layer,
+)
 
 JAS_STRATEGIES = ("none",) + STRATEGIES + ("mlmha",)
-
-
-def parse_layer_set(spec, num_layers: int, what: str = "layers") -> List[int]:
-    """``"1,3"``, ``"2-4"``, ``"all"``, ``"none"``/``""``/None -> sorted 1-based layer indices."""
-    if spec is None:
-        return []
-    if isinstance(spec, int):
-        spec = str(spec)
-    if isinstance(spec, (list, tuple)):
-        spec = ",".join(str(s) for s in spec)
-    spec = str(spec).strip().strip("[]").replace(" ", "")
-    if spec.lower() in ("", "none", "0"):
-        return []
-    if spec.lower() == "all":
-        return list(range(1, num_layers + 1))
-    out = set()
-    for part in spec.split(","):
-        if not part:
-            continue
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.update(range(int(a), int(b) + 1))
-        else:
-            out.add(int(part))
-    bad = [i for i in out if not 1 <= i <= num_layers]
-    if bad:
-        raise ValueError(f"{what} {bad} out of range 1..{num_layers} (in {spec!r})")
-    return sorted(out)
-
-
-def wrap_layer(cfg, layer):
-    """Activation checkpointing / FSDP wrapping of a custom layer, with fairseq's own utilities and
-    the same settings fairseq's ``build_*_layer`` applies to its layers."""
-    checkpoint = getattr(cfg, "checkpoint_activations", False)
-    if checkpoint:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=getattr(cfg, "offload_activations", False))
-    return fsdp_wrap(layer, min_num_params=0 if checkpoint else getattr(cfg, "min_params_to_wrap", 0))
 
 
 class JASEncoder(TransformerEncoderBase):
@@ -247,72 +214,44 @@ def resolve_jas_args(args) -> None:
     parse_layer_set(args.jas_mask_layers, L, "--jas-mask-layers")
 
 
-_default = set_default
-
-
 def jas_defaults(args, strategy: str = "mlmha", u0: int = 1, u1: int = 0) -> None:
-    _default(args, "jas_strategy", strategy)
-    _default(args, "jas_top_n", None)
-    _default(args, "mlmha_u0", u0)
-    _default(args, "mlmha_u1", u1)
-    _default(args, "jas_agg_ffn_dim", None)
-    _default(args, "jas_sum_layernorm", False)
-    _default(args, "jas_mask_layers", "")
+    set_default(args, "jas_strategy", strategy)
+    set_default(args, "jas_top_n", None)
+    set_default(args, "mlmha_u0", u0)
+    set_default(args, "mlmha_u1", u1)
+    set_default(args, "jas_agg_ffn_dim", None)
+    set_default(args, "jas_sum_layernorm", False)
+    set_default(args, "jas_mask_layers", "")
 
 
 # ---------------------------------------------------------------- baseline configurations
 
 
-def _shared(args):
-    _default(args, "share_all_embeddings", True)
-
-
-def iwslt_small(args):
-    """IWSLT "small" (Sec. 3.3.2, 4.3.2): 4+4 layers, d 256, d_ff 1024 (spec §1.2), 4 heads."""
-    _default(args, "encoder_embed_dim", 256)
-    _default(args, "encoder_ffn_embed_dim", 1024)
-    _default(args, "encoder_attention_heads", 4)
-    _default(args, "encoder_layers", 4)
-    _default(args, "decoder_layers", 4)
-    _default(args, "decoder_attention_heads", 4)
-    _default(args, "dropout", 0.1)
-    _shared(args)
-    base_architecture(args)
-
-
 def wmt_en_de(args):
     """WMT "base" (Sec. 3.3.2): 6+6 layers, 512/2048/8, three-way tied embeddings."""
-    _shared(args)
+    apply_shape(args, "wmt_en_de")
     base_architecture(args)
 
 
-def bench_small(args):
-    """The repo's benchmark transformer (recipes/bench/configs.py TRANSFORMER_SMALL): 3+3 layers,
-    d 256, d_ff 1024, 4 heads, shared embeddings, PreNorm, dropout 0.1."""
-    _default(args, "encoder_layers", 3)
-    _default(args, "decoder_layers", 3)
-    _default(args, "encoder_normalize_before", True)
-    _default(args, "decoder_normalize_before", True)
-    iwslt_small(args)
-
-
-BASES = {"wmt_en_de": wmt_en_de, "iwslt_small": iwslt_small, "bench": bench_small}
-
-register_model_architecture("transformer", "transformer_iwslt_small")(iwslt_small)
+@register_model_architecture("transformer", "transformer_iwslt_small")
+def transformer_iwslt_small(args):
+    """IWSLT "small" (Sec. 3.3.2, 4.3.2): 4+4 layers, d 256, d_ff 1024, 4 heads, shared embeddings."""
+    apply_shape(args, "iwslt_small")
+    base_architecture(args)
 
 
 @register_model_architecture("transformer", "transformer_wmt_en_de_ffn4096")
 def transformer_wmt_en_de_ffn4096(args):
     """B1 (Sec. 3.5.2): base with d_ff = 4096 (printed "4098")."""
-    _default(args, "encoder_ffn_embed_dim", 4096)
+    set_default(args, "encoder_ffn_embed_dim", 4096)
     wmt_en_de(args)
 
 
 @register_model_architecture("transformer", "transformer_wmt_en_de_10l")
 def transformer_wmt_en_de_10l(args):
     """B2 (Sec. 3.5.2): base with 10 encoder + 10 decoder layers."""
-    _default(args, "encoder_layers", 10)
-    _default(args, "decoder_layers", 10)
+    set_default(args, "encoder_layers", 10)
+    set_default(args, "decoder_layers", 10)
     wmt_en_de(args)
 
 
@@ -333,15 +272,14 @@ VARIANTS = {  # arch suffix -> (strategy, U0, U1); thesis names in the docstring
 }
 
 
-def _jas_arch(strategy, u0, u1, base):
+def jas_arch(strategy, u0, u1):
     def arch(args):
+        """A JAS variant on fairseq's transformer."""
         jas_defaults(args, strategy, u0, u1)
-        base(args)
+        base_architecture(args)
 
     return arch
 
 
-for _v, (_s, _u0, _u1) in VARIANTS.items():
-    for _b, _base in BASES.items():
-        register_model_architecture("transformer_jas", f"transformer_jas_{_v}_{_b}")(
-            _jas_arch(_s, _u0, _u1, _base))
+for _v, (_s, _u0, _u1) in VARIANTS.items():  # transformer_jas_{variant}_{bench,iwslt_small,wmt_en_de}
+    register_shaped("transformer_jas", f"transformer_jas_{_v}", jas_arch(_s, _u0, _u1), shapes=tuple(SHAPES))

@@ -13,19 +13,19 @@ plus ``--lexical``: a_t(s) are the cross-attention weights of the last decoder l
 heads (fairseq's alignment attention; the thesis' model has a single attention), f_s the source word
 embedding lookups (FixNorm-ed when ``--fixnorm``, without the √d scale and positions). ``--lex-radius``
 defaults to d^¼, so that the lexical logits span [−√d, √d] like the main logits g·cos θ at the ScaleNorm
-init g = √d. Archs: ``transformer_lex`` (fairseq base sizes), ``transformer_lex_small`` (the bench's
-3+3 d256 PreNorm model); both with ``--lexical`` on (``--no-lexical`` gives ``transformer_twt``).
+init g = √d. Archs: ``transformer_lex`` (fairseq base sizes), ``transformer_lex_bench`` (the bench shape; earlier
+name ``transformer_lex_small``); both with ``--lexical`` on (``--no-lexical`` gives ``transformer_twt``).
 
 ``lstm_luong`` — fairseq's ``lstm`` pieces (LSTM encoder, LSTM-cell decoder with input feeding and
 its ``AttentionLayer``: score (W_a h_t)·h_s, Luong "general"; h̃_t = tanh(W_c[c_t; h_t])), decoder
-initialised from the final encoder state, plus [T §5.5.3, spec 002 §5.1–5.3]:
+initialised from the final encoder state, plus (§5.5.3):
 
 * ``--reverse-source``: the encoder reads each source sentence backwards (Luong/Sutskever); its
   outputs are put back in source order, so attention (and ``--replace-unk`` alignments) index the
   source as given. On by default in the ``lstm_luong*`` archs.
 * ``--fixnorm --fixnorm-radius r`` (target embeddings / W^o rows at norm r) and
   ``--no-fixnorm-hidden`` (Table 5.1 ablation "don't normalize h̃_t"); with fixnorm the source
-  embeddings are initialised at norm r and left free [RI].
+  embeddings are initialised at norm r and left free (as in the reference implementation).
 * ``--lexical`` (+ ``--lex-radius``, default r; ``--lex-dropout``, default ``--dropout``;
   ``--lex-ffn-bias``).
 * an output bias b^o also when W^o is tied (Eq. 5.1); all parameters initialised
@@ -41,14 +41,18 @@ r = 3.5), ``lstm_luong_arthur`` (**Arthur**: tied + the discrete-lexicon bias be
 Table 5.3 via ``--encoder-layers/--decoder-layers`` and ``--*-embed-dim`` (hidden sizes follow the
 embedding size).
 
-**Arthur et al. (2016) baseline** [T §5.5.2; Arthur et al. 2016 Eq. 9], both model families:
-``--arthur-lexicon lex.pt`` (built by :mod:`fairseq_ext.data.arthur_lexicon`) and ``--arthur-eps``
+**Arthur et al. (2016) baseline** (§5.5.2; Arthur et al. 2016, Eq. 9), both model families:
+``--arthur-lexicon lex.pt`` (built by :mod:`fairseq_ext.tools.arthur_lexicon`) and ``--arthur-eps``
 (ε, default 0.001) add log(L_f a_t + ε) to the logits
 (:class:`fairseq_ext.modules.lexical.DiscreteLexiconBias`), with a_t the attention the lexical module
 uses: the Luong attention of the LSTM, the head-averaged cross-attention of the last decoder layer of
 ``transformer_lex``. The lexicon is a buffer of the model (saved in checkpoints: decoding does not
 need the file). Archs ``lstm_luong_arthur`` and ``transformer_arthur`` (``transformer_lex`` sizes,
 no lexical module) require the flag; the other ``lstm_luong*`` / ``transformer_lex*`` archs accept it.
+
+References: T. Q. Nguyen and D. Chiang, "Improving Lexical Choice in Neural Machine Translation",
+NAACL 2018; P. Arthur, G. Neubig, S. Nakamura, "Incorporating Discrete Translation Lexicons into
+Neural Machine Translation", EMNLP 2016; Nguyen's thesis (see :mod:`fairseq_ext.models.twt`).
 """
 import logging
 import math
@@ -63,14 +67,13 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.lstm import LSTMDecoder, LSTMEncoder, LSTMModel
 from torch import Tensor
 
-from fairseq_ext.criterions.masked_label_smoothing import TargetVocabMaskMixin
-from fairseq_ext.models.twt import (
-    TwtDecoder, TwtEncoder, TwtTransformerModel, _default, transformer_twt, transformer_twt_small,
-)
-from fairseq_ext.modules.lexical import (
-    DiscreteLexiconBias, LexicalTranslation, WordDropoutMixin, add_word_dropout_args,
-)
-from fairseq_ext.modules.norms import FixNormEmbedding, fixnorm
+from fairseq_ext.modules.vocab_mask import TargetVocabMaskMixin
+from fairseq_ext.models.twt import TwtDecoder, TwtEncoder, TwtTransformerModel, transformer_twt
+from fairseq_ext.modules.arch_utils import register_shaped, set_default
+from fairseq_ext.modules.lexical import DiscreteLexiconBias, LexicalTranslation
+from fairseq_ext.modules.norms import FixNormEmbedding, add_fixnorm_args, fixnorm
+from fairseq_ext.modules.vocab_mask import add_target_vocab_mask_args, set_target_vocab_mask_default
+from fairseq_ext.modules.word_dropout import WordDropoutMixin, add_word_dropout_args, set_word_dropout_default
 
 logger = logging.getLogger(__name__)
 
@@ -91,16 +94,10 @@ def add_lexical_args(parser):
                         help="a bias in the lexical FFNN W (not in the thesis equation)")
 
 
-def add_common_args(parser):
-    parser.add_argument("--target-vocab-mask", type=str, metavar="{none,train,FILE}",
-                        help="mask (logit -1e9) output types outside the target side of the "
-                             "binarized train data (train) or outside a token list (FILE)")
-
-
 def add_arthur_args(parser):
     parser.add_argument("--arthur-lexicon", type=str, metavar="PATH",
                         help="Arthur et al. (2016) baseline: add log(L_f a_t + eps) to the logits, with "
-                             "the discrete lexicon PATH (python -m fairseq_ext.data.arthur_lexicon)")
+                             "the discrete lexicon PATH (python -m fairseq_ext.tools.arthur_lexicon)")
     parser.add_argument("--arthur-eps", type=float, metavar="EPS",
                         help="epsilon of the Arthur bias (default 0.001)")
 
@@ -112,9 +109,9 @@ def build_arthur_bias(args, src_dict, tgt_dict) -> Optional[DiscreteLexiconBias]
     if not path:
         if getattr(args, "arch", None) in ARTHUR_ARCHS:
             raise ValueError(f"--arch {args.arch} needs --arthur-lexicon PATH "
-                             "(build it with python -m fairseq_ext.data.arthur_lexicon)")
+                             "(build it with python -m fairseq_ext.tools.arthur_lexicon)")
         return None
-    from fairseq_ext.data.arthur_lexicon import load_lexicon
+    from fairseq_ext.data.lexicon_file import load_lexicon
 
     bias = DiscreteLexiconBias(len(src_dict), len(tgt_dict), eps=args.arthur_eps)
     if os.path.exists(path):
@@ -126,7 +123,7 @@ def build_arthur_bias(args, src_dict, tgt_dict) -> Optional[DiscreteLexiconBias]
 
 
 class LexiconMixin:
-    """What the lexicon extraction tool (:mod:`fairseq_ext.data.lexicon`) needs from a model."""
+    """What the lexicon extraction tool (:mod:`fairseq_ext.tools.lexicon`) needs from a model."""
 
     def lexicon_log_probs(self, src_ids: Tensor) -> Tensor:
         """log p^ℓ(y | f) for single source words ``src_ids`` (N,) → (N, V) (§5.6.5)."""
@@ -164,13 +161,13 @@ class LexTransformerDecoder(TargetVocabMaskMixin, TwtDecoder):
                 features_only: bool = False, full_context_alignment: bool = False,
                 alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None,
                 src_lengths=None, return_all_hiddens: bool = False):
-        x, extra = self.extract_features(
-            prev_output_tokens, encoder_out=encoder_out, incremental_state=incremental_state,
-            full_context_alignment=full_context_alignment, alignment_layer=alignment_layer,
-            alignment_heads=alignment_heads)
+        """fairseq's ``forward`` + the lexical logits and the Arthur bias (from the last layer's
+        head-averaged cross-attention), then the target-vocabulary mask."""
+        logits, extra = super().forward(prev_output_tokens, encoder_out, incremental_state, features_only,
+                                        full_context_alignment, alignment_layer, alignment_heads,
+                                        src_lengths, return_all_hiddens)
         if features_only:
-            return x, extra
-        logits = self.output_layer(x)
+            return logits, extra
         if self.lexical is not None and encoder_out is not None:
             logits = logits + self.lexical_logits(extra["attn"][0], encoder_out).to(logits.dtype)
         if self.arthur is not None and encoder_out is not None:
@@ -206,7 +203,7 @@ class LexTransformerModel(LexiconMixin, TwtTransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         add_lexical_args(parser)
-        add_common_args(parser)
+        add_target_vocab_mask_args(parser)
         add_arthur_args(parser)
 
     @classmethod
@@ -227,39 +224,33 @@ class LexTransformerModel(LexiconMixin, TwtTransformerModel):
         return LexTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
 
-def _lex_defaults(args, lexical=True):
-    _default(args, "lexical", lexical)
-    _default(args, "lex_ffn_bias", False)
-    _default(args, "word_dropout", 0.0)
-    _default(args, "target_vocab_mask", None)
-
-
-def _lex_model_defaults(args, lexical=True):
-    """:func:`_lex_defaults` + the Arthur bias's (off without a lexicon; ε = 0.001)."""
-    _lex_defaults(args, lexical)
-    _default(args, "arthur_lexicon", None)
-    _default(args, "arthur_eps", 1e-3)
+def lex_defaults(args, lexical=True):
+    """Defaults of the lexical module (§5.4), the Arthur bias (§5.5.2; off without a lexicon,
+    ε = 0.001), the target-vocabulary mask and word dropout."""
+    set_default(args, "lexical", lexical)
+    set_default(args, "lex_ffn_bias", False)
+    set_default(args, "arthur_lexicon", None)
+    set_default(args, "arthur_eps", 1e-3)
+    set_word_dropout_default(args)
+    set_target_vocab_mask_default(args)
 
 
 @register_model_architecture("transformer_lex", "transformer_lex")
 def transformer_lex(args):
     """fairseq ``transformer`` sizes (via ``transformer_twt``) + the lexical module."""
-    _lex_model_defaults(args)
+    lex_defaults(args)
     transformer_twt(args)
 
 
-@register_model_architecture("transformer_lex", "transformer_lex_small")
-def transformer_lex_small(args):
-    """The bench model (3+3, d 256, FFN 1024, 4 heads, shared embeddings, PreNorm) + lexical module."""
-    _lex_model_defaults(args)
-    transformer_twt_small(args)
+# transformer_lex_bench (earlier transformer_lex_small): the bench shape + the lexical module.
+register_shaped("transformer_lex", "transformer_lex", transformer_lex, legacy=True)
 
 
 @register_model_architecture("transformer_lex", "transformer_arthur")
 def transformer_arthur(args):
     """fairseq ``transformer`` sizes + the Arthur et al. bias (§5.5.2; needs ``--arthur-lexicon``),
     no lexical module."""
-    _lex_model_defaults(args, lexical=False)
+    lex_defaults(args, lexical=False)
     transformer_twt(args)
 
 
@@ -287,27 +278,22 @@ class LuongLSTMEncoder(LSTMEncoder):
         self.reverse_source = reverse_source
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor, enforce_sorted: bool = False):
-        if self.left_pad:  # pack_padded_sequence needs right padding
-            src_tokens = utils.convert_padding_direction(
-                src_tokens, torch.zeros_like(src_tokens).fill_(self.padding_idx), left_to_right=True)
-        bsz, seqlen = src_tokens.size()
+        """fairseq's ``forward`` on the right-padded, optionally reversed source; its outputs are put
+        back in source order.  Columns of padding only are left out of fairseq's pass (its packed LSTM
+        returns the longest sentence's length) and padded back."""
+        if self.left_pad:  # fairseq's conversion, done here as the reversal needs right padding
+            src_tokens = utils.convert_padding_direction(src_tokens, self.padding_idx, left_to_right=True)
         pad_mask = src_tokens.eq(self.padding_idx)  # (B,S)
         lengths = (~pad_mask).long().sum(1)
-        emb = self.embed_tokens(src_tokens)  # f_s in source order (B,S,C)
-        x = reverse_padded(emb, lengths, dim=1) if self.reverse_source else emb
-        x = self.dropout_in_module(x).transpose(0, 1)
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), enforce_sorted=enforce_sorted)
-        n_dir = 2 if self.bidirectional else 1
-        h0 = x.new_zeros(n_dir * self.num_layers, bsz, self.hidden_size)
-        packed_outs, (final_h, final_c) = self.lstm(packed, (h0, h0.clone()))
-        x, _ = nn.utils.rnn.pad_packed_sequence(packed_outs, padding_value=0.0, total_length=seqlen)
-        x = self.dropout_out_module(x)  # (S,B,H)
+        tokens = reverse_padded(src_tokens, lengths, dim=1) if self.reverse_source else src_tokens
+        seqlen, longest = src_tokens.size(1), int(lengths.max())
+        x, final_h, final_c, _ = super().forward(tokens[:, :longest], lengths, enforce_sorted=enforce_sorted)
+        if longest < seqlen:
+            x = F.pad(x, (0, 0, 0, 0, 0, seqlen - longest), value=float(self.padding_idx))
         if self.reverse_source:
             x = reverse_padded(x, lengths, dim=0)
-        if self.bidirectional:
-            final_h = self.combine_bidir(final_h, bsz)
-            final_c = self.combine_bidir(final_c, bsz)
-        return (x, final_h, final_c, pad_mask.t(), emb.transpose(0, 1), src_tokens.t())
+        f_s = self.embed_tokens(src_tokens)  # source order, before dropout
+        return (x, final_h, final_c, pad_mask.t(), f_s.transpose(0, 1), src_tokens.t())
 
     def reorder_encoder_out(self, encoder_out, new_order):
         return tuple(t.index_select(1, new_order) for t in encoder_out)
@@ -316,8 +302,11 @@ class LuongLSTMEncoder(LSTMEncoder):
 class LuongLSTMDecoder(TargetVocabMaskMixin, LSTMDecoder):
     """fairseq's LSTM decoder (input feeding, general attention) with fixnorm on W^o / h̃ (§5.3), an
     output bias, the lexical module (§5.4), the Arthur bias (§5.5.2) and the target-vocabulary mask.
-    The attention weights of every step are kept (also in training) for the lexical module and the
-    Arthur bias."""
+
+    The attention weights of every step are needed also in training (for the lexical module and the
+    Arthur bias), where fairseq's ``extract_features`` drops them: a forward hook on ``self.attention``
+    records them while :meth:`extract_features` runs fairseq's loop, unchanged (residuals, the
+    no-encoder branch and the other fairseq options keep working)."""
 
     def __init__(self, dictionary, fixnorm_radius=0.0, fixnorm_hidden=True, lexical=None, **kwargs):
         super().__init__(dictionary, **kwargs)
@@ -328,48 +317,32 @@ class LuongLSTMDecoder(TargetVocabMaskMixin, LSTMDecoder):
                             if self.share_input_output_embed else None)  # b^o (fc_out has its own)
         self.lexical = lexical
         self.arthur = None  # DiscreteLexiconBias (set by build_model)
+        self.attention_steps: Optional[List[Tensor]] = None  # a_t (S,B) of each step, while recording
+        if self.attention is not None:
+            self.attention.register_forward_hook(self.record_attention)
+
+    def record_attention(self, module, inputs, output):
+        """Forward hook of ``self.attention``: keep a_t (S,B)."""
+        if self.attention_steps is not None:
+            self.attention_steps.append(output[1])
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None):
-        """h̃_t for every step (B,T,H) and the attention weights a_t(s) (B,T,S)."""
-        enc_outs, enc_h, enc_c, enc_mask = encoder_out[:4]
-        if incremental_state is not None and len(incremental_state) > 0:
-            prev_output_tokens = prev_output_tokens[:, -1:]
-        bsz, seqlen = prev_output_tokens.size()
-        x = self.dropout_in_module(self.embed_tokens(prev_output_tokens)).transpose(0, 1)
-        cached = (self.get_incremental_state(incremental_state, "cached_state")
-                  if incremental_state is not None else None)
-        if cached is not None:
-            prev_hiddens, prev_cells, input_feed = self.get_cached_state(incremental_state)
-        else:
-            prev_hiddens = [enc_h[i] for i in range(self.num_layers)]
-            prev_cells = [enc_c[i] for i in range(self.num_layers)]
-            if self.encoder_hidden_proj is not None:
-                prev_hiddens = [self.encoder_hidden_proj(y) for y in prev_hiddens]
-                prev_cells = [self.encoder_cell_proj(y) for y in prev_cells]
-            input_feed = x.new_zeros(bsz, self.hidden_size)
-        outs, attns = [], []
-        for j in range(seqlen):  # input feeding makes the decoder sequential
-            inp = torch.cat((x[j], input_feed), dim=1)
-            for i, rnn in enumerate(self.layers):
-                hidden, cell = rnn(inp, (prev_hiddens[i], prev_cells[i]))
-                inp = self.dropout_out_module(hidden)
-                prev_hiddens[i], prev_cells[i] = hidden, cell
-            out, a = self.attention(hidden, enc_outs, enc_mask)  # h̃_t, a_t (S,B)
-            out = self.dropout_out_module(out)
-            input_feed = out
-            outs.append(out)
-            attns.append(a)
-        self.set_incremental_state(incremental_state, "cached_state", {
-            "prev_hiddens": torch.stack(prev_hiddens), "prev_cells": torch.stack(prev_cells),
-            "input_feed": input_feed})
-        x = torch.stack(outs, dim=1)  # (B,T,H)
-        attn = torch.stack(attns, dim=0).permute(2, 0, 1)  # (T,S,B) -> (B,T,S)
-        if hasattr(self, "additional_fc"):
-            x = self.dropout_out_module(self.additional_fc(x))
+        """fairseq's features h̃_t for every step (B,T,H) and the attention weights a_t(s) (B,T,S), in
+        training too (None without attention)."""
+        self.attention_steps = []
+        try:
+            x, _ = super().extract_features(prev_output_tokens, encoder_out, incremental_state)
+            steps = self.attention_steps
+        finally:
+            self.attention_steps = None
+        attn = torch.stack(steps, dim=0).permute(2, 0, 1) if steps else None  # (T,S,B) -> (B,T,S)
         return x, attn
 
     def output_layer(self, x):
-        """W^o h̃ + b^o (Eq. 5.1); fixnorm: rows of W^o and (unless ``--no-fixnorm-hidden``) h̃ at norm r."""
+        """W^o h̃ + b^o (Eq. 5.1); fixnorm: rows of W^o and (unless ``--no-fixnorm-hidden``) h̃ at norm r.
+        With fairseq's adaptive softmax, the features (fairseq's behaviour)."""
+        if self.adaptive_softmax is not None:
+            return super().output_layer(x)
         r = self.fixnorm_radius
         if r > 0 and self.fixnorm_hidden:
             x = fixnorm(x, r)
@@ -382,12 +355,13 @@ class LuongLSTMDecoder(TargetVocabMaskMixin, LSTMDecoder):
         return F.linear(x, weight, bias)
 
     def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, src_lengths=None):
-        x, attn = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
-        logits = self.output_layer(x)
-        if self.lexical is not None:
+        """fairseq's ``forward`` (logits of :meth:`output_layer`) + the lexical logits and the Arthur
+        bias from the attention of every step, then the target-vocabulary mask."""
+        logits, attn = super().forward(prev_output_tokens, encoder_out, incremental_state, src_lengths)
+        if self.lexical is not None and encoder_out is not None:
             src_embed = encoder_out[4].transpose(0, 1)  # f_s (B,S,C)
             logits = logits + self.lexical(attn, src_embed, encoder_out[3].t())
-        if self.arthur is not None:
+        if self.arthur is not None and encoder_out is not None:
             logits = logits + self.arthur(attn, encoder_out[5].t()).to(logits.dtype)
         logits = self.apply_target_vocab_mask(logits)
         return logits, (attn if not self.training and self.need_attn else None)
@@ -403,16 +377,14 @@ class LuongLSTMModel(LexiconMixin, WordDropoutMixin, LSTMModel):
         parser.add_argument("--reverse-source", dest="reverse_source", action="store_true",
                             help="the encoder reads the source backwards (default in lstm_luong archs)")
         parser.add_argument("--no-reverse-source", dest="reverse_source", action="store_false")
-        parser.add_argument("--fixnorm", action="store_true",
-                            help="fix the norm of the target embeddings / W^o rows and of h~ to r")
-        parser.add_argument("--fixnorm-radius", type=float, metavar="R", help="fixnorm r (default 5)")
+        add_fixnorm_args(parser)
         parser.add_argument("--no-fixnorm-hidden", dest="fixnorm_hidden", action="store_false",
                             help="with --fixnorm, leave h~ unnormalised (Table 5.1 ablation)")
         parser.add_argument("--init-uniform", type=float, metavar="A",
                             help="initialise every parameter U[-A, A] (default 0.01)")
         add_lexical_args(parser)
         add_word_dropout_args(parser)
-        add_common_args(parser)
+        add_target_vocab_mask_args(parser)
         add_arthur_args(parser)
 
     @classmethod
@@ -467,8 +439,8 @@ class LuongLSTMModel(LexiconMixin, WordDropoutMixin, LSTMModel):
         return model
 
     def init_uniform_(self, a: float, src_radius: float = 0.0):
-        """Every parameter U[−a, a] [T §5.5.3]; padding rows 0; with fixnorm the (untied) source
-        embeddings start at norm r [RI]."""
+        """Every parameter U[−a, a] (§5.5.3); padding rows 0; with fixnorm the (untied) source
+        embeddings start at norm r (as in the reference implementation)."""
         if a and a > 0:
             with torch.no_grad():
                 for p in self.parameters():
@@ -483,33 +455,33 @@ class LuongLSTMModel(LexiconMixin, WordDropoutMixin, LSTMModel):
 
 @register_model_architecture("lstm_luong", "lstm_luong")
 def lstm_luong(args):
-    """**untied** [T §5.5.2]: 2 layers × 512, embedding = hidden size, general attention, input feeding,
+    """**untied** (§5.5.2): 2 layers × 512, embedding = hidden size, general attention, input feeding,
     reversed source, dropout 0.2, U[−0.01, 0.01] init."""
-    _default(args, "dropout", 0.2)
-    _default(args, "encoder_embed_dim", 512)
-    _default(args, "encoder_hidden_size", args.encoder_embed_dim)
-    _default(args, "encoder_layers", 2)
-    _default(args, "encoder_bidirectional", False)
-    _default(args, "decoder_embed_dim", args.encoder_embed_dim)
-    _default(args, "decoder_hidden_size", args.decoder_embed_dim)
-    _default(args, "decoder_layers", args.encoder_layers)
-    _default(args, "decoder_out_embed_dim", args.decoder_hidden_size)
-    _default(args, "decoder_attention", "1")
+    set_default(args, "dropout", 0.2)
+    set_default(args, "encoder_embed_dim", 512)
+    set_default(args, "encoder_hidden_size", args.encoder_embed_dim)
+    set_default(args, "encoder_layers", 2)
+    set_default(args, "encoder_bidirectional", False)
+    set_default(args, "decoder_embed_dim", args.encoder_embed_dim)
+    set_default(args, "decoder_hidden_size", args.decoder_embed_dim)
+    set_default(args, "decoder_layers", args.encoder_layers)
+    set_default(args, "decoder_out_embed_dim", args.decoder_hidden_size)
+    set_default(args, "decoder_attention", "1")
     for name in ("encoder_dropout_in", "encoder_dropout_out", "decoder_dropout_in", "decoder_dropout_out"):
-        _default(args, name, args.dropout)
-    _default(args, "encoder_embed_path", None)
-    _default(args, "decoder_embed_path", None)
-    _default(args, "encoder_freeze_embed", False)
-    _default(args, "decoder_freeze_embed", False)
-    _default(args, "share_decoder_input_output_embed", False)
-    _default(args, "share_all_embeddings", False)
-    _default(args, "adaptive_softmax_cutoff", None)
-    _default(args, "reverse_source", True)
-    _default(args, "fixnorm", False)
-    _default(args, "fixnorm_radius", 5.0)
-    _default(args, "fixnorm_hidden", True)
-    _default(args, "init_uniform", 0.01)
-    _lex_model_defaults(args, lexical=False)
+        set_default(args, name, args.dropout)
+    set_default(args, "encoder_embed_path", None)
+    set_default(args, "decoder_embed_path", None)
+    set_default(args, "encoder_freeze_embed", False)
+    set_default(args, "decoder_freeze_embed", False)
+    set_default(args, "share_decoder_input_output_embed", False)
+    set_default(args, "share_all_embeddings", False)
+    set_default(args, "adaptive_softmax_cutoff", None)
+    set_default(args, "reverse_source", True)
+    set_default(args, "fixnorm", False)
+    set_default(args, "fixnorm_radius", 5.0)
+    set_default(args, "fixnorm_hidden", True)
+    set_default(args, "init_uniform", 0.01)
+    lex_defaults(args, lexical=False)
 
 
 @register_model_architecture("lstm_luong", "lstm_luong_tied")
@@ -522,22 +494,22 @@ def lstm_luong_tied(args):
 @register_model_architecture("lstm_luong", "lstm_luong_fixnorm")
 def lstm_luong_fixnorm(args):
     """**fixnorm**: tied, target embeddings and h̃ at norm r = 5 (best r, §5.5.3)."""
-    _default(args, "fixnorm", True)
-    _default(args, "fixnorm_radius", 5.0)
+    set_default(args, "fixnorm", True)
+    set_default(args, "fixnorm_radius", 5.0)
     lstm_luong_tied(args)
 
 
 @register_model_architecture("lstm_luong", "lstm_luong_fixnorm_lex")
 def lstm_luong_fixnorm_lex(args):
     """**fixnorm+lex**: fixnorm with r = 3.5 (best r with lex, §5.5.3) + the lexical module."""
-    _default(args, "fixnorm", True)
-    _default(args, "fixnorm_radius", 3.5)
-    _default(args, "lexical", True)
+    set_default(args, "fixnorm", True)
+    set_default(args, "fixnorm_radius", 3.5)
+    set_default(args, "lexical", True)
     lstm_luong_tied(args)
 
 
 @register_model_architecture("lstm_luong", "lstm_luong_arthur")
 def lstm_luong_arthur(args):
-    """**Arthur** [T §5.5.2]: tied + the discrete-lexicon bias log(L_f a_t + ε) of Arthur et al. (2016)
+    """**Arthur** (§5.5.2): tied + the discrete-lexicon bias log(L_f a_t + ε) of Arthur et al. (2016)
     (needs ``--arthur-lexicon``; ε = ``--arthur-eps``, 0.001)."""
     lstm_luong_tied(args)

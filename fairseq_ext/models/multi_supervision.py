@@ -1,5 +1,5 @@
 """Encoder-based Multi-level Supervision (MS-l) and Auxiliary Information Fusion (AIF) — Ampomah,
-thesis ch. 4 (Sec. 4.2, Figs. 4.2-4.4; spec ``000-001-ampomah.md`` §3 B1/B2).
+thesis ch. 4 (Sec. 4.2, Figs. 4.2-4.4).
 
 Model ``transformer_ms``: the fairseq transformer plus one *Aux-Decoder l* per lower encoder layer
 ``l`` in ``--aux-layers`` (alias ``--aux-decoder-layers``; ``"1"`` = MS-1, ``"1,2,3"`` = MS-123;
@@ -32,16 +32,16 @@ With no aux layers the model *is* the fairseq transformer (same parameters, name
 
 Architectures (``--aux-layers`` default ``1``): ``transformer_ms_{bench,iwslt_small,wmt_en_de}``
 (MS-l) and ``transformer_ms_aif_{bench,iwslt_small,wmt_en_de}`` (MS-l+AIF), on the dims of
-:mod:`fairseq_ext.models.joint_attention` (``bench`` = the repo's 3+3 d256 PreNorm benchmark
+:mod:`fairseq_ext.modules.arch_utils` (``bench`` = the repo's 3+3 d256 PreNorm benchmark
 transformer; ``iwslt_small`` 4+4 256/1024/4; ``wmt_en_de`` base), all with three-way tied embeddings.
-Parameter counts (spec §3): each aux decoder adds ``L_dec`` decoder layers (+4.21M small, +25.2M
+Parameter counts: each aux decoder adds ``L_dec`` decoder layers (+4.21M small, +25.2M
 base; PreNorm adds its final LayerNorm), AIF adds ``n * L_dec * d^2``.
 """
 import contextlib
+import functools
 import re
 from typing import Any, Dict, List, Optional
 
-import torch
 import torch.nn as nn
 from torch import Tensor
 
@@ -55,9 +55,8 @@ from fairseq.models.transformer import (
 )
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
-from fairseq_ext.models.joint_attention import BASES, parse_layer_set, wrap_layer
+from fairseq_ext.modules.arch_utils import SHAPES, parse_layer_set, register_shaped, set_default, wrap_layer
 from fairseq_ext.modules.aif import AuxiliaryInformationFusion
-from fairseq_ext.modules.arch_utils import set_default
 
 
 def parse_generate_from(spec, aux_layers: List[int]) -> Optional[int]:
@@ -112,76 +111,43 @@ class AIFDecoderLayer(TransformerDecoderLayerBase):
     """fairseq's decoder layer with the AIF update of Eq. 4.3: ``forward(..., aif=z^f)`` adds
     ``z^f`` (``T x B x d``, Eq. 4.2) to the output of the masked self-attention sublayer, which is
     then the query and the residual of the encoder-decoder attention (Fig. 4.4).  Without ``aif``
-    it computes exactly what :class:`TransformerDecoderLayerBase` does (no new parameters)."""
+    it computes exactly what :class:`TransformerDecoderLayerBase` does (no new parameters).
+
+    fairseq's ``forward`` runs unchanged; the addition happens in two of its hooks, at the one point
+    where the self-attention sublayer's output is formed: PreNorm, ``residual_connection`` (its first
+    call, the self-attention residual); PostNorm, the output of ``self_attn_layer_norm`` (called once,
+    after that residual)."""
 
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         if self.cross_self_attention:
             raise NotImplementedError("AIF with --cross-self-attention is not supported")
-
-    def forward(self, x, encoder_out: Optional[Tensor] = None,
-                encoder_padding_mask: Optional[Tensor] = None,
-                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-                prev_self_attn_state: Optional[List[Tensor]] = None,
-                prev_attn_state: Optional[List[Tensor]] = None,
-                self_attn_mask: Optional[Tensor] = None,
-                self_attn_padding_mask: Optional[Tensor] = None,
-                need_attn: bool = False, need_head_weights: bool = False,
-                aif: Optional[Tensor] = None):
-        # a copy of TransformerDecoderLayerBase.forward (fairseq 0.12.3) with the Eq. 4.3 update
-        assert prev_self_attn_state is None and prev_attn_state is None and not self.onnx_trace
-        if need_head_weights:
-            need_attn = True
-
-        residual = x
-        if self.normalize_before:
-            x = self.self_attn_layer_norm(x)
-        x, attn = self.self_attn(query=x, key=x, value=x, key_padding_mask=self_attn_padding_mask,
-                                 incremental_state=incremental_state, need_weights=False,
-                                 attn_mask=self_attn_mask)
-        if self.c_attn is not None:
-            tgt_len, bsz = x.size(0), x.size(1)
-            x = x.view(tgt_len, bsz, self.nh, self.head_dim)
-            x = torch.einsum("tbhd,h->tbhd", x, self.c_attn)
-            x = x.reshape(tgt_len, bsz, self.embed_dim)
-        if self.attn_ln is not None:
-            x = self.attn_ln(x)
-        x = self.dropout_module(x)
-        x = self.residual_connection(x, residual)
+        self.pending_aif: Optional[Tensor] = None  # z^f during one forward, until it is added
         if not self.normalize_before:
-            x = self.self_attn_layer_norm(x)
-        if aif is not None:  # Eq. 4.3: h^l <- h^l + z^f
-            x = x + aif
+            self.self_attn_layer_norm.register_forward_hook(self.add_aif_after_norm)
 
-        if self.encoder_attn is not None and encoder_out is not None:
-            residual = x
-            if self.normalize_before:
-                x = self.encoder_attn_layer_norm(x)
-            x, attn = self.encoder_attn(
-                query=x, key=encoder_out, value=encoder_out, key_padding_mask=encoder_padding_mask,
-                incremental_state=incremental_state, static_kv=True,
-                need_weights=need_attn or (not self.training and self.need_attn),
-                need_head_weights=need_head_weights)
-            x = self.dropout_module(x)
-            x = self.residual_connection(x, residual)
-            if not self.normalize_before:
-                x = self.encoder_attn_layer_norm(x)
+    def forward(self, x, *args, aif: Optional[Tensor] = None, **kwargs):
+        self.pending_aif = aif
+        try:
+            out = super().forward(x, *args, **kwargs)
+            if self.pending_aif is not None:  # e.g. self_attn_layer_norm replaced after __init__
+                raise RuntimeError("AIFDecoderLayer: the AIF term was not added")
+            return out
+        finally:
+            self.pending_aif = None
 
-        residual = x
-        if self.normalize_before:
-            x = self.final_layer_norm(x)
-        x = self.activation_fn(self.fc1(x))
-        x = self.activation_dropout_module(x)
-        if self.ffn_layernorm is not None:
-            x = self.ffn_layernorm(x)
-        x = self.fc2(x)
-        x = self.dropout_module(x)
-        if self.w_resid is not None:
-            residual = torch.mul(self.w_resid, residual)
-        x = self.residual_connection(x, residual)
-        if not self.normalize_before:
-            x = self.final_layer_norm(x)
-        return x, attn, None
+    def add_pending_aif(self, x: Tensor) -> Tensor:
+        """``h^l + z^f`` (Eq. 4.3), once per forward."""
+        z, self.pending_aif = self.pending_aif, None
+        return x if z is None else x + z
+
+    def residual_connection(self, x, residual):
+        x = super().residual_connection(x, residual)
+        return self.add_pending_aif(x) if self.normalize_before else x
+
+    def add_aif_after_norm(self, module, inputs, output):
+        """Forward hook of ``self_attn_layer_norm`` (PostNorm only)."""
+        return self.add_pending_aif(output)
 
 
 class MSDecoder(TransformerDecoderBase):
@@ -213,6 +179,10 @@ class MSDecoder(TransformerDecoderBase):
                                                   zero_init=bool(getattr(cfg, "aif_zero_init", False)))
         self.aif_disabled = bool(getattr(cfg, "aif_disable", False))
         self.generate_from = parse_generate_from(getattr(cfg, "generate_from", None), self.aux_layers)
+        self.aif_terms: Optional[Tensor] = None  # z^f (L T B d) while the layers run
+        if self.has_aif:
+            for idx, layer in enumerate(self.layers):
+                layer.register_forward_pre_hook(functools.partial(self.pass_aif, idx), with_kwargs=True)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         if not self.has_aif:
@@ -241,6 +211,15 @@ class MSDecoder(TransformerDecoderBase):
         return {"encoder_out": [encoder_out["aux_encoder_out"][i]],
                 "encoder_padding_mask": encoder_out["encoder_padding_mask"]}
 
+    def pass_aif(self, idx: int, layer: nn.Module, args, kwargs):
+        """Forward pre-hook of Main-Decoder layer ``idx``: fairseq's layer loop calls the layers with
+        fixed arguments; this adds ``aif=z^f_idx`` (Eq. 4.2) while :meth:`extract_features_scriptable`
+        runs.  A keyword argument (not an attribute read inside the layer), so that activation
+        checkpointing recomputes the layer with it and differentiates through it."""
+        if self.aif_terms is None or "aif" in kwargs:
+            return None
+        return args, {**kwargs, "aif": self.aif_terms[idx]}
+
     def forward(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]] = None,
                 incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
                 features_only: bool = False, full_context_alignment: bool = False,
@@ -251,15 +230,12 @@ class MSDecoder(TransformerDecoderBase):
             return self.aux_decoders[k](
                 prev_output_tokens, self.aux_encoder_out(encoder_out, k), incremental_state,
                 features_only, full_context_alignment, alignment_layer, alignment_heads)
-        x, extra = self.extract_features(
-            prev_output_tokens, encoder_out=encoder_out, incremental_state=incremental_state,
-            full_context_alignment=full_context_alignment, alignment_layer=alignment_layer,
-            alignment_heads=alignment_heads)
-        if not features_only:
-            x = self.output_layer(x)
-            if "aux_features" in extra:
-                extra["aux_out"] = [self.output_layer(f) for f in extra["aux_features"]]
-                extra["aux_layers"] = list(self.aux_layers)
+        x, extra = super().forward(prev_output_tokens, encoder_out, incremental_state, features_only,
+                                   full_context_alignment, alignment_layer, alignment_heads,
+                                   src_lengths, return_all_hiddens)
+        if not features_only and "aux_features" in extra:
+            extra["aux_out"] = [self.output_layer(f) for f in extra["aux_features"]]
+            extra["aux_layers"] = list(self.aux_layers)
         return x, extra
 
     def extract_features_scriptable(
@@ -268,9 +244,10 @@ class MSDecoder(TransformerDecoderBase):
         full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
         alignment_heads: Optional[int] = None,
     ):
-        """fairseq's ``extract_features_scriptable`` (0.12.3) with the Auxiliary Feature Collector
-        (``F^a``, run first on the same prefix) and ``z^f_l`` (Eq. 4.2) passed to layer ``l``.
-        ``extra["aux_features"]`` holds ``F^a`` (``B x T x d`` each) after a full pass."""
+        """fairseq's ``extract_features_scriptable``, preceded by the Auxiliary Feature Collector
+        (``F^a``: the aux decoders on the same prefix) and with ``z^f_l`` (Eq. 4.2) passed to layer
+        ``l`` (:meth:`pass_aif`).  ``extra["aux_features"]`` holds ``F^a`` (``B x T x d`` each) after
+        a full pass."""
         run_aux = len(self.aux_decoders) > 0 and (self.fuses or incremental_state is None)
         feats: List[Tensor] = []
         if run_aux:
@@ -278,68 +255,13 @@ class MSDecoder(TransformerDecoderBase):
                 f, _ = aux.extract_features(prev_output_tokens, self.aux_encoder_out(encoder_out, i),
                                             incremental_state, full_context_alignment)
                 feats.append(f)
-        z: Optional[Tensor] = self.aif(feats) if (run_aux and self.fuses) else None  # L T B d
-
-        if alignment_layer is None:
-            alignment_layer = self.num_layers - 1
-        enc: Optional[Tensor] = None
-        padding_mask: Optional[Tensor] = None
-        if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
-            enc = encoder_out["encoder_out"][0]
-        if encoder_out is not None and len(encoder_out["encoder_padding_mask"]) > 0:
-            padding_mask = encoder_out["encoder_padding_mask"][0]
-
-        positions = None
-        if self.embed_positions is not None:
-            positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
-        if incremental_state is not None:
-            prev_output_tokens = prev_output_tokens[:, -1:]
-            if positions is not None:
-                positions = positions[:, -1:]
-        prev_output_tokens = prev_output_tokens.contiguous()
-        x = self.embed_scale * self.embed_tokens(prev_output_tokens)
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        if positions is not None:
-            x += positions
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x)
-        x = x.transpose(0, 1)  # B x T x C -> T x B x C
-
-        self_attn_padding_mask: Optional[Tensor] = None
-        if self.cross_self_attention or prev_output_tokens.eq(self.padding_idx).any():
-            self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
-
-        attn: Optional[Tensor] = None
-        inner_states: List[Optional[Tensor]] = [x]
-        for idx, layer in enumerate(self.layers):
-            if incremental_state is None and not full_context_alignment:
-                self_attn_mask = self.buffered_future_mask(x)
-            else:
-                self_attn_mask = None
-            kwargs = dict(self_attn_mask=self_attn_mask, self_attn_padding_mask=self_attn_padding_mask,
-                          need_attn=bool(idx == alignment_layer),
-                          need_head_weights=bool(idx == alignment_layer))
-            if z is not None:
-                kwargs["aif"] = z[idx]
-            x, layer_attn, _ = layer(x, enc, padding_mask, incremental_state, **kwargs)
-            inner_states.append(x)
-            if layer_attn is not None and idx == alignment_layer:
-                attn = layer_attn.float().to(x)
-
-        if attn is not None:
-            if alignment_heads is not None:
-                attn = attn[:alignment_heads]
-            attn = attn.mean(dim=0)  # average probabilities over heads
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        x = x.transpose(0, 1)  # T x B x C -> B x T x C
-        if self.project_out_dim is not None:
-            x = self.project_out_dim(x)
-        extra: Dict[str, Any] = {"attn": [attn], "inner_states": inner_states}
+        self.aif_terms = self.aif(feats) if (run_aux and self.fuses) else None  # L T B d
+        try:
+            x, extra = super().extract_features_scriptable(
+                prev_output_tokens, encoder_out, incremental_state, full_context_alignment,
+                alignment_layer, alignment_heads)
+        finally:
+            self.aif_terms = None
         if run_aux and incremental_state is None:
             extra["aux_features"] = feats
         return x, extra
@@ -387,15 +309,12 @@ class TransformerMSModel(TransformerModel):
         return MSDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
 
-_default = set_default
-
-
 def ms_defaults(args, aif: bool = False) -> None:
-    _default(args, "aux_layers", "1")
-    _default(args, "aif", aif)
-    _default(args, "aif_zero_init", False)
-    _default(args, "aif_disable", False)
-    _default(args, "generate_from", "main")
+    set_default(args, "aux_layers", "1")
+    set_default(args, "aif", aif)
+    set_default(args, "aif_zero_init", False)
+    set_default(args, "aif_disable", False)
+    set_default(args, "generate_from", "main")
 
 
 @register_model_architecture("transformer_ms", "transformer_ms")
@@ -405,14 +324,15 @@ def transformer_ms(args):
     base_architecture(args)
 
 
-def _ms_arch(aif, base):
+def ms_arch(aif):
     def arch(args):
+        """MS-l (with AIF when ``aif``) on fairseq's transformer."""
         ms_defaults(args, aif)
-        base(args)
+        base_architecture(args)
 
     return arch
 
 
-for _b, _base in BASES.items():  # bench, iwslt_small, wmt_en_de
-    register_model_architecture("transformer_ms", f"transformer_ms_{_b}")(_ms_arch(False, _base))
-    register_model_architecture("transformer_ms", f"transformer_ms_aif_{_b}")(_ms_arch(True, _base))
+# transformer_ms[_aif]_{bench,iwslt_small,wmt_en_de}
+register_shaped("transformer_ms", "transformer_ms", ms_arch(False), shapes=tuple(SHAPES))
+register_shaped("transformer_ms", "transformer_ms_aif", ms_arch(True), shapes=tuple(SHAPES))

@@ -1,4 +1,8 @@
-"""Gu (2018) ch. 8: the Non-Autoregressive Transformer with fertility (NAT) — model ``nat_fertility``.
+"""The Non-Autoregressive Transformer with fertility (NAT) of Gu's thesis, ch. 8 — model ``nat_fertility``.
+
+References: Gu, J., Bradbury, J., Xiong, C., Li, V.O.K., Socher, R. "Non-Autoregressive Neural Machine
+Translation", ICLR 2018; and Gu, J. "Efficient Neural Machine Translation", PhD thesis, The University of
+Hong Kong, 2019, ch. 8 (equation numbers here and in the family's other modules are the thesis').
 
 The model factorises translation through a fertility latent variable (Eq. 8.4)::
 
@@ -7,14 +11,15 @@ The model factorises translation through a fertility latent variable (Eq. 8.4)::
 with 𝓕 = {f : Σ_{t'} f_{t'} = T}; x{f} is source word x repeated f times, so the output length is Σf and
 no separate length model is needed.
 
-Components (spec 004b §3.2):
+Components:
 
 * **encoder**: fairseq's Transformer encoder (``FairseqNATEncoder``); ``--init-encoder-from CKPT`` copies
   the ``encoder.*`` weights of an autoregressive teacher checkpoint of the same shape ("helpful", §8.5.1);
-* **fertility predictor**: one ``Linear(d_model, L)`` + softmax over the classes 0..L−1 (``--max-fertility
-  L``, default 50) on the last encoder layer, independently at every source word; ``--sg-fertility`` stops
-  its gradient into the encoder.  Padding and the source ⟨eos⟩ always get fertility 0;
-* **decoder inputs** (``--decoder-input``):
+* **fertility predictor** (:meth:`NATFertilityModel.fertility_logits`): one ``Linear(d_model, L)`` + softmax
+  over the classes 0..L−1 (``--max-fertility L``, default 50) on the last encoder layer, independently at
+  every source word; ``--sg-fertility`` stops its gradient into the encoder.  Padding and the source ⟨eos⟩
+  always get fertility 0;
+* **decoder inputs** (``--decoder-input``, :meth:`NATFertilityModel.decoder_inputs`):
   ``copy-fertility`` — source word j's (scaled) token embedding copied f_j times, in order (decoder position
   t copies the j with C_{j−1} ≤ t < C_j, C = cumsum f);
   ``uniform`` — position t = 1..T copies source word Round(T'·t/T) (1-indexed, clamped to [1, T']; the
@@ -26,29 +31,30 @@ Components (spec 004b §3.2):
   may not attend to itself; ``--no-self-attn-diag-mask`` for the unmasked ablation), (ii) **positional
   attention** (Eq. 8.2; query = key = sinusoidal position encodings, value = the decoder states; residual
   + LayerNorm; ``--no-positional-attention`` removes it, ``--pos-attn-diag-mask`` also masks its diagonal as
-  the released code does), (iii) encoder-decoder attention, (iv) FFN;
-* **translation predictor**: the output softmax; Ŷ = G(x, f) is the per-position argmax.
+  the authors' released code does), (iii) encoder-decoder attention, (iv) FFN;
+* **translation predictor**: the output softmax; Ŷ = G(x, f) is the per-position argmax
+  (:meth:`NATFertilityModel.decode` gives the logits of one parallel pass for given fertilities).
 
-Decoding with argmax / average fertilities (Eqs. 8.5, 8.6) and noisy / exact parallel decoding (Eqs. 8.7,
-8.8) is in :mod:`fairseq_ext.generators.nat_fertility`, built on this module's ``predict_fertility``,
-``topk_fertility`` and ``teacher_sequence_scores``; the losses (Eqs. 8.9–8.11) in
-:mod:`fairseq_ext.criterions.nat_fertility`; the data (fertilities from word alignments of distilled pairs)
-in :mod:`fairseq_ext.data.fertility`, the task in :mod:`fairseq_ext.tasks.translation_fertility`.
+This module holds the network only.  Choosing fertilities and scoring with the autoregressive teacher
+(shared by training and decoding) are in :mod:`fairseq_ext.modules.nat_fertility`; decoding with argmax /
+average fertilities (Eqs. 8.5, 8.6) and noisy / exact parallel decoding (Eqs. 8.7, 8.8) in
+:mod:`fairseq_ext.generators.nat_fertility`, which calls this model's public methods; the losses
+(Eqs. 8.9–8.11) in :mod:`fairseq_ext.criterions.nat_fertility`; the fertilities (from word alignments of
+distilled pairs) are computed offline by :mod:`fairseq_ext.tools.fertility` and batched by
+:mod:`fairseq_ext.data.fertility`; the task is :mod:`fairseq_ext.tasks.translation_fertility`.
 
 Choices not fixed by the thesis: attention uses fairseq's 1/√d_head scaling (the thesis' Eq. 8.2 writes
 √d_model); the copied vector is the scaled token embedding without source positions (fairseq's NAT
-convention, spec §3.9.4); the diagonal mask is a large finite negative (−1e9) so that a length-1 output,
-whose only key is itself, still attends to itself instead of producing NaN.
+convention); the diagonal mask is a large finite negative (−1e9) so that a length-1 output, whose only key
+is itself, still attends to itself instead of producing NaN.
 
 Archs: ``nat_fertility`` (Transformer-base sizes, 512/2048/6+6/8, the thesis' WMT model),
-``nat_fertility_iwslt16`` (278/507/5+5/2, dropout 0.079), ``nat_fertility_small`` (the bench's 3+3 d256 FFN
+``nat_fertility_iwslt16`` (278/507/5+5/2, dropout 0.079), ``nat_fertility_bench`` (earlier ``nat_fertility_small``; the bench's 3+3 d256 FFN
 1024 4-head PreNorm shared-embedding transformer, so its encoder can start from the bench teacher) and
 ``nat_fertility_tiny`` (2+2 d32 FFN 64 4 heads, shared embeddings — the shape of the tests' tiny teacher).
 """
-import heapq
-import itertools
 import logging
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -61,12 +67,11 @@ from fairseq.modules import LayerNorm, MultiheadAttention, SinusoidalPositionalE
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
-from fairseq_ext.modules.arch_utils import bench_small_defaults, set_default
+from fairseq_ext.modules.arch_utils import register_shaped, set_default
 
 logger = logging.getLogger(__name__)
 
 DECODER_INPUTS = ("copy-fertility", "uniform", "positional")
-FERTILITY_DECODING = ("argmax", "average", "sample")
 DIAGONAL_MASK_VALUE = -1e9
 DEFAULT_MAX_FERTILITY = 50
 
@@ -119,240 +124,6 @@ def self_attention_mask(length: int, device=None, dtype=torch.float32, mask_diag
     if not mask_diagonal:
         return None
     return torch.zeros(length, length, device=device, dtype=dtype).fill_diagonal_(DIAGONAL_MASK_VALUE)
-
-
-def predict_fertility(fertility_logits: Tensor, src_mask: Tensor, how: str = "argmax",
-                      max_len_ratio: float = 2.0, max_length: Optional[int] = None,
-                      temperature: float = 1.0, generator: Optional[torch.Generator] = None) -> Tensor:
-    """Fertilities f̂ (B, S) from p_F (logits (B, S, L)); 0 at padding/⟨eos⟩.
-
-    ``argmax`` (Eq. 8.5): f̂ = argmax_f p_F(f); ``average`` (Eq. 8.6): f̂ = Round(Σ_f p_F(f)·f) over the
-    classes 0..L−1 (spec §3.9.8); ``sample``: f ~ p_F^(1/temperature) (NPD, Eq. 8.7; RL, Eq. 8.11).
-    Then :func:`constrain_fertility` (no empty output, Σf ≤ 2·T')."""
-    logits = fertility_logits.float()
-    B, S, L = logits.shape
-    if how == "argmax":
-        f = logits.argmax(-1)
-    elif how == "average":
-        p = logits.softmax(-1)
-        mean = (p * torch.arange(L, device=p.device, dtype=p.dtype)).sum(-1)
-        f = torch.floor(mean + 0.5).long()
-    elif how == "sample":
-        p = (logits / temperature).softmax(-1).reshape(-1, L)
-        f = torch.multinomial(p, 1, generator=generator).view(B, S)
-    else:
-        raise ValueError(f"unknown fertility decoding {how!r}; expected one of {FERTILITY_DECODING}")
-    return constrain_fertility(f, logits, src_mask, max_len_ratio, max_length)
-
-
-def constrain_fertility(fertility: Tensor, fertility_logits: Tensor, src_mask: Tensor, max_len_ratio: float = 2.0,
-                        max_length: Optional[int] = None) -> Tensor:
-    """The decodable version of chosen fertilities (B, S): 0 outside ``src_mask``; (i) an all-zero row gets
-    f = 1 at the word with the largest p_F(f ≥ 1) (spec §3.9.9); (ii) the cumulative fertility is truncated
-    at max(1, ⌊max_len_ratio·T'⌋) (and ``max_length``) [C]."""
-    B, S = fertility.shape
-    f = fertility.long().masked_fill(~src_mask, 0)
-    # (i) never an empty output
-    empty = f.sum(1).eq(0)
-    if bool(empty.any()):
-        p_ge1 = 1.0 - fertility_logits.float().softmax(-1)[..., 0]
-        p_ge1 = p_ge1.masked_fill(~src_mask, -1.0)
-        j = p_ge1.argmax(1)
-        one_hot = torch.arange(S, device=f.device).unsqueeze(0).eq(j.unsqueeze(1))
-        f = f + (one_hot & empty.unsqueeze(1)).long()
-    # (ii) length cap
-    cap = fertility_cap(src_mask, max_len_ratio, max_length)
-    cum = torch.minimum(f.cumsum(1), cap.unsqueeze(1))
-    return torch.diff(cum, dim=1, prepend=cum.new_zeros(B, 1))
-
-
-def fertility_cap(src_mask: Tensor, max_len_ratio: float = 2.0, max_length: Optional[int] = None) -> Tensor:
-    """(B,) the output-length cap max(1, ⌊max_len_ratio·T'⌋), at most ``max_length`` (Σf ≤ 2·T' in [C])."""
-    cap = torch.floor(src_mask.long().sum(1).float() * max_len_ratio).long().clamp(min=1)
-    return cap if max_length is None else cap.clamp(max=max_length)
-
-
-def fertility_sequences_by_probability(log_probs: Tensor, cap: Optional[int] = None
-                                       ) -> Iterator[Tuple[float, Tuple[int, ...]]]:
-    """Every fertility sequence f_{1:T'} with its log p_F(f_{1:T'}) = Σ_{t'} log p_F(f_{t'}), in order of
-    non-increasing probability — the argsort of Eq. 8.8 over the factorised p_F, enumerated lazily.
-
-    ``log_probs`` (T', L): per-word log p_F over the classes 0..L−1.  Heap-based search over the per-word
-    fertilities sorted by log-probability (``topK_search`` of [C]): a state holds one rank per word, the
-    root is all ranks 0 (the argmax sequence, Eq. 8.5, ties to the smaller fertility as ``argmax``), and a
-    state's successors raise one rank at or after the last raised word — every rank vector then has exactly
-    one parent (lower its last non-zero rank), so no sequence is generated twice and no duplicate check is
-    needed, and a successor is never more probable than its parent, so the heap pops in probability order.
-    Sums are in float64; equal probabilities come out in push order.
-
-    With ``cap`` (the output-length cap Σf ≤ cap), sequences that the cap makes identical to a more probable
-    one already yielded are skipped where that is cheap to see: a state's descendants only change words at
-    or after its last raised one, so none is raised at a word whose predecessors already sum to ≥ cap (every
-    such descendant truncates to the state's own sequence).  The rest are yielded."""
-    lp = log_probs.detach().double().cpu()
-    n = lp.size(0)
-    if n == 0:
-        yield 0.0, ()
-        return
-    sorted_lp, order = lp.sort(dim=-1, descending=True, stable=True)
-    vals, classes = sorted_lp.tolist(), order.tolist()
-    L = len(vals[0])
-    root = (0,) * n
-    heap = [(-sum(v[0] for v in vals), 0, root, 0)]  # (−log p, push counter, ranks, first raisable word)
-    pushed = 1
-    while heap:
-        neg, _, ranks, start = heapq.heappop(heap)
-        f = tuple(c[r] for c, r in zip(classes, ranks))
-        yield -neg, f
-        before = sum(f[:start])  # Σ of the words before j
-        for j in range(start, n):
-            if cap is not None and before >= cap:
-                break
-            r = ranks[j] + 1
-            if r < L:
-                heapq.heappush(heap, (neg + vals[j][r - 1] - vals[j][r], pushed, ranks[:j] + (r,) + ranks[j + 1:], j))
-                pushed += 1
-            before += f[j]
-
-
-def topk_fertility(fertility_logits: Tensor, src_mask: Tensor, k: int, max_len_ratio: float = 2.0,
-                   max_length: Optional[int] = None, max_examined: Optional[int] = None) -> Tuple[Tensor, Tensor]:
-    """Exact parallel decoding's candidates (Eq. 8.8): the K most probable fertility sequences of every
-    sentence under the factorised p_F (logits (B, S, L)), as decodable sequences.
-
-    Sequences come from :func:`fertility_sequences_by_probability` over the real words (``src_mask``) and
-    go through :func:`constrain_fertility` (Σf ≤ ``max_len_ratio``·T', no empty output), after which
-    duplicates are removed: two sequences that differ only beyond the length cap decode identically, so
-    only the more probable one is kept and the search goes on to the next (the search itself skips most
-    such sequences).  The first candidate of each sentence is therefore the argmax one (Eq. 8.5, what
-    ``predict_fertility(.., "argmax")`` returns).  At most ``max_examined`` (default 100·K) sequences are
-    examined per sentence, so a sentence may get fewer than K candidates (e.g. a one-word source under
-    the cap Σf ≤ 2 has only two).
-
-    Returns ``fertility`` (N, S) and ``index`` (N,), the sentence of every candidate, in sentence order
-    and, within a sentence, in order of decreasing probability."""
-    if k < 1:
-        raise ValueError(f"EPD needs K >= 1, got {k}")
-    budget = max_examined or 100 * k
-    logits = fertility_logits.detach().float().cpu()
-    mask = src_mask.cpu()
-    log_probs = logits.double().log_softmax(-1)  # float64: no ties that the float logits do not have
-    B, S, _ = logits.shape
-    rows, index = [], []
-    caps = fertility_cap(mask, max_len_ratio, max_length).tolist()
-    for b in range(B):
-        words = mask[b].nonzero().flatten()
-        sequences = fertility_sequences_by_probability(log_probs[b, words], cap=caps[b])
-        seen, examined = set(), 0
-        while len(seen) < k and examined < budget:
-            raw = [f for _, f in itertools.islice(sequences, min(k, budget - examined))]
-            if not raw:
-                break
-            examined += len(raw)
-            f = torch.zeros(len(raw), S, dtype=torch.long)
-            f[:, words] = torch.tensor(raw, dtype=torch.long).view(len(raw), -1)
-            f = constrain_fertility(f, logits[b].expand(len(raw), -1, -1), mask[b].expand(len(raw), -1),
-                                    max_len_ratio, max_length)
-            for row in f.tolist():
-                key = tuple(row)
-                if key not in seen and len(seen) < k:
-                    seen.add(key)
-                    rows.append(row)
-                    index.append(b)
-    device = fertility_logits.device
-    return (torch.tensor(rows, dtype=torch.long, device=device).view(-1, S),
-            torch.tensor(index, dtype=torch.long, device=device))
-
-
-@torch.no_grad()
-def teacher_features(teacher, src_tokens: Tensor, src_lengths: Tensor, hyp_tokens: Tensor, hyp_mask: Tensor,
-                     index: Optional[Tensor] = None):
-    """The frozen autoregressive teacher's decoder features (N, T+1, C) (and its ``extra``), teacher-forced
-    on the NAT outputs ŷ.
-
-    ``hyp_tokens`` (N, T) right-padded (``hyp_mask`` marks real tokens); ``index`` (N,) maps each row to
-    its source sentence in ``src_tokens`` (the teacher's encoder runs once per source, as in NPD/EPD where
-    N = B·s).  The teacher's decoder input is ⟨eos⟩ ŷ_1 … ŷ_T (fairseq's BOS convention): feature t < T
-    predicts ŷ_{t+1}, feature len(ŷ) predicts ⟨eos⟩."""
-    pad = teacher.decoder.dictionary.pad()
-    eos = teacher.decoder.dictionary.eos()
-    hyp = hyp_tokens.masked_fill(~hyp_mask, pad)
-    enc = teacher.encoder(src_tokens, src_lengths=src_lengths)
-    if index is not None:
-        enc = teacher.encoder.reorder_encoder_out(enc, index)
-    prev = torch.cat([hyp.new_full((hyp.size(0), 1), eos), hyp], 1)
-    return teacher.decoder(prev, encoder_out=enc, features_only=True)
-
-
-def _teacher_normalized(teacher, features: Tensor, extra) -> Tensor:
-    return teacher.get_normalized_probs((teacher.decoder.output_layer(features), extra), log_probs=True).float()
-
-
-@torch.no_grad()
-def teacher_log_probs(teacher, src_tokens: Tensor, src_lengths: Tensor, hyp_tokens: Tensor,
-                      hyp_mask: Tensor, index: Optional[Tensor] = None) -> Tensor:
-    """log p_AR(· | ŷ_{<t}, X) of the frozen teacher on the NAT outputs ŷ (see :func:`teacher_features`):
-    (N, T+1, V) float log-probabilities, row t < T predicts ŷ_{t+1}, row len(ŷ) predicts ⟨eos⟩."""
-    features, extra = teacher_features(teacher, src_tokens, src_lengths, hyp_tokens, hyp_mask, index)
-    return _teacher_normalized(teacher, features, extra)
-
-
-def hypothesis_log_probs(token_lprobs: Tensor, hyp_tokens: Tensor, hyp_mask: Tensor,
-                         eos: Optional[int] = None) -> Tuple[Tensor, Optional[Tensor]]:
-    """(log p(ŷ_t) (N, T), 0 at padding; log p(⟨eos⟩ | ŷ) (N,) with ``eos``, else None) gathered from
-    (N, ≥T+1, V) log-probs laid out as :func:`teacher_log_probs`'."""
-    T = hyp_tokens.size(1)
-    tok = token_lprobs[:, :T].gather(-1, hyp_tokens.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    tok = tok.masked_fill(~hyp_mask, 0.0)
-    eos_lp = None
-    if eos is not None:
-        rows = torch.arange(hyp_tokens.size(0), device=hyp_tokens.device)
-        eos_lp = token_lprobs[rows, hyp_mask.sum(1), eos]
-    return tok, eos_lp
-
-
-def _combine_scores(tok: Tensor, hyp_mask: Tensor, eos_lp: Optional[Tensor], length_normalize: bool) -> Tensor:
-    total = tok.sum(1)
-    n = hyp_mask.sum(1).float()
-    if eos_lp is not None:
-        total = total + eos_lp
-        n = n + 1
-    return total / n.clamp(min=1) if length_normalize else total
-
-
-def sequence_scores(token_lprobs: Tensor, hyp_tokens: Tensor, hyp_mask: Tensor, eos: Optional[int] = None,
-                    length_normalize: bool = True) -> Tensor:
-    """Σ_t log p(ŷ_t) (÷ length when ``length_normalize``; the NPD default, spec §3.9.14) from (N, T+1, V)
-    teacher log-probs; with ``eos`` the ⟨eos⟩ after the last token is scored too."""
-    tok, eos_lp = hypothesis_log_probs(token_lprobs, hyp_tokens, hyp_mask, eos)
-    return _combine_scores(tok, hyp_mask, eos_lp, length_normalize)
-
-
-@torch.no_grad()
-def teacher_sequence_scores(teacher, src_tokens: Tensor, src_lengths: Tensor, hyp_tokens: Tensor,
-                            hyp_mask: Tensor, index: Optional[Tensor] = None, eos: Optional[int] = None,
-                            length_normalize: bool = True, chunk: int = 0) -> Tensor:
-    """The teacher's score p_AR(ŷ | X) of every candidate (N,) — the rescoring of NPD (Eq. 8.7) and EPD
-    (Eq. 8.8); the value of :func:`sequence_scores` on :func:`teacher_log_probs`.
-
-    The decoder runs once over all candidates, but the output layer and the log-softmax over the
-    vocabulary run on ``chunk`` candidates at a time (0: all), trimmed to the chunk's longest candidate, and
-    only the candidates' own tokens' log-probabilities are kept, so the (N, T+1, V) log-probs are never
-    held at once: peak memory is ``chunk``·(T+1)·V floats.  The chunking does not change a row's value."""
-    features, extra = teacher_features(teacher, src_tokens, src_lengths, hyp_tokens, hyp_mask, index)
-    N, T = hyp_tokens.shape
-    step = chunk if chunk and chunk > 0 else max(N, 1)
-    toks, eoss = [], []
-    for a in range(0, N, step):
-        mask = hyp_mask[a:a + step]
-        t = int(mask.sum(1).max()) if mask.numel() else 0
-        lprobs = _teacher_normalized(teacher, features[a:a + step, :t + 1], extra)
-        tok, eos_lp = hypothesis_log_probs(lprobs, hyp_tokens[a:a + step, :t], mask[:, :t], eos)
-        toks.append(F.pad(tok, (0, T - t)))
-        eoss.append(eos_lp)
-    tok = torch.cat(toks) if toks else hyp_tokens.new_zeros(0, T, dtype=torch.float)
-    eos_lp = torch.cat(eoss) if eos is not None and eoss else None
-    return _combine_scores(tok, hyp_mask, eos_lp, length_normalize)
 
 
 # ----------------------------------------------------------------------------------------------- decoder
@@ -618,47 +389,42 @@ class NATFertilityModel(FairseqNATModel):
 
 
 # ----------------------------------------------------------------------------------------------- archs
-_default = set_default
-
-
 @register_model_architecture("nat_fertility", "nat_fertility")
 def nat_fertility_base(args):
     """Transformer-base sizes, post-LN, no label smoothing (the thesis' WMT NAT, §8.5.1)."""
-    _default(args, "nat_decoder_input", "copy-fertility")
-    _default(args, "max_fertility", DEFAULT_MAX_FERTILITY)
+    set_default(args, "nat_decoder_input", "copy-fertility")
+    set_default(args, "max_fertility", DEFAULT_MAX_FERTILITY)
     for flag in ("no_positional_attention", "pos_attn_diag_mask", "no_self_attn_diag_mask", "sg_fertility"):
-        _default(args, flag, False)
-    _default(args, "init_encoder_from", None)
+        set_default(args, flag, False)
+    set_default(args, "init_encoder_from", None)
     nat_base_architecture(args)
 
 
 @register_model_architecture("nat_fertility", "nat_fertility_iwslt16")
 def nat_fertility_iwslt16(args):
-    """IWSLT16 En-De: d_model 278, d_hidden 507, 5 layers, 2 heads, dropout 0.079 [C; thesis prints 287]."""
+    """IWSLT16 En-De: d_model 278, d_hidden 507, 5 layers, 2 heads, dropout 0.079 (d_model as in the authors'
+    released code; the thesis prints 287)."""
     for side in ("encoder", "decoder"):
-        _default(args, f"{side}_embed_dim", 278)
-        _default(args, f"{side}_ffn_embed_dim", 507)
-        _default(args, f"{side}_layers", 5)
-        _default(args, f"{side}_attention_heads", 2)
-    _default(args, "dropout", 0.079)
+        set_default(args, f"{side}_embed_dim", 278)
+        set_default(args, f"{side}_ffn_embed_dim", 507)
+        set_default(args, f"{side}_layers", 5)
+        set_default(args, f"{side}_attention_heads", 2)
+    set_default(args, "dropout", 0.079)
     nat_fertility_base(args)
 
 
-@register_model_architecture("nat_fertility", "nat_fertility_small")
-def nat_fertility_small(args):
-    """The bench model's shape (recipes/bench/configs.py TRANSFORMER_SMALL): 3+3, d 256, FFN 1024, 4 heads,
-    shared embeddings, PreNorm, dropout 0.1 — so ``--init-encoder-from`` the bench teacher works."""
-    bench_small_defaults(args)
-    nat_fertility_base(args)
+# nat_fertility_bench (earlier nat_fertility_small): the bench shape, so that ``--init-encoder-from``
+# the bench teacher works.
+register_shaped("nat_fertility", "nat_fertility", nat_fertility_base, legacy=True)
 
 
 @register_model_architecture("nat_fertility", "nat_fertility_tiny")
 def nat_fertility_tiny(args):
     """2+2 layers, d 32, FFN 64, 4 heads, shared embeddings (tests; the shape of harness.TINY_TRANSFORMER)."""
     for side in ("encoder", "decoder"):
-        _default(args, f"{side}_layers", 2)
-        _default(args, f"{side}_embed_dim", 32)
-        _default(args, f"{side}_ffn_embed_dim", 64)
-        _default(args, f"{side}_attention_heads", 4)
-    _default(args, "share_all_embeddings", True)
+        set_default(args, f"{side}_layers", 2)
+        set_default(args, f"{side}_embed_dim", 32)
+        set_default(args, f"{side}_ffn_embed_dim", 64)
+        set_default(args, f"{side}_attention_heads", 4)
+    set_default(args, "share_all_embeddings", True)
     nat_fertility_base(args)

@@ -5,29 +5,36 @@ Everything is fairseq's :class:`~fairseq.models.transformer.TransformerModel`; t
 
 * swaps the LayerNorm modules of every layer and of the stacks for the ``--norm-type`` norm
   (``layernorm`` keeps fairseq's own LayerNorm; ``scalenorm`` Eq. 6.5; ``scalenorm-fixed``: g = √d
-  frozen everywhere except the final decoder output norm, whose g is learned [T Table 6.7, RI];
+  frozen everywhere except the final decoder output norm, whose g is learned (Table 6.7; as in the reference implementation);
   ``rmsnorm``). PostNorm (Eq. 6.2) / PreNorm (Eq. 6.3, plus a final norm after each stack) is
   fairseq's ``--encoder-normalize-before --decoder-normalize-before``;
 * ``--fixnorm``: every word embedding and the (tied) output projection are ℓ2-normalised rows
-  (radius ``--fixnorm-radius``, 1 for the Transformer), initialised U[−0.01, 0.01] [T §6.3.3]. Input
+  (radius ``--fixnorm-radius``, 1 for the Transformer), initialised U[−0.01, 0.01] (§6.3.3). Input
   = √d·ŵ + PE; with a ScaleNorm output norm the logits are g·(ŵ·x/‖x‖) + b (Eq. 6.6);
 * ``--output-bias`` / ``--no-output-bias``: a zero-initialised output bias b (default: on iff
-  ``--fixnorm``, as in the reference implementation; spec §6.7.3);
+  ``--fixnorm``, as in the reference implementation);
 * ``--twt-init``: ``fairseq`` (unchanged), ``xavier`` (Xavier normal, Eq. 6.4, for every projection;
   the "Baseline" of Table 6.2) or ``smallinit`` (attention Q, K, V, O with std √(2/(5d)), FFN Xavier
   normal, biases 0; §6.2.2);
 * ``--word-dropout p`` (default 0): in training, source and decoder-input tokens (never targets nor
-  specials) are replaced by <unk> with probability p [T §6.3.1: "we randomly replace tokens with UNK",
-  p = 0.1 in the thesis; spec 002 §6.7.4] — :class:`fairseq_ext.modules.lexical.WordDropoutMixin`.
+  specials) are replaced by <unk> with probability p (§6.3.1: "we randomly replace tokens with UNK",
+  p = 0.1 in the thesis) — :class:`fairseq_ext.modules.word_dropout.WordDropoutMixin`.
 
 With ``--norm-type layernorm``, no ``--fixnorm`` and ``--twt-init fairseq`` the model is fairseq's
 transformer (same parameters, same initial weights for a seed, same outputs).
 
-Architectures: ``transformer_twt`` (fairseq's ``transformer`` sizes), ``transformer_twt_small`` (the
-bench's 3+3 d256 PreNorm model, recipes/bench/configs.py), and the thesis presets ``twt_*`` (512/2048,
+Architectures: ``transformer_twt`` (fairseq's ``transformer`` sizes), ``transformer_twt_bench`` (the
+bench shape of :mod:`fairseq_ext.modules.arch_utils`; also registered under its earlier name
+``transformer_twt_small``), and the thesis presets ``twt_*`` (512/2048,
 8 heads, 6+6 layers, one dropout rate 0.3 for sublayers/attention/ReLU, SMALLINIT, all embeddings
 shared; override sizes on the command line, e.g. gl→en ``--encoder-layers 4 --decoder-layers 4
 --encoder-attention-heads 4 --decoder-attention-heads 4 --dropout 0.4``).
+
+References: T. Q. Nguyen, "Improving Neural Machine Translation for Low-Resource Languages", PhD
+dissertation, University of Notre Dame, 2021 (ch. 3-7 for this family, ``transformer_lex``,
+``lstm_luong``, ``transformer_untied_pos`` and the ``transfer_translation``/``concat_translation``
+tasks); T. Q. Nguyen and J. Salazar, "Transformers without Tears: Improving the Normalization of
+Self-Attention", IWSLT 2019.
 """
 import math
 
@@ -42,9 +49,11 @@ from fairseq.models.transformer import (
     base_architecture,
 )
 
-from fairseq_ext.modules.lexical import WordDropoutMixin, add_word_dropout_args
-from fairseq_ext.modules.norms import NORM_TYPES, FixNormEmbedding, ScaleNorm, build_norm, fixnorm
-from fairseq_ext.modules.arch_utils import bench_small_defaults, set_default
+from fairseq_ext.modules.arch_utils import register_shaped, set_default
+from fairseq_ext.modules.norms import (
+    NORM_TYPES, FixNormEmbedding, ScaleNorm, add_fixnorm_args, build_norm, fixnorm,
+)
+from fairseq_ext.modules.word_dropout import WordDropoutMixin, add_word_dropout_args, set_word_dropout_default
 
 INIT_SCHEMES = ("fairseq", "xavier", "smallinit")
 LAYER_NORM_NAMES = ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")
@@ -134,10 +143,7 @@ class TwtTransformerModel(WordDropoutMixin, TransformerModel):
                             help="norm of every sublayer and stack: layernorm (fairseq), scalenorm "
                                  "(Eq. 6.5, learned g=√d init), scalenorm-fixed (g=√d frozen except the "
                                  "final decoder output norm) or rmsnorm")
-        parser.add_argument("--fixnorm", action="store_true",
-                            help="l2-normalise word embeddings and output projection rows (FixNorm)")
-        parser.add_argument("--fixnorm-radius", type=float, metavar="R",
-                            help="norm r of the FixNorm embeddings (default 1)")
+        add_fixnorm_args(parser)
         parser.add_argument("--output-bias", dest="output_bias", action="store_true",
                             help="add a zero-initialised output bias (default: on iff --fixnorm)")
         parser.add_argument("--no-output-bias", dest="output_bias", action="store_false",
@@ -175,49 +181,45 @@ class TwtTransformerModel(WordDropoutMixin, TransformerModel):
         return TwtDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
 
-_default = set_default
-
-
 @register_model_architecture("transformer_twt", "transformer_twt")
 def transformer_twt(args):
     """fairseq's ``transformer`` defaults; LayerNorm, no FixNorm, fairseq init (≡ fairseq)."""
-    _default(args, "norm_type", "layernorm")
-    _default(args, "fixnorm", False)
-    _default(args, "fixnorm_radius", 1.0)
-    _default(args, "output_bias", bool(args.fixnorm))
-    _default(args, "twt_init", "fairseq")
-    _default(args, "word_dropout", 0.0)
+    set_default(args, "norm_type", "layernorm")
+    set_default(args, "fixnorm", False)
+    set_default(args, "fixnorm_radius", 1.0)
+    set_default(args, "output_bias", bool(args.fixnorm))
+    set_default(args, "twt_init", "fairseq")
+    set_word_dropout_default(args)
     base_architecture(args)
 
 
-@register_model_architecture("transformer_twt", "transformer_twt_small")
-def transformer_twt_small(args):
-    """The bench model (recipes/bench/configs.py TRANSFORMER_SMALL): 3+3 layers, d 256, FFN 1024,
-    4 heads, shared embeddings, PreNorm, dropout 0.1."""
-    bench_small_defaults(args)
-    transformer_twt(args)
+# transformer_twt_bench (and its earlier name transformer_twt_small): the bench shape.
+register_shaped("transformer_twt", "transformer_twt", transformer_twt, legacy=True)
 
 
-def _thesis_preset(prenorm: bool, norm_type: str, fixnorm: bool):
+def thesis_preset(family_arch, prenorm: bool, norm_type: str, fixnorm: bool):
+    """The ch. 6 thesis configuration on top of ``family_arch`` (``transformer_twt`` or a model built on
+    it, which adds its own defaults)."""
+
     def arch(args):
-        """Thesis ch. 6 configuration [T §6.3.1, Table 6.1]: 512/2048, 8 heads, 6+6 layers,
+        """Thesis ch. 6 configuration (§6.3.1, Table 6.1): 512/2048, 8 heads, 6+6 layers,
         dropout 0.3 shared by sublayer outputs, attention weights and ReLU, SMALLINIT, shared
         embeddings."""
         for side in ("encoder", "decoder"):
-            _default(args, f"{side}_normalize_before", prenorm)
-        _default(args, "norm_type", norm_type)
-        _default(args, "fixnorm", fixnorm)
-        _default(args, "twt_init", "smallinit")
-        _default(args, "share_all_embeddings", True)
-        _default(args, "dropout", 0.3)
-        _default(args, "attention_dropout", args.dropout)
-        _default(args, "activation_dropout", args.dropout)
-        transformer_twt(args)
+            set_default(args, f"{side}_normalize_before", prenorm)
+        set_default(args, "norm_type", norm_type)
+        set_default(args, "fixnorm", fixnorm)
+        set_default(args, "twt_init", "smallinit")
+        set_default(args, "share_all_embeddings", True)
+        set_default(args, "dropout", 0.3)
+        set_default(args, "attention_dropout", args.dropout)
+        set_default(args, "activation_dropout", args.dropout)
+        family_arch(args)
 
     return arch
 
 
-# Thesis name → arch (spec 002 §6.1). Table 6.3 rows (1)–(4), Table 6.6 and Table 6.7.
+# Thesis system → arch: Table 6.3 rows (1)–(4), Table 6.6 and Table 6.7.
 THESIS_PRESETS = {
     "twt_postnorm_layernorm": (False, "layernorm", False),            # (1)
     "twt_prenorm_layernorm": (True, "layernorm", False),              # (2)
@@ -228,4 +230,4 @@ THESIS_PRESETS = {
     "twt_prenorm_fixnorm_scalenorm_fixedg": (True, "scalenorm-fixed", True),  # Table 6.7
 }
 for _name, _spec in THESIS_PRESETS.items():
-    register_model_architecture("transformer_twt", _name)(_thesis_preset(*_spec))
+    register_model_architecture("transformer_twt", _name)(thesis_preset(transformer_twt, *_spec))

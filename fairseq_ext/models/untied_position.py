@@ -6,7 +6,7 @@ position–position term its own projections (Eq. 7.6):
 
     s = e_q W_q W_kᵀ e_kᵀ  +  p_q W'_q W'_kᵀ p_kᵀ                                        (7.6)
 
-Implementation (spec 002 §7.3):
+Implementation:
 
 * no positional embedding is added to the input: only the (√d-scaled, FixNorm-ed) word embeddings
   go in, which is what removes the cross terms;
@@ -29,27 +29,26 @@ With the positional projections at zero and ``--untied-pos-scale standard`` the 
 ``transformer_twt --no-token-positional-embeddings`` (same parameters otherwise, same outputs).
 
 Archs: ``transformer_untied_pos`` / ``transformer_untied_pos_random`` (fairseq base sizes),
-``transformer_untied_pos_small`` / ``transformer_untied_pos_random_small`` (the bench's 3+3 d256 PreNorm
-model), and the thesis systems of Table 7.1 on the ch. 4/6 model (PreNorm + FixNorm + ScaleNorm,
+``transformer_untied_pos_bench`` / ``transformer_untied_pos_random_bench`` (the bench shape; earlier
+names ``*_small``), and the thesis systems of Table 7.1 on the ch. 4/6 model (PreNorm + FixNorm + ScaleNorm,
 SMALLINIT): ``twt_untied_pos`` (**untied-pos**) and ``twt_random_untied_pos`` (**random-untied-pos**);
 the **baseline** row is ``twt_prenorm_fixnorm_scalenorm``.
 """
 import math
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from fairseq.models import register_model, register_model_architecture
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from fairseq_ext.criterions.masked_label_smoothing import TargetVocabMaskMixin
-from fairseq_ext.models.lexical import add_common_args, _lex_defaults
+from fairseq_ext.modules.vocab_mask import TargetVocabMaskMixin
 from fairseq_ext.models.twt import (
-    THESIS_PRESETS, TwtDecoder, TwtEncoder, TwtTransformerModel, _default, _thesis_preset,
-    transformer_twt, transformer_twt_small,
+    THESIS_PRESETS, TwtDecoder, TwtEncoder, TwtTransformerModel, thesis_preset, transformer_twt,
 )
+from fairseq_ext.modules.arch_utils import register_shaped, set_default
+from fairseq_ext.modules.vocab_mask import add_target_vocab_mask_args, set_target_vocab_mask_default
 
 POSITION_KINDS = ("sinusoidal", "random")
 SCALES = ("tupe", "standard")
@@ -132,84 +131,45 @@ def gather_both(term: Tensor, pos: Optional[Tensor]) -> Tensor:
 
 
 class UntiedPosAttention(MultiheadAttention):
-    """fairseq's ``MultiheadAttention`` (same parameters) whose logits get ``self.pos_bias``
-    (B|1, H, Lq, Lk), set by the stack before each forward, added before the masks and the softmax.
+    """fairseq's ``MultiheadAttention`` (same parameters, same ``forward``) whose pre-softmax logits get
+    ``self.pos_bias`` (B|1, H, Lq, Lk), set by the stack around each forward, through fairseq's
+    ``apply_sparse_mask`` hook: it receives the scaled logits (x_q W_q)(x_k W_k)ᵀ·scaling, before the
+    attention mask and the key padding mask are applied and before the softmax (Eq. 7.6); ``scaling``
+    is 1/√(2d_k) (TUPE) or 1/√d_k.
 
-    Logits: (x_q W_q)(x_k W_k)ᵀ·scaling + pos_bias (Eq. 7.6); ``scaling`` is 1/√(2d_k) (TUPE) or 1/√d_k.
-    Incremental state (keys/values (B,H,L,d_k)) is fairseq's ``attn_state`` layout; beams are reordered
-    with a plain index_select (no "beamable" encoder–decoder attention).
+    fairseq's ``forward`` hands the call to ``F.multi_head_attention_forward`` — which has no hook and
+    a fixed 1/√d_k scaling — whenever there is no incremental state and the keys are not static (the
+    encoder and decoder self-attention of a full forward pass).  ``skip_embed_dim_check = True`` turns
+    that path off (its only other effect is to skip an assert on the query's embedding size), so that
+    every call, in training and in incremental decoding, goes through the path with the hook.
+    The incremental state is fairseq's (keys/values (B,H,L,d_k)); it is reordered per hypothesis.
     """
 
     pos_bias: Optional[Tensor] = None
 
     @classmethod
     def convert(cls, attn: MultiheadAttention, scaling: float) -> "UntiedPosAttention":
+        """Make a built fairseq attention an :class:`UntiedPosAttention` in place.  Only the class
+        changes (no new parameters): fairseq's construction (arguments, initialisation, quant-noise)
+        is kept as the layer built it."""
         attn.__class__ = cls
         attn.scaling = scaling
         attn.pos_bias = None
+        attn.skip_embed_dim_check = True  # never the fused path, which skips apply_sparse_mask
         return attn
 
-    def _heads(self, x: Tensor, bsz: int) -> Tensor:  # (L,B,d) -> (B,H,L,dk)
-        return x.view(x.size(0), bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-
-    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
-                key_padding_mask: Optional[Tensor] = None,
-                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-                need_weights: bool = True, static_kv: bool = False, attn_mask: Optional[Tensor] = None,
-                before_softmax: bool = False,
-                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
-        if before_softmax:
-            raise NotImplementedError("before_softmax is not supported by UntiedPosAttention")
-        need_weights = need_weights or need_head_weights
-        tgt_len, bsz, _ = query.size()
-        q = self._heads(self.q_proj(query) * self.scaling, bsz)
-        saved = self._get_input_buffer(incremental_state) if incremental_state is not None else None
-        if saved is not None and static_kv and "prev_key" in saved:  # cached encoder keys/values
-            k, v = saved["prev_key"], saved["prev_value"]
-            key_padding_mask = saved.get("prev_key_padding_mask")
-        else:
-            src = query if self.self_attention else key
-            k, v = self._heads(self.k_proj(src), bsz), self._heads(self.v_proj(src), bsz)
-            if saved is not None:
-                if not static_kv and "prev_key" in saved:  # decoder self-attention: append step
-                    k = torch.cat([saved["prev_key"], k], dim=2)
-                    v = torch.cat([saved["prev_value"], v], dim=2)
-                    prev_kpm = saved.get("prev_key_padding_mask")
-                    if prev_kpm is not None or key_padding_mask is not None:
-                        prev_kpm = (prev_kpm if prev_kpm is not None else
-                                    k.new_zeros(bsz, k.size(2) - tgt_len, dtype=torch.bool))
-                        cur = (key_padding_mask if key_padding_mask is not None else
-                               k.new_zeros(bsz, tgt_len, dtype=torch.bool))
-                        key_padding_mask = torch.cat([prev_kpm.bool(), cur.bool()], dim=1)
-                saved["prev_key"], saved["prev_value"] = k, v
-                saved["prev_key_padding_mask"] = key_padding_mask
-                self._set_input_buffer(incremental_state, saved)
-        src_len = k.size(2)
-
-        mask = self.pos_bias  # (B|1,H,Lq,Lk) or None
-        if attn_mask is not None:
-            mask = attn_mask if mask is None else mask + attn_mask
-        if key_padding_mask is not None:
-            kpm = key_padding_mask.bool().view(bsz, 1, 1, src_len)
-            mask = (q.new_zeros(bsz, 1, 1, src_len, dtype=torch.float32) if mask is None else mask)
-            mask = mask.masked_fill(kpm, float("-inf"))
-
-        if not need_weights:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=None if mask is None else mask.to(q.dtype),
-                dropout_p=self.dropout_module.p if self.training else 0.0, scale=1.0)
-            weights = None
-        else:
-            scores = torch.matmul(q, k.transpose(-1, -2))
-            if mask is not None:
-                scores = scores + mask
-            probs = F.softmax(scores.float(), dim=-1)
-            out = torch.matmul(self.dropout_module(probs).to(v.dtype), v)
-            weights = probs.transpose(0, 1) if need_head_weights else probs.mean(dim=1)  # (H,B,..)|(B,..)
-        out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
-        return self.out_proj(out), weights
+    def apply_sparse_mask(self, attn_weights: Tensor, tgt_len: int, src_len: int, bsz: int) -> Tensor:
+        """Logits (B·H, Lq, Lk) + the positional term of Eq. 7.6."""
+        if self.pos_bias is None:
+            return attn_weights
+        h = self.num_heads
+        biased = attn_weights.view(bsz, h, tgt_len, src_len) + self.pos_bias
+        return biased.view(bsz * h, tgt_len, src_len).type_as(attn_weights)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        """Every cached tensor (keys, values, padding mask; batch first) follows ``new_order``, the
+        encoder–decoder cache included: fairseq's version leaves that cache alone when the batch size
+        is unchanged (right only when ``new_order`` stays within each sentence's beams)."""
         buf = self._get_input_buffer(incremental_state)
         if buf:
             for name, value in buf.items():
@@ -219,7 +179,8 @@ class UntiedPosAttention(MultiheadAttention):
         return incremental_state
 
     def set_beam_size(self, beam_size):
-        """Keys/values are cached per hypothesis; nothing to do."""
+        """Keys/values are cached per hypothesis (no "beamable" encoder–decoder attention, whose
+        cache has one row per sentence), so that :meth:`reorder_incremental_state` may index them."""
 
 
 def _scaling(cfg, heads: int, dim: int) -> float:
@@ -331,7 +292,7 @@ class UntiedPosTransformerModel(TwtTransformerModel):
         parser.add_argument("--untied-pos-scale", choices=SCALES,
                             help="logit scaling: tupe (1/sqrt(2 d_k) on both terms, default) or "
                                  "standard (1/sqrt(d_k))")
-        add_common_args(parser)
+        add_target_vocab_mask_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -362,52 +323,36 @@ class UntiedPosTransformerModel(TwtTransformerModel):
         return module(p[:n], p[:m])
 
 
-def _untied_defaults(args, kind: str):
-    _default(args, "untied_pos", kind)
-    _default(args, "untied_pos_freeze", False)
-    _default(args, "untied_pos_scale", "tupe")
-    _lex_defaults(args, lexical=False)
+def untied_defaults(args, kind: str):
+    set_default(args, "untied_pos", kind)
+    set_default(args, "untied_pos_freeze", False)
+    set_default(args, "untied_pos_scale", "tupe")
+    set_target_vocab_mask_default(args)
 
 
-@register_model_architecture("transformer_untied_pos", "transformer_untied_pos")
-def transformer_untied_pos(args):
-    """fairseq ``transformer`` sizes, sinusoidal p (untied-pos)."""
-    _untied_defaults(args, "sinusoidal")
-    transformer_twt(args)
-
-
-@register_model_architecture("transformer_untied_pos", "transformer_untied_pos_random")
-def transformer_untied_pos_random(args):
-    """fairseq ``transformer`` sizes, random learned p (random-untied-pos)."""
-    _untied_defaults(args, "random")
-    transformer_twt(args)
-
-
-@register_model_architecture("transformer_untied_pos", "transformer_untied_pos_small")
-def transformer_untied_pos_small(args):
-    """The bench model (3+3, d 256, FFN 1024, 4 heads, shared embeddings, PreNorm), untied-pos."""
-    _untied_defaults(args, "sinusoidal")
-    transformer_twt_small(args)
-
-
-@register_model_architecture("transformer_untied_pos", "transformer_untied_pos_random_small")
-def transformer_untied_pos_random_small(args):
-    """The bench model, random-untied-pos."""
-    _untied_defaults(args, "random")
-    transformer_twt_small(args)
-
-
-def _thesis_untied(kind: str):
-    preset = _thesis_preset(*THESIS_PRESETS["twt_prenorm_fixnorm_scalenorm"])
-
+def untied_arch(kind: str, family_arch=transformer_twt):
     def arch(args):
-        """Table 7.1 system on the ch. 4/6 model (PreNorm + FixNorm + ScaleNorm, 512/2048, 8 heads,
-        6+6, SMALLINIT, shared embeddings; override sizes per Table 4.1)."""
-        _untied_defaults(args, kind)
-        preset(args)
+        """Untied positional attention (Eq. 7.6) with ``--untied-pos`` {kind} on the TwT transformer."""
+        untied_defaults(args, kind)
+        family_arch(args)
 
+    arch.__doc__ = arch.__doc__.format(kind=kind)
     return arch
 
 
-register_model_architecture("transformer_untied_pos", "twt_untied_pos")(_thesis_untied("sinusoidal"))
-register_model_architecture("transformer_untied_pos", "twt_random_untied_pos")(_thesis_untied("random"))
+transformer_untied_pos = untied_arch("sinusoidal")
+
+# transformer_untied_pos[_random] (fairseq base sizes), *_bench (the bench shape; earlier *_small).
+for _kind, _prefix in (("sinusoidal", "transformer_untied_pos"), ("random", "transformer_untied_pos_random")):
+    register_model_architecture("transformer_untied_pos", _prefix)(untied_arch(_kind))
+    register_shaped("transformer_untied_pos", _prefix, untied_arch(_kind), legacy=True)
+
+
+def thesis_untied(kind: str):
+    """Table 7.1 system on the ch. 4/6 model (PreNorm + FixNorm + ScaleNorm, 512/2048, 8 heads, 6+6,
+    SMALLINIT, shared embeddings; override sizes per Table 4.1)."""
+    return thesis_preset(untied_arch(kind), *THESIS_PRESETS["twt_prenorm_fixnorm_scalenorm"])
+
+
+register_model_architecture("transformer_untied_pos", "twt_untied_pos")(thesis_untied("sinusoidal"))
+register_model_architecture("transformer_untied_pos", "twt_random_untied_pos")(thesis_untied("random"))

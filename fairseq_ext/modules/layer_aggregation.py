@@ -51,7 +51,7 @@ class WeightedSum(nn.Module):
         self.num_inputs = num_inputs
         self.proj = nn.Linear(num_inputs * embed_dim, embed_dim, bias=False)
         _xavier_blocks_(self.proj.weight, embed_dim, axis=1)
-        # optional (spec §2 A1 (b), default off): the thesis has no normalisation after the sum
+        # optional (default off): the thesis has no normalisation after the sum
         self.layer_norm = LayerNorm(embed_dim) if layernorm else None
 
     def forward(self, inputs: List[Tensor]) -> Tensor:

@@ -1,6 +1,5 @@
-"""The lexical translation module of Nguyen (2021) ch. 5 (§5.4; Nguyen & Chiang, NAACL 2018), the
-discrete-lexicon bias of the Arthur et al. (2016) baseline (§5.5.2), and token-level word dropout
-(§6.3.1).
+"""The lexical translation module of Nguyen (2021) ch. 5 (§5.4; Nguyen & Chiang, NAACL 2018) and the
+discrete-lexicon bias of the Arthur et al. (2016) baseline (§5.5.2).
 
 Lexical module (§5.4, the equations there are unnumbered): with f_s the embeddings of the source
 words and a_t(s) the main model's attention weights at target step t,
@@ -14,14 +13,14 @@ h^ℓ ← r·h^ℓ/‖h^ℓ‖ and W^ℓ_e ← r·W^ℓ_e/‖W^ℓ_e‖ (a repar
 each lexical logit minus b^ℓ lies in [−r², r²]. W^ℓ is *not* tied to the word embeddings; b^ℓ is a
 separate, zero-initialised bias. ``radius=0`` leaves both unnormalised.
 
-Choices where the thesis is silent (spec 002 §5.7): no bias inside the FFNN (``ffn_bias``); dropout
-on the attended source embeddings and on h^ℓ before normalisation [RI]; W^ℓ initialised
+Choices where the thesis is silent: no bias inside the FFNN (``ffn_bias``); dropout
+on the attended source embeddings and on h^ℓ before normalisation (as in the reference implementation); W^ℓ initialised
 U[−0.01, 0.01] (the thesis' init for every parameter; only the row directions matter under fixnorm).
 
 Everything is vectorised over the batch and all target positions: one batched matmul (B,T,S)×(B,S,d).
 
 Arthur et al. baseline (:class:`DiscreteLexiconBias`): see its docstring; the lexicon itself is built
-by :mod:`fairseq_ext.data.arthur_lexicon`.
+by the ``fairseq-ext-arthur-lexicon`` tool.
 """
 import torch
 import torch.nn as nn
@@ -73,42 +72,12 @@ class LexicalTranslation(nn.Module):
 
     def lexicon_logits(self, src_embed: torch.Tensor) -> torch.Tensor:
         """p^ℓ(y | f) = softmax(W^ℓ h^ℓ + b^ℓ) logits for single source words (§5.6.5): all attention on
-        one word, so f^ℓ = tanh(f) and h^ℓ = FIXNORM_r(tanh(W tanh f) + tanh f) [RI]. (N,d) → (N,V)."""
+        one word, so f^ℓ = tanh(f) and h^ℓ = FIXNORM_r(tanh(W tanh f) + tanh f) (as in the reference implementation). (N,d) → (N,V)."""
         return self.logits(self.hidden(torch.tanh(src_embed)))
 
     def extra_repr(self) -> str:
         return (f"{self.embed_dim} -> {self.num_words}, radius={self.radius or 'none'}, "
                 f"ffn_bias={self.ffn.bias is not None}")
-
-
-def word_dropout(tokens: torch.Tensor, p: float, unk: int, nspecial: int, training: bool = True,
-                 generator=None) -> torch.Tensor:
-    """Replace each non-special token by ``unk`` with probability ``p`` (training only) — the word
-    dropout of §6.3.1 ("instead of zeroing the word embeddings, we randomly replace tokens with
-    UNK"). Specials (ids < ``nspecial``: <s>, <pad>, </s>, <unk>) are never replaced."""
-    if not training or p <= 0:
-        return tokens
-    drop = torch.rand(tokens.shape, device=tokens.device, generator=generator) < p
-    return tokens.masked_fill(drop & tokens.ge(nspecial), unk)
-
-
-def add_word_dropout_args(parser):
-    parser.add_argument("--word-dropout", type=float, metavar="P",
-                        help="replace source and decoder-input tokens by <unk> with probability P "
-                             "in training (specials kept; default 0)")
-
-
-class WordDropoutMixin:
-    """``forward`` that applies :func:`word_dropout` to the source and decoder-input tokens (never the
-    targets) in training, with ``self.word_dropout_p`` (set by the model's ``build_model``)."""
-
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, *args, **kwargs):
-        p = getattr(self, "word_dropout_p", 0.0) or 0.0
-        if self.training and p > 0:
-            sd, td = self.encoder.dictionary, self.decoder.dictionary
-            src_tokens = word_dropout(src_tokens, p, sd.unk(), sd.nspecial)
-            prev_output_tokens = word_dropout(prev_output_tokens, p, td.unk(), td.nspecial)
-        return super().forward(src_tokens, src_lengths, prev_output_tokens, *args, **kwargs)
 
 
 # ----------------------------------------------------------------------- Arthur et al. (2016)
@@ -120,7 +89,7 @@ class DiscreteLexiconBias(nn.Module):
 
     L_f ∈ R^{|V_e|×|f|} has the lexical distributions p_l(· | f_j) of the source words as columns and
     a_t ∈ R^{|f|} is the decoder's attention at step t, so p_lex,t(e) = Σ_j a_t(j) p_l(e | f_j);
-    ε = 0.001 [REC, spec 002 §5.2]. :meth:`forward` returns log(p_lex,t + ε) (B,T,V_e), to be added to
+    ε = 0.001 (Arthur et al.'s value). :meth:`forward` returns log(p_lex,t + ε) (B,T,V_e), to be added to
     the logits.
 
     The lexicon is kept as the top-k entries of every source type: ``index`` (V_f, k) target ids and

@@ -1,7 +1,7 @@
 """ℓ2-based normalisations of Nguyen (2021), ch. 6 ("Transformers without Tears") and ch. 5 (FixNorm).
 
 * :class:`ScaleNorm` — ``g · x / ‖x‖`` with one scalar ``g`` per norm (Eq. 6.5), initialised to √d
-  [T §6.3.3]; ``learnable=False`` is the fixed-g variant of Table 6.7 (g frozen at √d).
+  (§6.3.3); ``learnable=False`` is the fixed-g variant of Table 6.7 (g frozen at √d).
 * :class:`RMSNorm` — Zhang & Sennrich's ``g_i · x_i / RMS(x)`` (per-unit g, init 1, no bias); with all
   g_i = 1 it equals ScaleNorm with g = √d ("tying the g_i of RMSNORM and dividing by √d retrieves
   SCALENORM", §6.4.2).
@@ -9,7 +9,7 @@
   a reparameterisation applied in the forward pass. Combined with a ScaleNorm output this gives
   Eq. 6.6, g·(w·x)/(‖w‖‖x‖).
 
-Norms are computed in float32 (also under bf16 autocast) and ‖x‖ is clamped at ``eps`` = 1e-5 [RI].
+Norms are computed in float32 (also under bf16 autocast) and ‖x‖ is clamped at ``eps`` = 1e-5 (as in the reference implementation).
 """
 import math
 
@@ -28,7 +28,7 @@ def _l2(x: torch.Tensor, eps: float) -> torch.Tensor:
 class ScaleNorm(nn.Module):
     """SCALENORM(x; g) = g · x/‖x‖ (Eq. 6.5): project onto the sphere of radius g.
 
-    ``g`` is a single learned scalar initialised to √d [T §6.3.3] (``scale`` overrides the init);
+    ``g`` is a single learned scalar initialised to √d (§6.3.3) (``scale`` overrides the init);
     with ``learnable=False`` it is a buffer frozen at that value (fixed-g ScaleNorm, Table 6.7).
     """
 
@@ -74,7 +74,7 @@ def build_norm(norm_type: str, dim: int, learnable: bool = None, export: bool = 
 
     ``layernorm`` returns fairseq's own :func:`fairseq.modules.LayerNorm`, so that the model reduces
     exactly to fairseq's transformer. ``learnable`` overrides whether a ScaleNorm's g is learned
-    (the fixed-g model learns the g of its final decoder output norm, §6.7 [RI]).
+    (the fixed-g model learns the g of its final decoder output norm, as in the reference implementation).
     """
     if norm_type == "layernorm":
         return LayerNorm(dim, export=export)
@@ -93,7 +93,7 @@ def fixnorm(weight: torch.Tensor, radius: float = 1.0, eps: float = 1e-5) -> tor
 class FixNormEmbedding(nn.Embedding):
     """Word embeddings reparameterised to a fixed norm ``radius`` in the forward pass (FIXNORM).
 
-    Initialised U[−0.01, 0.01] (padding row 0) as in [T §6.3.3]; the tied output projection uses
+    Initialised U[−0.01, 0.01] (padding row 0) as in (§6.3.3); the tied output projection uses
     :func:`fixnorm` of the same ``weight``. Only the looked-up rows are normalised (same values).
     """
 
@@ -109,3 +109,15 @@ class FixNormEmbedding(nn.Embedding):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", fixnorm radius={self.radius}"
+
+
+def add_fixnorm_args(parser):
+    """``--fixnorm`` / ``--fixnorm-radius``, shared by the transformer and LSTM families. The radius
+    has no global default: each architecture states its own (1 for the transformer archs, Eq. 6.6;
+    5, or 3.5 with the lexical module, for the LSTM archs of Table 5.4)."""
+    parser.add_argument("--fixnorm", action="store_true",
+                        help="l2-normalise the target word embeddings and the output projection rows "
+                             "(FixNorm / fixnorm)")
+    parser.add_argument("--fixnorm-radius", type=float, metavar="R",
+                        help="their norm r (default set by the architecture: 1 for transformer archs, "
+                             "5 for lstm_luong archs)")

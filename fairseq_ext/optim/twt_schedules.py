@@ -7,7 +7,7 @@
 * ``valdecay`` — VALDECAY / NOWARMUP: linear warmup over ``--warmup-updates`` to the peak (``--lr``,
   or λ/√(d·n_w) with ``--lr-lambda``), then flat ("up-flat"); after each validation the LR is
   multiplied by ``--lr-shrink`` (α_decay = 0.8) when the score is worse than every one of the previous
-  ``--lr-patience`` (3) scores — the reference implementation's plateau rule (spec §6.7.2), not
+  ``--lr-patience`` (3) scores — the reference implementation's plateau rule, not
   torch's best-so-far rule of ``reduce_lr_on_plateau``. No decay during warmup. ``--warmup-updates 0
   --lr 3e-4`` is NOWARMUP. The score is fairseq's ``--best-checkpoint-metric`` (dev BLEU with
   ``--eval-bleu --best-checkpoint-metric bleu --maximize-best-checkpoint-metric``); training stops

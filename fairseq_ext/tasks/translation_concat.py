@@ -2,13 +2,13 @@
 
 ``transfer_translation`` -- ``translation_ext`` plus what a transferred child model needs:
 
-* ``--freeze-target-embeddings`` [T §3.2, spec 002 §3.2 "+freeze"]: the decoder's input embedding
+* ``--freeze-target-embeddings`` (§3.2, "+freeze"): the decoder's input embedding
   and its output projection (tied or not) get ``requires_grad=False``, so the optimizer never sees
   them. Refused (one clear error) when source and target share one embedding matrix
   (``--share-all-embeddings``), because freezing it would freeze the source embeddings too.
 * ``--transfer-parent-data DIR``: the parent's binarized folder; the child's ``dict.<lang>.txt``
   must be identical to the parent's (the joint-BPE vocabulary of
-  ``python -m fairseq_ext.data.transfer joint-bpe``), else one clear error naming the first
+  ``python -m fairseq_ext.tools.transfer joint-bpe``), else one clear error naming the first
   differing entry. Independently, loading a checkpoint whose embedding matrices do not have the
   child dictionary's sizes fails with a message saying so (e.g. ``--finetune-from-model`` on a
   parent with another vocabulary; remap it with ``transfer remap`` first).
@@ -19,8 +19,8 @@
 ``concat_translation`` -- ``transfer_translation`` plus the data augmentation by concatenation of
 ch. 4 (:mod:`fairseq_ext.data.concat_dataset` for the data side)::
 
-    --concat {none,consec,rand}     D_orig ∪ D_new with CONSEC / RAND pairs      [T §4.2.1]
-    --position-shift {none,sim,uniform} --shift-prob P --shift-max 100             [T §4.3, Table 4.4]
+    --concat {none,consec,rand}     D_orig ∪ D_new with CONSEC / RAND pairs      (§4.2.1)
+    --position-shift {none,sim,uniform} --shift-prob P --shift-max 100             (§4.3, Table 4.4)
     --concat-attn-mask              a segment attends only to itself (enc self, dec self and
                                     target segment k -> source segment k)        [Table 4.5 "mask"]
     --concat-sep-batch              D_new built from length-sorted neighbours, and batches never mix
@@ -30,17 +30,17 @@ ch. 4 (:mod:`fairseq_ext.data.concat_dataset` for the data side)::
     --concat-eval {none,consec,rand}  valid/test sets replaced by their concatenations, decoded
                                     segment-aware (Table 4.3)
 
-Choices where the thesis is silent (spec 002 §4.6):
+Choices where the thesis is silent:
 
 * D_new and the shifts are drawn once from ``--concat-seed`` (``--concat-resample``: per epoch).
 * A shift is drawn for every training example, original or concatenated (so "RAND +
   uniform-shift" also shifts concatenations); shift lengths count the final ``</s>``.
 * sep-batch: D_new joins neighbours of the whole training set sorted by (source, target) length
-  (random tie order), for consec and rand alike (drawn once, not per Morishita chunk as spec 002
-  §4.6.1 would have it); with ``--batching chunked`` the batches of each chunk are still never mixed.
+  (random tie order), for consec and rand alike (drawn once, not per Morishita chunk, a
+  simplification); with ``--batching chunked`` the batches of each chunk are still never mixed.
 
 Batching (inherited from ``translation_ext``, :class:`~fairseq_ext.tasks.translation_ext.TrainBatchingMixin`),
-the setting of every ch. 4 system [T §4.2.2, Table 4.1]::
+the setting of every ch. 4 system (§4.2.2, Table 4.1)::
 
     --batching chunked --chunk-size 10000 --max-tokens 4096   Morishita et al.: shuffle, 10k-example
                                     chunks sorted by length, packed to 4096 tokens, batches shuffled
@@ -74,6 +74,11 @@ Mechanics (no fairseq code is copied; the model is untouched when no flag needs 
   are unchanged), so fairseq's beam search does not finalise them; the returned hypotheses carry
   ``</s>`` again, i.e. exactly the target format ``y1 </s> y2 </s>``, and fairseq's strings (and
   BLEU) drop them like every ``</s>``.
+
+References: T. Q. Nguyen and D. Chiang, "Transfer Learning across Low-Resource, Related Languages for
+Neural Machine Translation", IJCNLP 2017; T. Q. Nguyen, K. Murray, D. Chiang, "Data Augmentation by
+Concatenation for Low-Resource Translation: A Mystery and a Solution", IWSLT 2021; Nguyen's thesis
+(see :mod:`fairseq_ext.models.twt`).
 """
 import logging
 import os
@@ -156,8 +161,8 @@ def check_same_dictionaries(child: Dictionary, parent_path: str, what: str) -> N
     if len(parent) != len(child):
         raise ValueError(f"mismatched parent/child vocabulary ({what}): the parent dictionary {parent_path} "
                          f"has {len(parent)} entries, the child's {len(child)}; binarize both with the same "
-                         f"joint dictionary (python -m fairseq_ext.data.transfer joint-bpe) or remap the "
-                         f"parent's embeddings (python -m fairseq_ext.data.transfer remap)")
+                         f"joint dictionary (python -m fairseq_ext.tools.transfer joint-bpe) or remap the "
+                         f"parent's embeddings (python -m fairseq_ext.tools.transfer remap)")
     diff = [i for i in range(len(parent)) if parent[i] != child[i]]
     if diff:
         i = diff[0]
@@ -197,8 +202,8 @@ def _vocab_size_check_hook(model):
                 raise ValueError(
                     f"mismatched parent/child vocabulary: the checkpoint's {name} has {t.shape[0]} rows but "
                     f"the child's dictionary has {rows} entries; binarize the child with the parent's "
-                    f"dictionary (python -m fairseq_ext.data.transfer joint-bpe) or remap the checkpoint "
-                    f"(python -m fairseq_ext.data.transfer remap)")
+                    f"dictionary (python -m fairseq_ext.tools.transfer joint-bpe) or remap the checkpoint "
+                    f"(python -m fairseq_ext.tools.transfer remap)")
     model.register_load_state_dict_pre_hook(hook)
 
 

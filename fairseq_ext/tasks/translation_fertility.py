@@ -2,9 +2,9 @@
 
 ``translation_ext`` (so ``--cpu-bf16``/``--math-attention`` apply) plus:
 
-* data: the usual binarized pairs (normally the distilled corpus of :mod:`fairseq_ext.data.distill`) and,
+* data: the usual binarized pairs (normally the distilled corpus of :mod:`fairseq_ext.tools.distill`) and,
   when present, the fertilities ``{split}.{src}-{tgt}.{--fertility-name}`` of
-  :mod:`fairseq_ext.data.fertility`; they are checked (Σf = target length) and batched with the source as
+  :mod:`fairseq_ext.tools.fertility`; they are checked (Σf = target length) and batched with the source as
   ``sample["fertility"]``.  Targets lose their ⟨eos⟩ (the NAT's T counts words only);
 * ``--teacher-path CKPT``: the frozen autoregressive teacher, loaded once on first use, shared by the
   fine-tuning criterion (Eq. 8.10–8.11) and noisy/exact parallel decoding (Eqs. 8.7, 8.8); it is held
@@ -29,6 +29,7 @@ from fairseq.data import data_utils
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
+from fairseq_ext.data.fertility import FertilityLanguagePairDataset, check_fertility
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
 
 logger = logging.getLogger(__name__)
@@ -96,9 +97,6 @@ class TranslationFertilityTask(TranslationExtTask):
 
     # -- data -----------------------------------------------------------------------------------
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        # imported here: ``python -m fairseq_ext.data.fertility`` must not find it imported already
-        from fairseq_ext.data.fertility import FertilityLanguagePairDataset, check_fertility
-
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         base = self.datasets[split]
         paths = utils.split_paths(self.cfg.data)
@@ -168,8 +166,6 @@ class TranslationFertilityTask(TranslationExtTask):
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         from fairseq.data import LanguagePairDataset
-
-        from fairseq_ext.data.fertility import FertilityLanguagePairDataset
 
         return FertilityLanguagePairDataset.wrap(
             LanguagePairDataset(src_tokens, src_lengths, self.source_dictionary, tgt_dict=self.target_dictionary,

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import configs as bench_configs  # noqa: E402
 
-from fairseq_ext.evaluation import score as ev  # noqa: E402
+from fairseq_ext.tools import score as ev  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -222,7 +222,7 @@ def merge_table(path: Path, rows: dict, job_note: str) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT / "data" / "bible_es_en" / "spm8000",
-                    help="segmented folder with bin/ and segment.json (fairseq_ext.data.corpora prepare)")
+                    help="segmented folder with bin/ and segment.json (fairseq_ext.tools.corpora prepare)")
     ap.add_argument("--baseline", default=bench_configs.BASELINE,
                     help="configuration the others are compared with (default %(default)s)")
     ap.add_argument("--configs", default=bench_configs.BASELINE,
@@ -240,7 +240,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     bench_configs.BASELINE = args.baseline  # ratios, bootstrap and table order follow it
     if not (args.data / "bin").is_dir():
-        raise SystemExit(f"error: {args.data / 'bin'} missing; run: python -m fairseq_ext.data.corpora prepare")
+        raise SystemExit(f"error: {args.data / 'bin'} missing; run: python -m fairseq_ext.tools.corpora prepare")
     names = [n for n in args.configs.split(",") if n]
     for n in names:
         bench_configs.get(n)

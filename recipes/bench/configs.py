@@ -21,11 +21,26 @@ TRANSFORMER_SMALL = [
     "--dropout", "0.1",
 ]
 
+# bf16 autocast + the math attention kernel where the CPU computes bf16 natively (1.5x and 1.3x per
+# step on the AMX machine of job1/job2); float32 elsewhere (emulated bf16 is ~9x slower, measured on
+# an AVX2-only EPYC). The job's flags are recorded with its rows.
+# (the same test as fairseq_ext.tasks.translation_ext.native_cpu_bf16, without importing torch)
+def native_cpu_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+BF16 = ["--cpu-bf16", "--math-attention"] if native_cpu_bf16() else []
+
 SCHEDULE = [
     "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--clip-norm", "1.0",
     "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "300",
     "--warmup-init-lr", "1e-7", "--label-smoothing", "0.1",
-    "--max-tokens", "2048", "--cpu-bf16", "--math-attention",
+    "--max-tokens", "2048", *BF16,
 ]
 OPTIM = SCHEDULE + ["--criterion", "label_smoothed_cross_entropy"]
 
@@ -57,7 +72,7 @@ CONFIGS = {
     "twt_scalenorm_fixnorm": {
         "desc": "Nguyen PreNorm+ScaleNorm+FixNorm (same dims)",
         "task": "translation_ext",
-        "train": ["--arch", "transformer_twt_small", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
+        "train": ["--arch", "transformer_twt_bench", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
         "generate": GENERATE,
     },
 }
@@ -83,7 +98,7 @@ CONFIGS["ms12_aif"] = {
 # Nguyen ch. 5: fixnorm + lexical model on the TwT transformer (PreNorm+ScaleNorm+FixNorm) (issue 4)
 CONFIGS["fixnorm_lex"] = {
     "desc": "Nguyen fixnorm+lex (lexical module, ScaleNorm, FixNorm) (same dims)", "task": "translation_ext",
-    "train": ["--arch", "transformer_lex_small", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
+    "train": ["--arch", "transformer_lex_bench", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
     "generate": GENERATE}
 
 # ---------------------------------------------------------------------------------------------
@@ -131,17 +146,31 @@ for _arch, _desc in [("lstm_luong", "untied"), ("lstm_luong_tied", "tied"),
 # and on the thesis's PreNorm + ScaleNorm + FixNorm model (compare with twt_scalenorm_fixnorm).
 CONFIGS["untied_pos"] = {
     "desc": "Nguyen ch.7 untied-pos (sinusoidal p, Eq. 7.6) (same dims)", "task": "translation_ext",
-    "train": ["--arch", "transformer_untied_pos_small"] + OPTIM, "generate": GENERATE}
+    "train": ["--arch", "transformer_untied_pos_bench"] + OPTIM, "generate": GENERATE}
 CONFIGS["random_untied_pos"] = {
     "desc": "Nguyen ch.7 random-untied-pos (learned random p) (same dims)", "task": "translation_ext",
-    "train": ["--arch", "transformer_untied_pos_random_small"] + OPTIM, "generate": GENERATE}
+    "train": ["--arch", "transformer_untied_pos_random_bench"] + OPTIM, "generate": GENERATE}
 CONFIGS["untied_pos_scalenorm_fixnorm"] = {
     "desc": "Nguyen ch.7 untied-pos on PreNorm+ScaleNorm+FixNorm (same dims)", "task": "translation_ext",
-    "train": ["--arch", "transformer_untied_pos_small", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
+    "train": ["--arch", "transformer_untied_pos_bench", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
     "generate": GENERATE}
 CONFIGS["random_untied_pos_scalenorm_fixnorm"] = {
     "desc": "Nguyen ch.7 random-untied-pos on PreNorm+ScaleNorm+FixNorm (same dims)", "task": "translation_ext",
-    "train": ["--arch", "transformer_untied_pos_random_small", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
+    "train": ["--arch", "transformer_untied_pos_random_bench", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
+    "generate": GENERATE}
+
+# ---------------------------------------------------------------------------------------------
+# Gu ch. 2 (issue 11; recipes/gu/ch2.sh): RNNsearch, Bahdanau attention over a bi-GRU encoder with the
+# dl4mt conditional GRU decoder (fairseq_ext/models/rnnsearch.py ``rnnsearch_bench``: emb 256, encoder
+# 2x288, decoder 576, attention 288, all embeddings shared; 7.46M parameters vs the transformer's 7.58M).
+# Plain maximum likelihood (Eq. 2.8, no label smoothing), Adam 1e-3 + clip 1 (the thesis: Adadelta/Adam),
+# no bf16 autocast (GRU cells). Decoded with fairseq's beam 5 like every row; recipes/gu/ch2.sh adds the
+# §2.3 decoders (greedy, shrinking beam, NPD) on the same checkpoint.
+RNNSEARCH_OPTIM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3", "--clip-norm", "1.0",
+                   "--max-tokens", "2048", "--criterion", "cross_entropy"]
+CONFIGS["rnnsearch"] = {
+    "desc": "Gu ch.2 RNNsearch: bi-GRU + attention + conditional GRU, emb 256 (same params)",
+    "task": "translation_decoding", "train": ["--arch", "rnnsearch_bench"] + RNNSEARCH_OPTIM,
     "generate": GENERATE}
 
 BASELINE = "transformer"

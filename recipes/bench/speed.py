@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     data = Path(args.data)
     bin_dir = data / "bin" if (data / "bin").is_dir() else data
     if not (bin_dir / "dict.en.txt").exists() and not any(bin_dir.glob("dict.*.txt")):
-        raise SystemExit(f"error: {bin_dir}: no fairseq dictionaries (run fairseq_ext.data.corpora prepare)")
+        raise SystemExit(f"error: {bin_dir}: no fairseq dictionaries (run fairseq_ext.tools.corpora prepare)")
     names = [c for c in args.configs.split(",") if c]
     if args.baseline not in names:
         names.insert(0, args.baseline)

@@ -33,7 +33,7 @@ ms/sentence and speed-up vs ``--reference`` (default ar_b4, the thesis' 1.00×) 
 size) and ``latency_vs_length.png`` (Fig. 8.6: batch-1 latency vs source length, a faint scatter of every
 sentence and the mean per length bin).  With ``--hyp-dir``, the translations of the largest batch size are
 written as ``{system}.out`` in fairseq-generate's format (S-/H-/D- lines, ``--post-process`` removed), for
-sacreBLEU (``fairseq_ext.evaluation.score``).
+sacreBLEU (``fairseq_ext.tools.score``).
 """
 import argparse
 import json
@@ -259,9 +259,9 @@ def plot(result: Dict, out: Path, title: Optional[str] = None, bin_width: int = 
          systems: Optional[List[str]] = None) -> Path:
     """Fig. 8.6: batch-1 latency vs source length (scatter + mean per length bin), one colour per system
     (``systems``: which, in this order; default every system measured at batch 1)."""
-    from fairseq_ext.evaluation.plots import _pyplot
+    from fairseq_ext.tools.plots import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     try:
         per = result["per_sentence"]

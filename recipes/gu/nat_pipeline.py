@@ -13,7 +13,7 @@ Stages (each skipped when its ``done.json`` / output exists, unless ``--force``)
 
 1. ``teacher/``   only without ``--teacher``: train the AR teacher with the bench's ``transformer`` flags
                   (``recipes/bench/configs.py``; ``--size tiny``: the tests' 2+2 d32 shape, same optimiser);
-2. ``kd/``        ``python -m fairseq_ext.data.distill --splits train --beam 1 --fertility eflomal``:
+2. ``kd/``        ``python -m fairseq_ext.tools.distill --splits train --beam 1 --fertility eflomal``:
                   greedy sequence-level KD of the training set (thesis §8.4.1; ``--distill-beam 4`` for the
                   ablation), dev/test keep the real references; eflomal fertilities on every split;
 3. ``nat/``       ``fairseq-train --task translation_fertility --arch nat_fertility_{size}
@@ -164,7 +164,7 @@ def stage_distill(args, data_bin: Path, teacher: Path) -> Path:
     kd = args.out / "kd"
     if done(kd, args.force):
         return kd
-    cmd = [sys.executable, "-m", "fairseq_ext.data.distill", "--path", teacher, "--data", data_bin, "--out", kd,
+    cmd = [sys.executable, "-m", "fairseq_ext.tools.distill", "--path", teacher, "--data", data_bin, "--out", kd,
            "--splits", "train", "--beam", str(args.distill_beam), "--max-len-a", "1.2", "--max-len-b", "10",
            "--max-tokens", "8000", "--fertility", "eflomal"]
     if args.force:
@@ -263,8 +263,8 @@ def row_name(system: str) -> str:
 
 
 def stage_score(args, raw: Path, src: str, tgt: str, lat: dict, stages: dict) -> dict:
-    from fairseq_ext.evaluation import score as ev
-    from fairseq_ext.evaluation.generate_output import load_hypotheses
+    from fairseq_ext.tools import score as ev
+    from fairseq_ext.tools.hypotheses import load_hypotheses
 
     hyp_dir = args.out / "decode" / "hyps"
     names = systems(args)
@@ -365,13 +365,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--data", type=Path, required=True,
-                    help="segmented folder with bin/ and segment.json (fairseq_ext.data.corpora prepare), or bin/")
+                    help="segmented folder with bin/ and segment.json (fairseq_ext.tools.corpora prepare), or bin/")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--teacher", help="AR teacher checkpoint (e.g. the bench's transformer checkpoint_best.pt)")
     ap.add_argument("--teacher-budget-min", type=float, default=0.0, help="without --teacher: training minutes")
     ap.add_argument("--teacher-max-update", type=int, default=0, help="without --teacher: training updates")
     ap.add_argument("--size", choices=("small", "tiny"), default="small",
-                    help="small: the bench shape (nat_fertility_small); tiny: 2+2 d32 (tests)")
+                    help="small: the bench shape (nat_fertility_bench); tiny: 2+2 d32 (tests)")
     ap.add_argument("--budget-min", type=float, default=15.0, help="NAT training minutes (0: --max-update only)")
     ap.add_argument("--max-update", type=int, default=0, help="cap the NAT updates (0: none)")
     ap.add_argument("--ft-fraction", type=float, default=1 / 3, help="fine-tuning minutes = this x --budget-min")
@@ -395,7 +395,7 @@ def main(argv=None) -> int:
     data_bin = args.data / "bin" if (args.data / "bin").is_dir() else args.data
     seg_file = next((p for p in (args.data / "segment.json", data_bin / "segment.json") if p.exists()), None)
     if seg_file is None:
-        raise SystemExit(f"error: no segment.json in {args.data} (prepare the data with fairseq_ext.data.corpora)")
+        raise SystemExit(f"error: no segment.json in {args.data} (prepare the data with fairseq_ext.tools.corpora)")
     seg = json.loads(seg_file.read_text())
     raw = Path(seg.get("raw", args.data.parent / "raw"))
     src, tgt, post = seg.get("src", "es"), seg.get("tgt", "en"), seg.get("post_process", "sentencepiece")

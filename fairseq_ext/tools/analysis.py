@@ -1,8 +1,10 @@
-"""``python -m fairseq_ext.analysis SUBCOMMAND --path CKPT --data BIN [options]``
+"""``python -m fairseq_ext.tools.analysis SUBCOMMAND --path CKPT --data BIN [options]`` (``fairseq-ext-analysis``)
 
-Loads a trained checkpoint (``checkpoint_utils.load_model_ensemble_and_task``, with the plugin
-imported), runs teacher-forced forward passes over (a sample of) a split, records attention with
-hooks (:class:`~fairseq_ext.analysis.attention.AttentionRecorder`; no model code is changed) and
+Analysis tools for Ampomah's thesis (attention distance/entropy, AIF dependency KL, DC JS divergence,
+attention export); the math is in :mod:`fairseq_ext.tools.attention_stats`.
+
+Loads a trained checkpoint (:func:`fairseq_ext.modules.checkpoint.load_ensemble`, frozen), runs teacher-forced forward passes over (a sample of) a split, records attention with
+hooks (:class:`~fairseq_ext.tools.attention_stats.AttentionRecorder`; no model code is changed) and
 writes tables (CSV + JSON) and figures (PNG, matplotlib Agg) under ``--out``:
 
 * ``self-attn`` — encoder self-attention mean distance and entropy per layer and head
@@ -23,19 +25,23 @@ writes tables (CSV + JSON) and figures (PNG, matplotlib Agg) under ``--out``:
   ``aif_kl_tokens.jsonl``, ``aif_kl.json``, ``aif_kl.png``.
 
 Progress (batches done) goes to stderr; the output paths and a summary to stdout.
-BLEU by source length: ``python -m fairseq_ext.evaluation.score`` (``bleu_by_length``).
+BLEU by source length: ``python -m fairseq_ext.tools.score`` (``bleu_by_length``).
 SentEval probing (Tables 4.8, 5.5) is not part of this tool.
 """
 import argparse
 import ast
 import csv
-import json
-import math
 import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
+
+from fairseq_ext.modules.checkpoint import load_ensemble
+from fairseq_ext.tools.attention_stats import (AIFDependency, AttentionRecorder, DCDivergence, SelfAttentionStats,
+                                               attention_modules, layer_index)
+from fairseq_ext.tools.common import ArgumentParser, ToolError, atomic_write, run_cli, write_json, write_jsonl
+from fairseq_ext.tools.plots import pyplot
 
 SUBCOMMANDS = ("self-attn", "export", "dc-js", "aif-kl")
 
@@ -45,19 +51,20 @@ SUBCOMMANDS = ("self-attn", "export", "dc-js", "aif-kl")
 
 def load(args):
     """(model, task, dataset) from ``--path`` / ``--data`` / ``--subset``."""
-    import fairseq_ext  # noqa: F401  (compat fixes + registrations)
-    from fairseq import checkpoint_utils, utils
+    from fairseq import utils
 
     if args.user_dir:
         utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
     overrides: Dict[str, Any] = {"data": args.data}
     if args.model_overrides:
-        overrides.update(ast.literal_eval(args.model_overrides))
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [args.path], arg_overrides=overrides)
+        try:
+            overrides.update(ast.literal_eval(args.model_overrides))
+        except (ValueError, SyntaxError):
+            raise ToolError(f"--model-overrides is not a Python dict literal: {args.model_overrides!r}") from None
+    models, cfg, task = load_ensemble([args.path], arg_overrides=overrides, frozen=True)
     model = models[0]
     device = torch.device("cpu" if args.cpu or not torch.cuda.is_available() else "cuda")
-    model.to(device).eval()
+    model.to(device)
     task.load_dataset(args.subset, combine=False, epoch=1)
     return model, task, task.dataset(args.subset), device
 
@@ -89,39 +96,13 @@ def progress(args, b, total, n_sent):
 # ============================================================================ output helpers
 
 
-def _finite(x):
-    return None if isinstance(x, float) and (math.isnan(x) or math.isinf(x)) else x
-
-
-def _json_safe(obj):
-    if isinstance(obj, float):
-        return _finite(obj)
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
-
-
-def write_json(path, data):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(_json_safe(data), f, indent=2, ensure_ascii=False)
-        f.write("\n")
-
-
 def write_csv(path, rows: List[Dict[str, Any]], fields: Optional[Sequence[str]] = None):
     fields = list(fields or (rows[0].keys() if rows else []))
-    with open(path, "w", encoding="utf-8", newline="") as f:
+    with atomic_write(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-
-
-def _pyplot():
-    from fairseq_ext.evaluation.plots import _pyplot as p
-
-    return p()
 
 
 def _heatmap(ax, matrix, title, xlabels, ylabels, fmt="{:.2f}", cmap="viridis"):
@@ -142,7 +123,6 @@ def _heatmap(ax, matrix, title, xlabels, ylabels, fmt="{:.2f}", cmap="viridis"):
 
 
 def _layers_of(rec_names, prefix):
-    from fairseq_ext.analysis.attention import layer_index
 
     return {n: layer_index(n) for n in rec_names if n.startswith(prefix)}
 
@@ -151,12 +131,11 @@ def _layers_of(rec_names, prefix):
 
 
 def cmd_self_attn(args, model, task, dataset, device):
-    from fairseq_ext.analysis.attention import AttentionRecorder, SelfAttentionStats, attention_modules
 
     mods = attention_modules(model, ["encoder.layers."])
     mods = {n: m for n, m in mods.items() if n.endswith(".self_attn")}
     if not mods:
-        raise SystemExit("self-attn: the model has no encoder self-attention modules")
+        raise ToolError("self-attn: the model has no encoder self-attention modules")
     pad = task.source_dictionary.pad()
     stats = SelfAttentionStats()
     n_sent = 0
@@ -194,7 +173,7 @@ def plot_self_attn(rows, path, window):
     kinds = sorted({r["kind"] for r in rows}, key=lambda k: ("self", "fi_g", "fi_l").index(k))
     n_rows = sum(len({r["layer"] for r in rows if r["kind"] == k}) for k in kinds)
     heads = sorted({r["head"] for r in rows if r["head"] != "mean"})
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(kinds), 2, figsize=(10, 0.6 * n_rows + 2.2 * len(kinds)),
                              squeeze=False)
     try:
@@ -245,7 +224,6 @@ def _strings(d, toks, strip_pad=True):
 
 
 def cmd_export(args, model, task, dataset, device):
-    from fairseq_ext.analysis.attention import AttentionRecorder, attention_modules
 
     mods = attention_modules(model)
     kinds = set(args.what.split(","))
@@ -261,7 +239,7 @@ def cmd_export(args, model, task, dataset, device):
         if k in kinds:
             keep[n] = m
     if not keep:
-        raise SystemExit(f"export: no attention modules of kinds {sorted(kinds)} in this model")
+        raise ToolError(f"export: no attention modules of kinds {sorted(kinds)} in this model")
     n_sent, files = 0, []
     with AttentionRecorder(keep) as rec, torch.no_grad():
         for b, total, sample in batches(dataset, args, device):
@@ -315,12 +293,11 @@ def _cpu(v):
 
 
 def cmd_dc_js(args, model, task, dataset, device):
-    from fairseq_ext.analysis.attention import AttentionRecorder, DCDivergence, attention_modules, layer_index
     from fairseq_ext.modules.dual_contextual import DualContextual
 
     mods = {n: m for n, m in attention_modules(model).items() if isinstance(m, DualContextual)}
     if not mods:
-        raise SystemExit("dc-js: the model has no Dual Contextual modules (a transformer_dc checkpoint?)")
+        raise ToolError("dc-js: the model has no Dual Contextual modules (a transformer_dc checkpoint?)")
     pad_s, pad_t = task.source_dictionary.pad(), task.target_dictionary.pad()
     acc = DCDivergence(args.head_reduce)
     n_sent = 0
@@ -355,7 +332,7 @@ def cmd_dc_js(args, model, task, dataset, device):
 
 def plot_dc_js(res, path):
     sides = sorted({r["side"] for r in res["layers"]})
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(sides), figsize=(5.5 * len(sides), 3.8), squeeze=False)
     try:
         for ax, side in zip(axes[0], sides):
@@ -388,11 +365,10 @@ def cmd_aif_kl(args, model, task, dataset, device):
     from fairseq.data import data_utils
     from fairseq.sequence_generator import SequenceGenerator
 
-    from fairseq_ext.analysis.attention import AIFDependency, AttentionRecorder, layer_index
 
     dec = model.decoder
     if not hasattr(dec, "ind_decoder"):
-        raise SystemExit("aif-kl: needs a transformer_ms checkpoint (a decoder with ind_decoder())")
+        raise ToolError("aif-kl: needs a transformer_ms checkpoint (a decoder with ind_decoder())")
     if getattr(dec, "aif", None) is None:
         print("aif-kl: warning: the model has no AIF weights (MS-l without --aif); the main and "
               "ind-decoder are identical and their KL is 0", file=sys.stderr)
@@ -446,10 +422,8 @@ def cmd_aif_kl(args, model, task, dataset, device):
             attn_rows.append({"layer": layer, "head": h + 1, "kl": v})
         attn_rows.append({"layer": layer, "head": "mean", "kl": d["mean"]})
     write_csv(base + "_attention.csv", attn_rows, ["layer", "head", "kl"])
-    with open(base + "_tokens.jsonl", "w", encoding="utf-8") as f:
-        for r in res["sentences"]:
-            f.write(json.dumps(_json_safe({"id": r["id"], "tokens": r.get("tokens"),
-                                           "kl": r["kl_tokens"]}), ensure_ascii=False) + "\n")
+    write_jsonl(base + "_tokens.jsonl", ({"id": r["id"], "tokens": r.get("tokens"), "kl": r["kl_tokens"]}
+                                         for r in res["sentences"]))
     summary = {"checkpoint": args.path, "subset": args.subset, "prefix": args.prefix,
                "sentences": res["n_sentences"], "mean": res["mean"],
                "attention": {str(k): v for k, v in res["attention"].items()}}
@@ -465,7 +439,7 @@ def cmd_aif_kl(args, model, task, dataset, device):
 
 
 def plot_aif_kl(res, path):
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     try:
         ax = axes[0]
@@ -497,9 +471,8 @@ def plot_aif_kl(res, path):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fairseq_ext.analysis",
-                                description=__doc__.split("\n\n")[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="fairseq-ext-analysis",
+                       description=__doc__.split("\n\n")[1])
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp):
@@ -553,5 +526,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    """Console script ``fairseq-ext-analysis``."""
+    run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli_main()

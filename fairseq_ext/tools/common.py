@@ -1,51 +1,118 @@
-"""Input validation, atomic output and step stamps for the corpus CLI (:mod:`fairseq_ext.data.corpora`).
+"""The one command-line convention of the offline tools, and what they share.
 
-Standard library only (no torch/fairseq), so that the CLI starts fast.
+Every tool ``fairseq_ext.tools.X`` is a module with
 
-* :class:`CorpusError` -- the one exception type for bad input. Its message names the file (and the line,
-  1-based, where there is one); the CLI prints ``error: <message>`` and exits with status 2.
-* :func:`read_lines` -- strict UTF-8 line reader (``file:line`` on a decoding error).
-* :func:`check_parallel` / :func:`check_folder` -- the checks behind ``corpora check``.
-* :class:`OutputSet` / :func:`atomic_write` -- write to ``<name>.tmp-<pid>`` and rename only on success,
-  so a failure never destroys outputs written before.
-* :func:`stamp_ok` / :func:`write_stamp` -- a step is skipped when its stamp file records the same
-  parameters and its outputs are still there with the recorded sizes.
+* ``main(argv=None) -> int`` -- parses ``argv`` (with :class:`ArgumentParser`), does the work and returns
+  the exit status; bad input raises :class:`ToolError` (so Python callers and tests get the exception);
+* ``cli_main(argv=None)`` -- the console script ``fairseq-ext-X`` and ``python -m fairseq_ext.tools.X``:
+  ``run_cli(main, argv)``, i.e. :class:`ToolError` (and a missing/unreadable file or checkpoint) becomes
+  one line ``error: FILE:LINE: message`` on stderr and exit status 2, with no traceback;
+* progress and log lines on stderr (:func:`log`, :func:`progress`), results on stdout or in files.
+
+Shared helpers: :func:`read_lines` (strict UTF-8; only ``\\n`` ends a line), the JSON / JSON Lines
+readers and writers (UTF-8, ``ensure_ascii=False``, atomic), :func:`atomic_write` / :class:`OutputSet`
+(write to ``<name>.tmp-<pid>``, rename on success, so a failure never destroys earlier outputs), the
+checks of a parallel folder (:func:`check_parallel`, :func:`check_folder`) and step stamps
+(:func:`stamp_ok` / :func:`write_stamp`: a step is skipped when its stamp records the same parameters
+and its outputs are still there with the recorded sizes).
+
+Standard library only (no torch/fairseq at import time).
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
 import time
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NoReturn, Optional, Sequence
 
 SPLITS = ("train", "valid", "test")
 DEFAULT_MAX_LEN = 1024
 # file suffixes in a parallel folder that are not languages
-NON_LANG_SUFFIXES = {"ids", "jsonl", "json", "tsv", "model", "vocab", "codes", "log", "txt"}
+NON_LANG_SUFFIXES = {"ids", "jsonl", "json", "tsv", "model", "vocab", "codes", "log", "txt", "rule"}
 
 
-class CorpusError(ValueError):
-    """Invalid corpus input or configuration. The message names the file (and line) at fault."""
+# --------------------------------------------------------------------------- errors and the entry point
+class ToolError(ValueError):
+    """Bad input or configuration of an offline tool: the one error type of :mod:`fairseq_ext.tools`.
+
+    ``ToolError(message, path=None, line=None)``; ``str()`` is ``path:line: message`` (or ``path: message``,
+    or the message alone), what the command line prints after ``error: ``.
+    """
+
+    def __init__(self, message: str, path: Optional[str] = None, line: Optional[int] = None) -> None:
+        self.message, self.path, self.line = message, path, line
+        where = f"{path}:{line}: " if path is not None and line is not None else (f"{path}: " if path else "")
+        super().__init__(where + message)
 
 
-def run_cli(main, argv=None) -> None:
-    """Console entry point of the data CLIs: a :class:`CorpusError` becomes one line
-    ``error: <message>`` on stderr and exit status 2 (no traceback)."""
-    import sys
+CorpusError = ToolError  # the name the corpus tools used before; the same class
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the tools' error convention: a usage error is one line ``error: prog: message``
+    on stderr and exit status 2 (subcommand parsers inherit it). The description is printed as written."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        self.exit(2, f"error: {self.prog}: {message}\n")
+
+
+def positive_int(s: str) -> int:
+    """argparse type: an integer > 0."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {s!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
+    return v
+
+
+def _error_message(e: BaseException) -> str:
+    from fairseq_ext.modules.checkpoint import CheckpointError
+
+    if isinstance(e, (ToolError, CheckpointError)):
+        text = str(e)
+    elif isinstance(e, OSError) and e.filename is not None:
+        text = f"{e.filename}: {e.strerror or e}"
+    else:
+        text = str(e) or e.__class__.__name__
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def cli_status(main: Callable[[Optional[Sequence[str]]], Optional[int]],
+               argv: Optional[Sequence[str]] = None) -> int:
+    """Run ``main(argv)`` the command-line way and return the exit status (``None`` counts as 0): a
+    :class:`ToolError`, a :class:`~fairseq_ext.modules.checkpoint.CheckpointError` or an ``OSError``
+    becomes one line ``error: <message>`` on stderr and status 2; Ctrl-C is ``error: interrupted``, 130.
+    Usage errors of :class:`ArgumentParser` exit (status 2) from inside ``main``."""
+    from fairseq_ext.modules.checkpoint import CheckpointError
 
     try:
-        rc = main(argv)
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        rc = main(None if argv is None else list(argv))
+    except (ToolError, CheckpointError, OSError) as e:
+        sys.stdout.flush()
+        print(f"error: {_error_message(e)}", file=sys.stderr, flush=True)
+        return 2
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
-    sys.exit(rc)
+        print("error: interrupted", file=sys.stderr, flush=True)
+        return 130
+    return int(rc or 0)
+
+
+def run_cli(main: Callable[[Optional[Sequence[str]]], Optional[int]],
+            argv: Optional[Sequence[str]] = None) -> NoReturn:
+    """The shared entry point of every tool (``cli_main``): ``sys.exit(cli_status(main, argv))``."""
+    sys.exit(cli_status(main, argv))
 
 
 # --------------------------------------------------------------------------- logging / progress
@@ -77,15 +144,17 @@ class Timer:
 # --------------------------------------------------------------------------- reading
 def require_file(path: str, what: str = "input file") -> None:
     if not os.path.isfile(path):
-        raise CorpusError(f"missing {what}: {path}")
+        raise ToolError(f"missing {what}: {path}")
 
 
-def read_lines(path: str) -> list[str]:
-    """All lines of a UTF-8 text file without their ``\\n``.
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """All lines of a UTF-8 text file without their ``\\n`` (the one line reader of the tools).
 
-    Only ``\\n`` separates lines (not the other Unicode line breaks); a final newline is optional;
-    a ``\\r`` stays part of the text. Invalid UTF-8 raises :class:`CorpusError` with ``file:line``.
+    Only ``\\n`` separates lines (not ``\\r`` nor the other Unicode line breaks, so a lone ``\\r`` inside
+    a segment does not split it); only the newline is stripped; a final newline is optional; empty lines
+    are kept. Invalid UTF-8 raises :class:`ToolError` with ``file:line``.
     """
+    path = os.fspath(path)
     require_file(path)
     with open(path, "rb") as f:
         data = f.read()
@@ -94,7 +163,7 @@ def read_lines(path: str) -> list[str]:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise CorpusError(f"{path}:{line}: invalid UTF-8 (byte 0x{data[e.start]:02x} at column {col})") from None
+        raise ToolError(f"invalid UTF-8 (byte 0x{data[e.start]:02x} at column {col})", path, line) from None
     if not text:
         return []
     if text.endswith("\n"):
@@ -118,11 +187,11 @@ def check_lines(path: str, lines: list[str], max_len: int | None = DEFAULT_MAX_L
     """Empty segments and segments over ``max_len`` whitespace tokens, as ``file:line`` errors."""
     for i, line in enumerate(lines, 1):
         if not allow_empty and not line.strip():
-            raise CorpusError(f"{path}:{i}: empty segment")
+            raise ToolError("empty segment", path, i)
         if max_len:
             n = len(line.split())
             if n > max_len:
-                raise CorpusError(f"{path}:{i}: segment has {n} whitespace tokens, more than --max-len {max_len}")
+                raise ToolError(f"segment has {n} whitespace tokens, more than --max-len {max_len}", path, i)
 
 
 def check_parallel(paths: list[str], max_len: int | None = DEFAULT_MAX_LEN,
@@ -140,7 +209,7 @@ def check_parallel(paths: list[str], max_len: int | None = DEFAULT_MAX_LEN,
         if n_ref is None:
             n_ref, p_ref = n, p
         elif n != n_ref:
-            raise CorpusError(f"line counts differ: {p_ref} has {n_ref} lines but {p} has {n} lines")
+            raise ToolError(f"line counts differ: {p_ref} has {n_ref} lines but {p} has {n} lines")
     for p in paths:
         lines = read_lines(p)
         check_lines(p, lines, None if p.endswith(".ids") else max_len, allow_empty)
@@ -151,7 +220,7 @@ def check_parallel(paths: list[str], max_len: int | None = DEFAULT_MAX_LEN,
 def folder_languages(folder: str) -> list[str]:
     """Language suffixes of ``train.<lang>`` files in a folder (sorted)."""
     if not os.path.isdir(folder):
-        raise CorpusError(f"missing input folder: {folder}")
+        raise ToolError(f"missing input folder: {folder}")
     langs = set()
     for name in os.listdir(folder):
         parts = name.split(".")
@@ -165,15 +234,15 @@ def resolve_langs(folder: str, src: str | None, tgt: str | None) -> list[str]:
     """The languages to use in ``folder``: ``[src, tgt]`` when given (each must exist), else all."""
     avail = folder_languages(folder)
     if not avail:
-        raise CorpusError(f"missing input file: {os.path.join(folder, 'train.<lang>')} "
+        raise ToolError(f"missing input file: {os.path.join(folder, 'train.<lang>')} "
                           f"(no train.<lang> file in {folder})")
     wanted = [x for x in (src, tgt) if x]
     for lang in wanted:
         if lang not in avail:
-            raise CorpusError(f"unknown language code {lang!r} for {folder}: "
+            raise ToolError(f"unknown language code {lang!r} for {folder}: "
                               f"known codes are {', '.join(avail)}")
     if src and tgt and src == tgt:
-        raise CorpusError(f"unknown language pair {src}-{tgt}: source and target are the same")
+        raise ToolError(f"unknown language pair {src}-{tgt}: source and target are the same")
     return wanted or avail
 
 
@@ -196,7 +265,7 @@ def resolve_pair(folder: str, src: str | None, tgt: str | None) -> tuple[str, st
             src, tgt = src or parts[0], tgt or parts[1]
         else:
             resolve_langs(folder, src, tgt)  # errors for a missing folder / unknown code first
-            raise CorpusError(f"{folder}: give --src and --tgt (languages here: {', '.join(avail)})")
+            raise ToolError(f"give --src and --tgt (languages here: {', '.join(avail)})", folder)
     langs = resolve_langs(folder, src, tgt)
     return langs[0], langs[1]
 
@@ -212,35 +281,34 @@ def check_docs(path: str, flat: dict[str, list[str]] | None, langs: list[str]) -
         try:
             d = json.loads(line)
         except json.JSONDecodeError as e:
-            raise CorpusError(f"{path}:{i}: invalid JSON ({e.msg})") from None
+            raise ToolError(f"invalid JSON ({e.msg})", path, i) from None
         if not isinstance(d, dict) or "doc_id" not in d or "ids" not in d:
-            raise CorpusError(f"{path}:{i}: a document needs the keys doc_id and ids")
+            raise ToolError("a document needs the keys doc_id and ids", path, i)
         if d["doc_id"] in seen:
-            raise CorpusError(f"{path}:{i}: duplicate doc_id {d['doc_id']!r}")
+            raise ToolError(f"duplicate doc_id {d['doc_id']!r}", path, i)
         seen.add(d["doc_id"])
         n = len(d["ids"])
         if n == 0:
-            raise CorpusError(f"{path}:{i}: empty document {d['doc_id']!r}")
+            raise ToolError(f"empty document {d['doc_id']!r}", path, i)
         for lang in langs:
             if lang not in d:
-                raise CorpusError(f"{path}:{i}: document {d['doc_id']!r} has no {lang!r} list")
+                raise ToolError(f"document {d['doc_id']!r} has no {lang!r} list", path, i)
             if len(d[lang]) != n:
-                raise CorpusError(f"{path}:{i}: document {d['doc_id']!r} has {n} ids but "
-                                  f"{len(d[lang])} {lang!r} segments")
+                raise ToolError(f"document {d['doc_id']!r} has {n} ids but {len(d[lang])} {lang!r} segments",
+                                path, i)
         if flat is not None:
             for key, lines in flat.items():
                 if d[key] != lines[pos:pos + n]:
                     for j, seg in enumerate(d[key]):
                         if pos + j >= len(lines) or lines[pos + j] != seg:
-                            raise CorpusError(
-                                f"{path}:{i}: document {d['doc_id']!r} segment {j + 1} ({key}) differs "
-                                f"from line {pos + j + 1} of the flat .{key} file")
+                            raise ToolError(f"document {d['doc_id']!r} segment {j + 1} ({key}) differs "
+                                            f"from line {pos + j + 1} of the flat .{key} file", path, i)
         pos += n
         n_docs += 1
     if flat is not None:
         total = len(next(iter(flat.values()))) if flat else pos
         if pos != total:
-            raise CorpusError(f"{path}: documents hold {pos} segments but the flat files have {total} lines")
+            raise ToolError(f"documents hold {pos} segments but the flat files have {total} lines", path)
     return n_docs
 
 
@@ -269,7 +337,7 @@ def check_folder(folder: str, src: str | None = None, tgt: str | None = None,
             for i, vid in enumerate(read_lines(ids_path), 1):
                 if vid in owner:
                     where = owner[vid]
-                    raise CorpusError(f"{ids_path}:{i}: id {vid!r} already used in {where}")
+                    raise ToolError(f"id {vid!r} already used in {where}", ids_path, i)
                 owner[vid] = f"{ids_path}:{i}"
         if os.path.exists(docs_path):
             flat = {lang: read_lines(os.path.join(folder, f"{split}.{lang}")) for lang in langs}
@@ -295,11 +363,13 @@ def _tmp_name(path: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
+def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
+                 newline: str | None = None) -> Iterator:
     """Write ``path`` through ``path.tmp-<pid>``; renamed into place only when the block succeeds."""
+    path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = _tmp_name(path)
-    kw = {"encoding": encoding} if "b" not in mode else {}
+    kw = {"encoding": encoding, "newline": newline} if "b" not in mode else {}
     try:
         with open(tmp, mode, **kw) as f:
             yield f
@@ -339,6 +409,12 @@ class OutputSet:
         f = self.open(name)
         for line in lines:
             f.write(line + "\n")
+
+    def write_json(self, name: str, obj: Any, indent: int | None = 1) -> None:
+        self.write_text(name, json_text(obj, indent))
+
+    def write_jsonl(self, name: str, records: Iterable[Any]) -> None:
+        self.write_lines(name, (json_line(r) for r in records))
 
     def copy(self, src: str, name: str) -> None:
         shutil.copyfile(src, self.path(name))
@@ -411,9 +487,7 @@ def write_stamp(folder: str, step: str, params: dict, outputs: Iterable[str], ex
           "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if extra:
         st.update(extra)
-    with atomic_write(stamp_path(folder, step)) as f:
-        json.dump(st, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    write_json(stamp_path(folder, step), st)
 
 
 def clear_stamp(folder: str, step: str) -> None:
@@ -427,3 +501,66 @@ def sha256_file(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- JSON / JSON Lines
+def json_safe(obj: Any) -> Any:
+    """``obj`` with NaN/inf floats as ``None`` (valid JSON), tuples as lists and keys as strings."""
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any, indent: int | None = 1) -> str:
+    """``obj`` as a JSON document (UTF-8 text kept as is, NaN/inf as null) ending in a newline."""
+    return json.dumps(json_safe(obj), indent=indent, ensure_ascii=False) + "\n"
+
+
+def json_line(obj: Any) -> str:
+    """One JSON Lines record (UTF-8 text kept as is, no newline)."""
+    return json.dumps(json_safe(obj), ensure_ascii=False)
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file; invalid JSON is a :class:`ToolError` naming the file and line."""
+    path = os.fspath(path)
+    require_file(path)
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ToolError(f"invalid JSON ({e.msg})", path, e.lineno) from None
+
+
+def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> str:
+    """Write ``obj`` as UTF-8 JSON (``ensure_ascii=False``, NaN/inf as null), atomically."""
+    path = os.fspath(path)
+    with atomic_write(path) as f:
+        f.write(json_text(obj, indent))
+    return path
+
+
+def read_jsonl(path: str | os.PathLike) -> list:
+    """The records of a JSON Lines file, one per line; a line that is not JSON (a blank one too) is a
+    ``file:line`` error."""
+    path = os.fspath(path)
+    out = []
+    for i, line in enumerate(read_lines(path), 1):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ToolError(f"invalid JSON ({e.msg})", path, i) from None
+    return out
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> str:
+    """Write one JSON record per line (UTF-8, ``ensure_ascii=False``), atomically."""
+    path = os.fspath(path)
+    with atomic_write(path) as f:
+        for r in records:
+            f.write(json_line(r) + "\n")
+    return path

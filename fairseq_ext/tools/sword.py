@@ -22,14 +22,13 @@ Expected counts: train 28,717 / valid 645 / test 1,494 verse pairs (1,095 / 32 /
 from __future__ import annotations
 
 import html
-import json
 import os
 import re
 import shutil
 import subprocess
 from collections import OrderedDict
 
-from .validate import CorpusError, OutputSet, Timer, log, stamp_ok, write_stamp
+from fairseq_ext.tools.common import OutputSet, Timer, ToolError, log, read_json, stamp_ok, write_stamp
 
 VERSION = 1  # bump when the extraction logic changes (invalidates stamps)
 
@@ -145,7 +144,7 @@ def ensure_sword(modules: list[str], reader: str, install: bool = True) -> None:
         need.append("libsword-utils")
     need += [MODULE_PACKAGES.get(m, m) for m in modules if not module_installed(m)]
     if reader == "pysword" and not _pysword_available():
-        raise CorpusError("--reader pysword needs the Python package pysword (pip install pysword)")
+        raise ToolError("--reader pysword needs the Python package pysword (pip install pysword)")
     if not need:
         return
     cmd = "apt-get install -y --no-install-recommends " + " ".join(need)
@@ -157,10 +156,10 @@ def ensure_sword(modules: list[str], reader: str, install: bool = True) -> None:
             r = subprocess.run(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if r.returncode != 0:
                 tail = (r.stderr or "").strip().splitlines()[-1:] or [""]
-                raise CorpusError(f"`{' '.join(c)}` failed (exit {r.returncode}): {tail[0]}")
+                raise ToolError(f"`{' '.join(c)}` failed (exit {r.returncode}): {tail[0]}")
         still = [m for m in modules if not module_installed(m)]
         if still or (reader == "mod2imp" and shutil.which("mod2imp") is None):
-            raise CorpusError(f"SWORD modules still missing after apt-get install under {sword_path()}: "
+            raise ToolError(f"SWORD modules still missing after apt-get install under {sword_path()}: "
                               f"{', '.join(still) or 'mod2imp'}")
         return
     hint = ""
@@ -170,7 +169,7 @@ def ensure_sword(modules: list[str], reader: str, install: bool = True) -> None:
         hint = " (--reader pysword avoids libsword-utils but still needs the sword-text-* packages)"
     why = "not root" if install and shutil.which("apt-get") else (
         "apt-get not available" if install else "--no-install given")
-    raise CorpusError(f"SWORD tools missing: {', '.join(need)} ({why}); install them with "
+    raise ToolError(f"SWORD tools missing: {', '.join(need)} ({why}); install them with "
                       f"`{cmd}`{hint}")
 
 
@@ -181,10 +180,10 @@ def _dump_mod2imp(module: str, path: str) -> None:
         with open(tmp, "wb") as f:
             r = subprocess.run(["mod2imp", module], stdout=f, stderr=subprocess.PIPE)
         if r.returncode != 0:
-            raise CorpusError(f"mod2imp {module} failed (exit {r.returncode}): "
+            raise ToolError(f"mod2imp {module} failed (exit {r.returncode}): "
                               f"{r.stderr.decode(errors='replace').strip()[:200]}")
         if os.path.getsize(tmp) < 1000:
-            raise CorpusError(f"mod2imp {module} wrote an (almost) empty dump; is {module} installed "
+            raise ToolError(f"mod2imp {module} wrote an (almost) empty dump; is {module} installed "
                               f"under {sword_path()}?")
         os.replace(tmp, path)
     finally:
@@ -335,8 +334,7 @@ def build(out: str, cache: str = "data/cache/sword", reader: str = "mod2imp", mi
               "min_jaccard": min_jaccard, "shift_margin": shift_margin}
     if not force and stamp_ok(out, "sword", params):
         log(f"[sword] {out} is up to date (same parameters); skipping (--force redoes it)")
-        with open(os.path.join(out, "stats.json"), encoding="utf-8") as f:
-            return json.load(f)
+        return read_json(os.path.join(out, "stats.json"))
     t0 = Timer()
     modules = [SRC_MODULE, TGT_MODULE, REF2_MODULE]
     missing_dumps = [m for m in modules if not os.path.exists(dump_path(m, cache, reader))]
@@ -382,9 +380,7 @@ def build(out: str, cache: str = "data/cache/sword", reader: str = "mod2imp", mi
             d["en"].append(t)
             d["kjv"].append(r)
         for sp in splits:
-            f = o.open(f"{sp}.docs.jsonl")
-            for d in docs[sp].values():
-                f.write(json.dumps(d, ensure_ascii=False) + "\n")
+            o.write_jsonl(f"{sp}.docs.jsonl", docs[sp].values())
             for ext in LANGS + ("ids",):
                 o.open(f"{sp}.{ext}")  # exists even when a split is empty
             c = counts[sp]
@@ -393,7 +389,7 @@ def build(out: str, cache: str = "data/cache/sword", reader: str = "mod2imp", mi
         stats.update({"splits": counts, "valid_books": VALID_BOOKS, "test_books": TEST_BOOKS,
                       "kjv_missing_for_pairs": sum(1 for r in rows if not r[3]), "reader": reader,
                       "seconds_read_modules": round(t_read, 2), "seconds_total": round(t0.seconds(), 2)})
-        o.write_text("stats.json", json.dumps(stats, indent=1, ensure_ascii=False) + "\n")
+        o.write_json("stats.json", stats)
     write_stamp(out, "sword", params, OUTPUT_FILES)
     log(f"[sword] wrote {out} in {t0}: " + ", ".join(f"{sp} {counts[sp]['verses']}" for sp in splits))
     return stats

@@ -5,7 +5,7 @@ student on (original source, teacher output)."  This CLI decodes the chosen spli
 with a frozen autoregressive checkpoint and writes a new binarized folder with the same dictionaries, the
 same sources and the teacher's outputs as targets::
 
-    python -m fairseq_ext.data.distill --path teacher/checkpoint_best.pt --data data-bin --out data-bin-kd \\
+    python -m fairseq_ext.tools.distill --path teacher/checkpoint_best.pt --data data-bin --out data-bin-kd \\
         [--splits train valid] [--beam 1] [--lenpen 1.0] [--max-len-a 1.2 --max-len-b 10] \\
         [--max-tokens 8000 | --batch-size 64] [--chunk-size 5000] [--gpu] [--fertility eflomal]
 
@@ -23,14 +23,11 @@ same sources and the teacher's outputs as targets::
   ones) are copied; ``OUT/{split}.distill.{tgt}`` holds the outputs as subword text for inspection and
   ``OUT/distill.json`` the parameters and counts.  A teacher output that is empty is replaced by the
   original reference (counted as ``empty_replaced``), because the NAT needs T ≥ 1;
-* ``--fertility eflomal|diagonal`` then runs :mod:`fairseq_ext.data.fertility` on the new folder.
+* ``--fertility eflomal|diagonal`` then runs :mod:`fairseq_ext.tools.fertility` on the new folder.
 """
-import argparse
-import json
 import logging
 import os
 import shutil
-import sys
 import time
 from argparse import Namespace
 from typing import Dict, List, Optional
@@ -38,14 +35,13 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-logger = logging.getLogger("fairseq_ext.data.distill")
+from fairseq_ext.data.binarized import load_tokens, pair_splits, split_prefix
+from fairseq_ext.modules.checkpoint import load_ensemble, require_checkpoint
+from fairseq_ext.tools.common import ArgumentParser, ToolError, json_line, log, read_json, run_cli, write_json
+from fairseq_ext.tools.fertility import compute_fertilities, infer_pair
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _eta(seconds: float) -> str:
+def eta(seconds: float) -> str:
     seconds = int(max(seconds, 0))
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
@@ -53,12 +49,9 @@ def _eta(seconds: float) -> str:
 
 
 def load_teacher(path: str, data: str, use_cuda: bool = False):
-    """(model, task) of an AR checkpoint, with the dictionaries of ``data``."""
-    import fairseq_ext  # noqa: F401
-    from fairseq import checkpoint_utils
-
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
-    model = models[0].eval()
+    """(model, task) of an AR checkpoint (frozen, eval mode), with the dictionaries of ``data``."""
+    models, _cfg, task = load_ensemble([path], arg_overrides={"data": data}, frozen=True)
+    model = models[0]
     if use_cuda:
         model = model.cuda()
     return model, task
@@ -84,7 +77,7 @@ def make_batches(sizes: np.ndarray, ids: np.ndarray, max_tokens: Optional[int], 
     return batches
 
 
-def _chunk_path(work: str, split: str, k: int) -> str:
+def chunk_path(work: str, split: str, k: int) -> str:
     return os.path.join(work, split, f"chunk-{k:06d}.tsv")
 
 
@@ -101,13 +94,13 @@ def decode_split(model, task, split: str, work: str, beam: int, lenpen: float, m
     generator = task.build_generator([model], gen_args)
     os.makedirs(os.path.join(work, split), exist_ok=True)
     n_chunks = (n + chunk_size - 1) // chunk_size
-    done = sum(min(chunk_size, n - k * chunk_size) for k in range(n_chunks) if os.path.exists(_chunk_path(work, split, k)))
+    done = sum(min(chunk_size, n - k * chunk_size) for k in range(n_chunks) if os.path.exists(chunk_path(work, split, k)))
     if done:
-        _log(f"[distill] {split}: resuming, {done}/{n} sentences already decoded")
+        log(f"[distill] {split}: resuming, {done}/{n} sentences already decoded")
     t0, decoded = time.time(), 0
     sizes = np.asarray(ds.src_sizes)
     for k in range(n_chunks):
-        path = _chunk_path(work, split, k)
+        path = chunk_path(work, split, k)
         if os.path.exists(path):
             continue
         ids = np.arange(k * chunk_size, min(n, (k + 1) * chunk_size))
@@ -129,25 +122,26 @@ def decode_split(model, task, split: str, work: str, beam: int, lenpen: float, m
         decoded += len(ids)
         done += len(ids)
         rate = decoded / max(time.time() - t0, 1e-9)
-        _log(f"[distill] {split}: {done}/{n} sentences ({100.0 * done / n:.1f}%), {rate:.1f} sent/s, "
-             f"ETA {_eta((n - done) / max(rate, 1e-9))}")
+        log(f"[distill] {split}: {done}/{n} sentences ({100.0 * done / n:.1f}%), {rate:.1f} sent/s, "
+             f"ETA {eta((n - done) / max(rate, 1e-9))}")
     return {"sentences": n, "chunks": n_chunks}
 
 
 def read_chunks(work: str, split: str, n: int, chunk_size: int) -> List[List[int]]:
     outs: List[Optional[List[int]]] = [None] * n
     for k in range((n + chunk_size - 1) // chunk_size):
-        with open(_chunk_path(work, split, k), encoding="utf-8") as f:
+        with open(chunk_path(work, split, k), encoding="utf-8") as f:
             for line in f:
                 sid, _, toks = line.rstrip("\n").partition("\t")
                 outs[int(sid)] = [int(t) for t in toks.split()] if toks else []
     missing = [i for i, o in enumerate(outs) if o is None]
     if missing:
-        raise RuntimeError(f"{split}: {len(missing)} sentences missing from the chunks (first {missing[:5]})")
+        raise ToolError(f"{len(missing)} {split} sentences missing from the chunks (first {missing[:5]}); "
+                        "rerun with --force", os.path.join(work, split))
     return outs  # type: ignore[return-value]
 
 
-def _copy(src: str, dst: str) -> None:
+def copy_file(src: str, dst: str) -> None:
     if os.path.abspath(src) == os.path.abspath(dst):
         return
     tmp = f"{dst}.tmp-{os.getpid()}"
@@ -157,11 +151,15 @@ def _copy(src: str, dst: str) -> None:
 
 def write_split(data: str, out: str, split: str, src: str, tgt: str, outputs: List[List[int]], tgt_dict) -> Dict:
     """Binarize the teacher outputs of ``split`` into ``out`` (+ copy the source side)."""
-    from fairseq.data import data_utils, indexed_dataset
+    from fairseq.data import indexed_dataset
 
-    ref = data_utils.load_indexed_dataset(os.path.join(data, f"{split}.{src}-{tgt}.{tgt}"), None)
+    ref_prefix = split_prefix(data, split, src, tgt, tgt)
+    src_prefix = split_prefix(data, split, src, tgt, src)
+    if ref_prefix is None or src_prefix is None:
+        raise ToolError(f"no binarized {split}.{src}-{tgt} source and target", data)
+    ref = load_tokens(ref_prefix)
     eos = tgt_dict.eos()
-    prefix = os.path.join(out, f"{split}.{src}-{tgt}.{tgt}")
+    prefix = os.path.join(out, os.path.basename(ref_prefix))  # the pair named as in --data
     tmp = f"{prefix}.tmp-{os.getpid()}"
     builder = indexed_dataset.make_builder(indexed_dataset.data_file_path(tmp), impl="mmap", vocab_size=len(tgt_dict))
     replaced, ntok = 0, 0
@@ -169,7 +167,7 @@ def write_split(data: str, out: str, split: str, src: str, tgt: str, outputs: Li
         for i, toks in enumerate(outputs):
             if not toks:
                 replaced += 1
-                toks = [t for t in ref[i].tolist() if t != eos] if ref is not None else []
+                toks = [t for t in ref[i].tolist() if t != eos]
             ntok += len(toks)
             builder.add_item(torch.tensor(toks + [eos], dtype=torch.int64))
             txt.write(tgt_dict.string(torch.tensor(toks, dtype=torch.int64)) + "\n")
@@ -178,7 +176,7 @@ def write_split(data: str, out: str, split: str, src: str, tgt: str, outputs: Li
     os.replace(indexed_dataset.index_file_path(tmp), indexed_dataset.index_file_path(prefix))
     os.replace(os.path.join(out, f"{split}.distill.{tgt}.tmp"), os.path.join(out, f"{split}.distill.{tgt}"))
     for ext in ("bin", "idx"):
-        _copy(os.path.join(data, f"{split}.{src}-{tgt}.{src}.{ext}"), os.path.join(out, f"{split}.{src}-{tgt}.{src}.{ext}"))
+        copy_file(f"{src_prefix}.{ext}", os.path.join(out, f"{os.path.basename(src_prefix)}.{ext}"))
     return {"sentences": len(outputs), "target_tokens": ntok, "empty_replaced": replaced}
 
 
@@ -187,10 +185,11 @@ def distill(path: str, data: str, out: str, splits=("train",), beam: int = 1, le
             batch_size: Optional[int] = None, chunk_size: int = 5000, use_cuda: bool = False,
             force: bool = False, fertility: Optional[str] = None) -> str:
     """Decode ``splits`` of ``data`` with the teacher ``path`` into a new binarized folder ``out``."""
-    from fairseq_ext.data.fertility import infer_pair
-
     if os.path.abspath(out) == os.path.abspath(data):
-        raise SystemExit("--out must differ from --data")
+        raise ToolError("--out must differ from --data")
+    require_checkpoint(path)
+    if not os.path.isdir(data):
+        raise ToolError(f"missing input folder: {data}")
     os.makedirs(out, exist_ok=True)
     work = os.path.join(out, ".distill")
     params = {"version": 1, "teacher": os.path.abspath(path), "data": os.path.abspath(data), "splits": list(splits),
@@ -198,23 +197,21 @@ def distill(path: str, data: str, out: str, splits=("train",), beam: int = 1, le
               "chunk_size": chunk_size}
     ppath = os.path.join(work, "params.json")
     if os.path.exists(ppath):
-        with open(ppath, encoding="utf-8") as f:
-            old = json.load(f)
+        old = read_json(ppath)
         if old != params:
             if not force:
-                raise SystemExit(f"{work} was started with other parameters ({old}); use --force to start over")
+                raise ToolError(f"{work} was started with other parameters ({old}); use --force to start over")
             shutil.rmtree(work)
     elif force and os.path.exists(work):
         shutil.rmtree(work)
     os.makedirs(work, exist_ok=True)
-    with open(ppath, "w", encoding="utf-8") as f:
-        json.dump(params, f, indent=1)
+    write_json(ppath, params)
 
     model, task = load_teacher(path, data, use_cuda)
     src, tgt = task.cfg.source_lang, task.cfg.target_lang
     if not src or not tgt:
         src, tgt = infer_pair(data)
-    _log(f"[distill] teacher {path} ({src}->{tgt}), beam {beam}, splits {', '.join(splits)} -> {out}")
+    log(f"[distill] teacher {path} ({src}->{tgt}), beam {beam}, splits {', '.join(splits)} -> {out}")
     stats = {"params": params, "splits": {}}
     t0 = time.time()
     with torch.no_grad():
@@ -224,7 +221,7 @@ def distill(path: str, data: str, out: str, splits=("train",), beam: int = 1, le
             n = len(task.dataset(split))
             outputs = read_chunks(work, split, n, chunk_size)
             stats["splits"][split] = write_split(data, out, split, src, tgt, outputs, task.target_dictionary)
-            _log(f"[distill] {split}: {json.dumps(stats['splits'][split])}")
+            log(f"[distill] {split}: {json_line(stats['splits'][split])}")
     # dictionaries, ids, and the splits that are not distilled
     for name in sorted(os.listdir(data)):
         full = os.path.join(data, name)
@@ -233,22 +230,19 @@ def distill(path: str, data: str, out: str, splits=("train",), beam: int = 1, le
         split = name.split(".")[0]
         keep_target = split not in splits
         if name.startswith("dict.") or name.endswith(".ids") or name in ("segment.json",) or \
-                (keep_target and name.startswith(f"{split}.{src}-{tgt}.") and name.endswith((".bin", ".idx"))):
-            _copy(full, os.path.join(out, name))
+                (keep_target and name.startswith((f"{split}.{src}-{tgt}.", f"{split}.{tgt}-{src}."))
+                 and name.endswith((".bin", ".idx"))):
+            copy_file(full, os.path.join(out, name))
     stats["seconds"] = round(time.time() - t0, 1)
-    with open(os.path.join(out, "distill.json"), "w", encoding="utf-8") as f:
-        json.dump(stats, f, indent=1)
+    write_json(os.path.join(out, "distill.json"), stats)
     if fertility:
-        from fairseq_ext.data.fertility import _splits_present, compute_fertilities
-
-        compute_fertilities(out, src, tgt, _splits_present(out, src, tgt), aligner=fertility, log=_log)
-    _log(f"[distill] done in {_eta(time.time() - t0)} -> {out}")
+        compute_fertilities(out, src, tgt, pair_splits(out, src, tgt), aligner=fertility, log=log)
+    log(f"[distill] done in {eta(time.time() - t0)} -> {out}")
     return out
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fairseq_ext.data.distill", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(prog="fairseq-ext-distill", description=__doc__.split("\n\n")[0])
     ap.add_argument("--path", required=True, help="autoregressive teacher checkpoint")
     ap.add_argument("--data", required=True, help="binarized folder the teacher was trained on")
     ap.add_argument("--out", required=True, help="output binarized folder (distilled corpus)")
@@ -270,5 +264,10 @@ def main(argv=None) -> int:
     return 0
 
 
+def cli_main(argv=None) -> None:
+    """Console script ``fairseq-ext-distill``."""
+    run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli_main()

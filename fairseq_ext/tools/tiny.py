@@ -1,7 +1,7 @@
 """Regenerate the committed test slice ``tests/data/bible_tiny`` from a full ``corpora sword`` build.
 
-    python -m fairseq_ext.data.make_tiny [--raw data/bible_es_en/raw] [--out tests/data/bible_tiny]
-    (same as: python -m fairseq_ext.data.corpora tiny ...)
+    python -m fairseq_ext.tools.tiny [--raw data/bible_es_en/raw] [--out tests/data/bible_tiny]
+    (same as: python -m fairseq_ext.tools.corpora tiny ...)
 
 Whole chapters (documents) are taken from each split, so the slice's ``docs.jsonl`` are complete
 chapters and its valid/test books stay held out. Chapters are drawn in a seeded random order among
@@ -10,12 +10,11 @@ until each split reaches about its target number of verses. Deterministic for a 
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 
-from .validate import CorpusError, OutputSet, check_folder, log, read_lines, require_file
+from fairseq_ext.tools.common import (ArgumentParser, OutputSet, ToolError, check_folder, json_line, log,
+                                      read_jsonl, require_file, run_cli)
 
 LANGS = ("es", "en", "kjv")
 DEFAULTS = {"train": 220, "valid": 40, "test": 40, "max_bytes": 195_000, "seed": 1}
@@ -23,7 +22,7 @@ DEFAULTS = {"train": 220, "valid": 40, "test": 40, "max_bytes": 195_000, "seed":
 
 def _doc_bytes(d: dict) -> int:
     flat = sum(len((s + "\n").encode("utf-8")) for x in LANGS + ("ids",) for s in d[x])
-    return flat + len((json.dumps(d, ensure_ascii=False) + "\n").encode("utf-8"))
+    return flat + len((json_line(d) + "\n").encode("utf-8"))
 
 
 def _per_verse(d: dict) -> float:
@@ -74,10 +73,10 @@ def make_tiny(raw: str, out: str, train: int = DEFAULTS["train"], valid: int = D
     for sp in targets:
         path = os.path.join(raw, f"{sp}.docs.jsonl")
         require_file(path)
-        all_docs[sp] = [json.loads(x) for x in read_lines(path)]
+        all_docs[sp] = read_jsonl(path)
         for x in LANGS:
             if all_docs[sp] and x not in all_docs[sp][0]:
-                raise CorpusError(f"{path}:1: documents have no {x!r} list (need a `corpora sword` build)")
+                raise ToolError(f"documents have no {x!r} list (need a `corpora sword` build)", path, 1)
     # held-out splits get target x their median bytes per verse; train gets what is left
     left_bytes = max_bytes - 2000  # README.txt
     with OutputSet(out) as o:
@@ -87,17 +86,16 @@ def make_tiny(raw: str, out: str, train: int = DEFAULTS["train"], valid: int = D
             chosen = pick_chapters(all_docs[sp], target, budget, rng)
             left_bytes -= sum(_doc_bytes(d) for d in chosen)
             if not chosen:
-                raise CorpusError(f"{path}: no chapter fits {target} verses in the byte budget")
+                raise ToolError(f"{path}: no chapter fits {target} verses in the byte budget")
             for x in LANGS + ("ids",):
                 o.write_lines(f"{sp}.{x}", [s for d in chosen for s in d[x]])
-            o.write_lines(f"{sp}.docs.jsonl", [json.dumps({k: d[k] for k in ("doc_id", "ids") + LANGS},
-                                                          ensure_ascii=False) for d in chosen])
+            o.write_jsonl(f"{sp}.docs.jsonl", [{k: d[k] for k in ("doc_id", "ids") + LANGS} for d in chosen])
             counts[sp] = {"verses": sum(len(d["ids"]) for d in chosen), "docs": len(chosen),
                           "doc_ids": [d["doc_id"] for d in chosen]}
         o.write_text("README.txt", (
             "Test slice of the es-en(-kjv) Bible corpus (RV1909 / World English Bible / KJV, public domain),\n"
             "whole chapters from the train/valid/test splits of a full `corpora sword` build.\n"
-            f"Regenerate: python -m fairseq_ext.data.make_tiny --raw {raw} --out {out} --seed {seed}\n"
+            f"Regenerate: python -m fairseq_ext.tools.tiny --raw {raw} --out {out} --seed {seed}\n"
             + "".join(f"{sp}: {c['verses']} verses, {c['docs']} chapters: {' '.join(c['doc_ids'])}\n"
                       for sp, c in counts.items())))
     check_folder(out, "es", "en")
@@ -105,26 +103,25 @@ def make_tiny(raw: str, out: str, train: int = DEFAULTS["train"], valid: int = D
     log(f"[tiny] wrote {out}: " + ", ".join(f"{sp} {c['verses']} verses / {c['docs']} docs"
                                            for sp, c in counts.items()) + f"; {size} bytes")
     if size > max_bytes:
-        raise CorpusError(f"{out}: {size} bytes, over --max-bytes {max_bytes}")
+        raise ToolError(f"{out}: {size} bytes, over --max-bytes {max_bytes}")
     return counts
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m fairseq_ext.data.make_tiny", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    ap = ArgumentParser(prog="fairseq-ext-tiny", description=__doc__)
     ap.add_argument("--raw", default="data/bible_es_en/raw")
     ap.add_argument("--out", default="tests/data/bible_tiny")
     for k, v in DEFAULTS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=v, help="default %(default)s")
     a = ap.parse_args(argv)
     make_tiny(a.raw, a.out, a.train, a.valid, a.test, a.max_bytes, a.seed)
+    return 0
+
+
+def cli_main(argv: list[str] | None = None) -> None:
+    """Console script ``fairseq-ext-tiny``."""
+    run_cli(main, argv)
 
 
 if __name__ == "__main__":
-    import sys
-
-    try:
-        main()
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    cli_main()

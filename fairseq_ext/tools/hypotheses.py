@@ -1,6 +1,7 @@
 """Reading system outputs: ``fairseq-generate`` logs and plain one-sentence-a-line files.
 
-Nothing here imports torch or fairseq, so the scoring CLI starts fast.
+Nothing here imports torch or fairseq. Bad input raises :class:`~fairseq_ext.tools.common.ToolError`
+(``ScoringError`` is the same class, under the name the scorer used before).
 
 ``fairseq-generate`` prints, per input sentence and in batch order (not id order)::
 
@@ -15,7 +16,7 @@ With ``--nbest k`` there are k H-/D- lines per id, best first; the first one is 
 :func:`load_hypotheses` returns ``{id: hypothesis}`` sorted by id, where the id is fairseq's
 numeric sentence id, or (with an ``.ids`` file, line *i* = id of sentence *i*) the verse id.
 :func:`align_to_references` turns such a dict into a list in reference order and raises one
-:class:`ScoringError` naming the missing ids when any sentence has no output.
+:class:`~fairseq_ext.tools.common.ToolError` naming the missing ids when any sentence has no output.
 """
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
+from fairseq_ext.tools.common import ToolError, read_lines
+
 __all__ = [
     "ScoringError",
+    "ToolError",
     "GenEntry",
     "parse_generate_output",
     "is_generate_output",
-    "read_lines",
     "read_ids",
     "remove_bpe",
     "load_hypotheses",
@@ -44,8 +47,7 @@ _LINE_RE = re.compile(r"^([STHD])-(\d+)\t(.*)$", re.DOTALL)
 _N_SHOWN = 5  # how many missing / duplicated ids an error message lists
 
 
-class ScoringError(ValueError):
-    """Bad evaluation input: misaligned or missing hypotheses, wrong reference lengths, ..."""
+ScoringError = ToolError  # bad evaluation input: misaligned or missing hypotheses, wrong reference lengths, ...
 
 
 @dataclass
@@ -68,20 +70,6 @@ class GenEntry:
 
 
 # ----------------------------------------------------------------------------------- reading
-def read_lines(path: PathLike) -> list[str]:
-    """Lines of a UTF-8 text file without their line ends (``\\r\\n`` too). Keeps empty lines."""
-    if not os.path.isfile(path):
-        raise ScoringError(f"{path}: no such file")
-    with open(path, encoding="utf-8", newline="") as f:
-        text = f.read()
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-
-
 def read_ids(ids: Union[PathLike, Sequence[str], None]) -> Optional[list[str]]:
     """An ``.ids`` file (line *i* = id of sentence *i*) or a list of ids; checks uniqueness."""
     if ids is None:
@@ -99,7 +87,7 @@ def read_ids(ids: Union[PathLike, Sequence[str], None]) -> Optional[list[str]]:
             dups.append(x)
         seen.add(x)
     if dups:
-        raise ScoringError(f"{source}: duplicated ids {_fmt_ids(dups)}")
+        raise ToolError(f"{source}: duplicated ids {_fmt_ids(dups)}")
     return id_list
 
 
@@ -125,7 +113,7 @@ def parse_generate_output(
     """Parse ``fairseq-generate`` output (a path or an iterable of lines) into ``{id: GenEntry}``.
 
     The result is sorted by id.  A duplicated ``S-``/``T-`` line (one sentence printed twice,
-    e.g. two generate runs concatenated) raises :class:`ScoringError`.  Several ``H-`` lines
+    e.g. two generate runs concatenated) raises :class:`~fairseq_ext.tools.common.ToolError`.  Several ``H-`` lines
     for one id are allowed (``--nbest``); the first (best) is kept.  Without S- lines an
     uneven number of H- lines per id is taken as duplication and raises too.
     """
@@ -166,7 +154,7 @@ def parse_generate_output(
                 if e.score is None:
                     e.score = _to_float(score_str)
     if dup_src:
-        raise ScoringError(
+        raise ToolError(
             f"{name}: sentence ids printed more than once: {_fmt_ids(sorted(dup_src))} "
             "(were several fairseq-generate outputs concatenated?)"
         )
@@ -176,10 +164,10 @@ def parse_generate_output(
         if len(counts) > 1:
             lo = min(counts)
             dups = sorted(i for i, e in entries.items() if max(e.n_hypos, n_detok.get(i, 0)) > lo)
-            raise ScoringError(f"{name}: hypotheses printed more than once for ids {_fmt_ids(dups)}")
+            raise ToolError(f"{name}: hypotheses printed more than once for ids {_fmt_ids(dups)}")
     missing_hyp = sorted(i for i, e in entries.items() if e.hypothesis() is None)
     if missing_hyp:
-        raise ScoringError(f"{name}: no H-/D- line for sentence ids {_fmt_ids(missing_hyp)}")
+        raise ToolError(f"{name}: no H-/D- line for sentence ids {_fmt_ids(missing_hyp)}")
     return dict(sorted(entries.items()))
 
 
@@ -213,7 +201,7 @@ def remove_bpe(line: str, kind: Optional[str]) -> str:
         return line
     mode = _BPE_ALIASES.get(kind)
     if mode is None:
-        raise ScoringError(f"unknown --remove-bpe {kind!r}; choose from {', '.join(REMOVE_BPE_CHOICES)}")
+        raise ToolError(f"unknown --remove-bpe {kind!r}; choose from {', '.join(REMOVE_BPE_CHOICES)}")
     if mode == "sentencepiece":
         if "\u2581" not in line:
             return line
@@ -240,9 +228,9 @@ def load_hypotheses(
     :param remove_bpe_kind: ``'sentencepiece'`` / ``'subword_nmt'`` to strip subword markers.
     """
     if fmt not in ("auto", "fairseq", "text"):
-        raise ScoringError(f"unknown hypothesis format {fmt!r}")
+        raise ToolError(f"unknown hypothesis format {fmt!r}")
     if field not in ("D", "H"):
-        raise ScoringError(f"unknown hypothesis field {field!r} (D or H)")
+        raise ToolError(f"unknown hypothesis field {field!r} (D or H)")
     lines = read_lines(path)
     if fmt == "auto":
         fmt = "fairseq" if is_generate_output(lines) else "text"
@@ -258,7 +246,7 @@ def load_hypotheses(
         return hyps
     out_of_range = [i for i in hyps if i >= len(id_list)]
     if out_of_range:
-        raise ScoringError(
+        raise ToolError(
             f"{path}: sentence numbers {_fmt_ids(out_of_range)} are beyond the "
             f"{len(id_list)} lines of the ids file"
         )
@@ -274,12 +262,12 @@ def align_to_references(
     """Hypotheses as a list in reference order; every reference sentence needs exactly one.
 
     Without ``ids`` the expected keys are ``0 .. n_refs-1``; with ``ids`` (one per reference
-    line) they are those ids.  Raises :class:`ScoringError` naming missing / unexpected ids.
+    line) they are those ids.  Raises :class:`~fairseq_ext.tools.common.ToolError` naming missing / unexpected ids.
     """
     if ids is not None:
         ids = [str(x) for x in ids]
         if len(ids) != n_refs:
-            raise ScoringError(f"ids file has {len(ids)} lines but the reference has {n_refs}")
+            raise ToolError(f"ids file has {len(ids)} lines but the reference has {n_refs}")
         expected: list[Key] = list(ids)
     else:
         expected = list(range(n_refs))
@@ -293,5 +281,5 @@ def align_to_references(
         if extra_set:
             extra = sorted(extra_set, key=lambda k: (str(type(k)), k))
             parts.append(f"ids not in the reference: {_fmt_ids(extra)}")
-        raise ScoringError("; ".join(parts))
+        raise ToolError("; ".join(parts))
     return [hyps[k] for k in expected]

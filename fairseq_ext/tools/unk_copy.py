@@ -1,5 +1,5 @@
 """UNK-copy augmentation (Nguyen 2021 [T §3.3, §5.6.6]; spec 002 §1.5):
-``python -m fairseq_ext.data.unk_copy IN_DIR OUT_DIR --src SRC --tgt TGT --min-freq K``.
+``python -m fairseq_ext.tools.unk_copy IN_DIR OUT_DIR --src SRC --tgt TGT --min-freq K`` (``fairseq-ext-unk-copy``).
 
 BPE systems use the full vocabulary; "to ensure the model still learns how to deal with unknown
 words, we trained on two copies of the training data: one unchanged, and one in which all rare words
@@ -18,23 +18,23 @@ type occurs fewer than ``K`` times on its side becomes fairseq's ``<unk>``. ``OU
 * ``segment.json`` with an ``unk_copy`` record (and relative model paths made absolute when the
   model file is not next to it); ``unk_copy.json`` with the counts.
 
-``python -m fairseq_ext.data.corpora binarize OUT_DIR`` then binarizes it (with the original
+``python -m fairseq_ext.tools.corpora binarize OUT_DIR`` then binarizes it (with the original
 dictionary: ``--fairseq-args "--srcdict DICT"``; ``<unk>`` maps to fairseq's unknown symbol).
 Length filtering, if any, must come before (spec 002 §3.6.7). The thesis halves the number of
 epochs to compensate for the doubled data.
 
-Bad input is one :class:`~fairseq_ext.data.validate.CorpusError` naming the file (and line); the CLI
+Bad input is one :class:`~fairseq_ext.tools.common.ToolError` naming the file (and line); the CLI
 prints ``error: ...`` and exits with status 2. The step is skipped when its stamp matches.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections import Counter
 
-from .validate import (DEFAULT_MAX_LEN, CorpusError, OutputSet, Timer, log, read_lines, resolve_pair,
-                       run_cli, stamp_ok, write_stamp)
+from fairseq_ext.tools.common import (DEFAULT_MAX_LEN, ArgumentParser, OutputSet, Timer, ToolError, log, read_json,
+                                      read_lines, resolve_pair, run_cli, stamp_ok, write_stamp)
+from fairseq_ext.tools.segment import fingerprint, validate_inputs
 
 VERSION = 1
 UNK = "<unk>"
@@ -54,7 +54,7 @@ def replace_rare(lines: list[str], rare: set[str], unk: str = UNK) -> list[str]:
     return [" ".join(unk if w in rare else w for w in line.split()) for line in lines]
 
 
-def _segment_info(inp: str, copied: list[str], info: dict, record: dict) -> dict:
+def segment_info(inp: str, copied: list[str], info: dict, record: dict) -> dict:
     """``segment.json`` of the output: relative model paths other than the ``copied`` file names
     made absolute (e.g. joint-bpe's ``../bpe.codes``)."""
     info = dict(info)
@@ -76,26 +76,21 @@ def unk_copy(inp: str, out: str, src: str | None = None, tgt: str | None = None,
              max_len: int | None = DEFAULT_MAX_LEN, force: bool = False) -> dict:
     """Write ``out`` = ``inp`` with the UNK copy appended to its training data (module doc);
     returns the ``unk_copy`` record (counts per side)."""
-    from .segment import fingerprint, validate_inputs
     if min_freq < 2:
-        raise CorpusError(f"--min-freq must be >= 2 (types seen fewer than K times become {UNK}; "
+        raise ToolError(f"--min-freq must be >= 2 (types seen fewer than K times become {UNK}; "
                           f"K={min_freq} would replace nothing)")
     if os.path.abspath(inp) == os.path.abspath(out):
-        raise CorpusError(f"the output folder must differ from the input folder: {out}")
+        raise ToolError(f"the output folder must differ from the input folder: {out}")
     s, t = resolve_pair(inp, src, tgt)
     langs = [s, t]
     seg_path = os.path.join(inp, "segment.json")
     info = {}
     if os.path.isfile(seg_path):
-        try:
-            with open(seg_path, encoding="utf-8") as f:
-                info = json.load(f)
-        except json.JSONDecodeError as e:
-            raise CorpusError(f"{seg_path}:{e.lineno}: invalid JSON ({e.msg})") from None
+        info = read_json(seg_path)
         if not isinstance(info, dict):
-            raise CorpusError(f"{seg_path}:1: expected a JSON object")
+            raise ToolError("expected a JSON object", seg_path, 1)
     if "unk_copy" in info or os.path.isfile(os.path.join(inp, "unk_copy.json")):
-        raise CorpusError(f"{os.path.join(inp, 'unk_copy.json')}: {inp} already holds an UNK copy; "
+        raise ToolError(f"{os.path.join(inp, 'unk_copy.json')}: {inp} already holds an UNK copy; "
                           f"start from the folder it was made from")
     t0 = Timer()
     log(f"[unk-copy] validating {inp} ({s}-{t})")
@@ -105,8 +100,7 @@ def unk_copy(inp: str, out: str, src: str | None = None, tgt: str | None = None,
     record_path = os.path.join(out, "unk_copy.json")
     if not force and stamp_ok(out, "unk-copy", params) and os.path.isfile(record_path):
         log(f"[unk-copy] {out} is up to date; skipping (--force redoes it)")
-        with open(record_path, encoding="utf-8") as f:
-            return json.load(f)
+        return read_json(record_path)
     n = counts["train"]
     record: dict = {"min_freq": min_freq, "from": os.path.abspath(inp), "src": s, "tgt": t,
                     "lines": {"train": 2 * n, "original": n}, "rare_types": {}, "types": {},
@@ -139,9 +133,9 @@ def unk_copy(inp: str, out: str, src: str | None = None, tgt: str | None = None,
             o.copy(p, name)
             outputs.append(name)
         if info:
-            o.write_text("segment.json", json.dumps(_segment_info(inp, outputs, info, record), indent=1) + "\n")
+            o.write_json("segment.json", segment_info(inp, outputs, info, record))
             outputs.append("segment.json")
-        o.write_text("unk_copy.json", json.dumps(record, indent=1) + "\n")
+        o.write_json("unk_copy.json", record)
         outputs.append("unk_copy.json")
     write_stamp(out, "unk-copy", params, outputs)
     log(f"[unk-copy] wrote {out} ({2 * n} training lines) in {t0}")
@@ -149,8 +143,8 @@ def unk_copy(inp: str, out: str, src: str | None = None, tgt: str | None = None,
 
 
 # --------------------------------------------------------------------------- CLI
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fairseq_ext.data.unk_copy",
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="fairseq-ext-unk-copy",
                                 description="Append a copy of the training data with rare types replaced by "
                                             "<unk> (Nguyen 2021 UNK-copy augmentation).")
     p.add_argument("inp", help="segmented parallel folder (train.SRC, train.TGT, valid/test, segment.json)")
@@ -174,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli_main(argv: list[str] | None = None) -> None:
-    """Console entry point: a :class:`CorpusError` becomes ``error: <message>`` and exit status 2."""
+    """Console script ``fairseq-ext-unk-copy``: ``error: FILE:LINE: message`` and exit status 2 on bad input."""
     run_cli(main, argv)
 
 

@@ -1,16 +1,20 @@
-"""Plots of evaluation results (matplotlib, Agg backend; imported only when a plot is asked for)."""
+"""Plots of the offline tools (matplotlib, Agg backend; imported only when a plot is asked for).
+
+:func:`pyplot` is the one way the tools get matplotlib (scores, attention analysis, transfer sweeps).
+"""
 from __future__ import annotations
 
 import logging
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
-__all__ = ["plot_length_buckets"]
+__all__ = ["plot_length_buckets", "pyplot"]
 
 Rows = Sequence[Mapping[str, Any]]
 
 
-def _pyplot():
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (no display), without matplotlib's debug chatter."""
     # importing fairseq sets the root logger to DEBUG; keep matplotlib's font-search chatter
     # out of the CLI output unless someone configured the matplotlib logger on purpose.
     mpl_logger = logging.getLogger("matplotlib")
@@ -50,7 +54,7 @@ def plot_length_buckets(
             raise ValueError(f"system {name!r} has different buckets")
     counts = [r["count"] for r in first]
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(buckets) + 2), 4.2))
     try:
         x = list(range(len(buckets)))

@@ -7,7 +7,7 @@ mask, if it has one, is applied before the softmax.
 
 Usage (any checkpoint of ``transformer_lex`` or ``lstm_luong`` trained with ``--lexical``)::
 
-    python -m fairseq_ext.data.lexicon --path ckpt/checkpoint_best.pt --data data-bin \\
+    python -m fairseq_ext.tools.lexicon --path ckpt/checkpoint_best.pt --data data-bin \\
         [--words befektetéseinek kutatás-fejlesztésre | --words-file words.txt | --limit 50] \\
         [--topk 5] [--format table|tsv|json] [--output lexicon.tsv]
 
@@ -16,23 +16,21 @@ frequency; specials and fairseq's padding symbols skipped), or the first ``--lim
 ``table`` prints ``word → translation (p), …`` as in Table 5.8; ``tsv`` one ``src tgt p rank`` row per
 entry; ``json`` one object per source word.
 """
-import argparse
-import json
 import sys
 from typing import Dict, List, Sequence, Tuple
 
 import torch
 
+from fairseq_ext.modules.checkpoint import load_ensemble
+from fairseq_ext.tools.common import ArgumentParser, ToolError, atomic_write, json_line, log, read_lines, run_cli
+
 
 def load_model(path: str, data: str, cpu: bool = True, overrides: Dict = None):
-    """(model, task) from a checkpoint, with the data folder of the dictionaries."""
-    import fairseq_ext  # noqa: F401  (registers the plugin's models)
-    from fairseq import checkpoint_utils
-
+    """(model, task) from a checkpoint (frozen, eval mode), with the data folder of the dictionaries."""
     arg_overrides = {"data": data}
     arg_overrides.update(overrides or {})
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=arg_overrides)
-    model = models[0].eval()
+    models, _cfg, task = load_ensemble([path], arg_overrides=arg_overrides, frozen=True)
+    model = models[0]
     if not cpu and torch.cuda.is_available():
         model = model.cuda()
     return model, task
@@ -49,7 +47,7 @@ def source_ids(src_dict, words: Sequence[str] = None, limit: int = None) -> Tupl
             else:
                 ids.append(i)
         if missing:
-            print(f"[lexicon] not in the source dictionary: {' '.join(missing)}", file=sys.stderr)
+            log(f"[lexicon] not in the source dictionary: {' '.join(missing)}")
     else:
         ids = [i for i in range(src_dict.nspecial, len(src_dict))
                if not src_dict[i].startswith("madeupword")]
@@ -82,16 +80,14 @@ def format_lexicon(entries, fmt: str = "table") -> str:
             lines += [f"{src}\t{t}\t{p:.6g}\t{r}" for r, (t, p) in enumerate(cands, 1)]
         elif fmt == "json":
             obj = {"source": src, "translations": [{"target": t, "p": p} for t, p in cands]}
-            lines.append(json.dumps(obj, ensure_ascii=False))
+            lines.append(json_line(obj))
         else:
             raise ValueError(f"unknown format {fmt!r}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m fairseq_ext.data.lexicon",
-                                 description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> ArgumentParser:
+    ap = ArgumentParser(prog="fairseq-ext-lexicon", description=__doc__.split("\n\n")[0])
     ap.add_argument("--path", required=True, help="checkpoint of a model with a lexical module")
     ap.add_argument("--data", required=True, help="binarized data folder (for the dictionaries)")
     ap.add_argument("--words", nargs="+", help="source words to look up")
@@ -103,27 +99,36 @@ def main(argv=None):
     ap.add_argument("--source-lang", help="override the checkpoint's source language")
     ap.add_argument("--target-lang", help="override the checkpoint's target language")
     ap.add_argument("--gpu", action="store_true", help="run on CUDA if available")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
 
     overrides = {k: v for k, v in (("source_lang", args.source_lang), ("target_lang", args.target_lang)) if v}
     model, task = load_model(args.path, args.data, cpu=not args.gpu, overrides=overrides)
     if not hasattr(model, "lexicon_log_probs") or getattr(model.decoder, "lexical", None) is None:
-        ap.error(f"{args.path}: the model has no lexical module "
-                 "(train transformer_lex / lstm_luong with --lexical)")
+        raise ToolError("the model has no lexical module (train transformer_lex / lstm_luong with --lexical)",
+                        args.path)
     words = list(args.words or [])
     if args.words_file:
-        with open(args.words_file, encoding="utf-8") as f:
-            words += [line.split()[0] for line in f if line.split()]
+        words += [line.split()[0] for line in read_lines(args.words_file) if line.split()]
     ids, _ = source_ids(task.source_dictionary, words or None, args.limit)
     entries = extract_lexicon(model, task.source_dictionary, task.target_dictionary, ids, args.topk)
     text = format_lexicon(entries, args.format)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
+        with atomic_write(args.output) as f:
             f.write(text)
-        print(f"[lexicon] {len(entries)} source words -> {args.output}", file=sys.stderr)
+        log(f"[lexicon] {len(entries)} source words -> {args.output}")
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cli_main(argv=None) -> None:
+    """Console script ``fairseq-ext-lexicon``."""
+    run_cli(main, argv)
 
 
 if __name__ == "__main__":
-    main()
+    cli_main()

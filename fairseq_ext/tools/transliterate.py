@@ -19,7 +19,7 @@ Two methods:
 * **uroman** (any script): the ``uroman`` package (Hermjakob et al. 2018, Python port, tested with
   ``uroman==1.3.1.1``), with an optional ISO 639-3 ``--lcode``.
 
-Command line (``python -m fairseq_ext.data.transliterate``)::
+Command line (``python -m fairseq_ext.tools.transliterate``, ``fairseq-ext-transliterate``)::
 
     file    --scheme uyghur|uroman|FILE.tsv [--lcode uig] [-i IN] [-o OUT]   (stdin/stdout by default)
     folder  RAW OUT --lang ug --scheme ...   transliterate {split}.{lang} (and the lang's entries in
@@ -28,22 +28,21 @@ Command line (``python -m fairseq_ext.data.transliterate``)::
     table   [--dump FILE]                    print / write the built-in tables
     reverse -i IN -o OUT                     ULY-ASCII -> Uyghur Arabic script
 
-Bad input is one :class:`~fairseq_ext.data.validate.CorpusError` (``error: ...``, exit status 2):
+Bad input is one :class:`~fairseq_ext.tools.common.ToolError` (``error: ...``, exit status 2):
 an unknown scheme, a malformed table file, a missing uroman package, or input that contains no
 character of the table's script at all (the wrong ``--scheme`` for the text); ``--strict`` also
 rejects letters left untransliterated (``file:line``).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import sys
 import unicodedata
 from typing import Iterable
 
-from .validate import SPLITS, CorpusError, OutputSet, log, read_lines, run_cli
+from fairseq_ext.tools.common import (SPLITS, ArgumentParser, OutputSet, ToolError, json_line, log, read_jsonl,
+                                      read_lines, run_cli)
 
 # --------------------------------------------------------------------------- the Uyghur table
 # (Arabic letter, ULY-ASCII); the order is the Uyghur alphabet.
@@ -118,21 +117,21 @@ def load_table(path: str) -> dict:
             continue
         parts = line.split("\t")
         if len(parts) != 2:
-            raise CorpusError(f"{path}:{i}: expected '<character>\\t<replacement>', got {line!r}")
+            raise ToolError(f"expected '<character>\\t<replacement>', got {line!r}", path, i)
         src, rep = (_UESC.sub(lambda m: chr(int(m.group(1), 16)), x) for x in parts)
         if len(src) != 1:
-            raise CorpusError(f"{path}:{i}: the source must be exactly one character, got {src!r}")
+            raise ToolError(f"the source must be exactly one character, got {src!r}", path, i)
         if src in table:
-            raise CorpusError(f"{path}:{i}: character {src!r} (U+{ord(src):04X}) is mapped twice")
+            raise ToolError(f"character {src!r} (U+{ord(src):04X}) is mapped twice", path, i)
         table[src] = rep
     if not table:
-        raise CorpusError(f"{path}: the transliteration table is empty")
+        raise ToolError(f"{path}: the transliteration table is empty")
     return table
 
 
 def dump_table(table: dict) -> str:
     lines = ["# character<TAB>replacement (empty = delete); one character per line",
-             "# built-in Uyghur Arabic -> ULY-ASCII table of fairseq_ext.data.transliterate"]
+             "# built-in Uyghur Arabic -> ULY-ASCII table of fairseq_ext.tools.transliterate"]
     for c, r in table.items():
         lines.append(f"# U+{ord(c):04X} {unicodedata.name(c, '?')}")
         lines.append(f"{c}\t{r}")
@@ -156,12 +155,12 @@ class Transliterator:
             try:
                 import uroman
             except ImportError:
-                raise CorpusError(f"--scheme uroman needs the uroman package: {UROMAN_HINT}") from None
+                raise ToolError(f"--scheme uroman needs the uroman package: {UROMAN_HINT}") from None
             self._uroman = uroman.Uroman()
         elif os.path.isfile(scheme) or scheme.endswith((".tsv", ".txt")):
             self.table = load_table(scheme)
         else:
-            raise CorpusError(f"unknown transliteration scheme {scheme!r}; known: {', '.join(SCHEMES)} "
+            raise ToolError(f"unknown transliteration scheme {scheme!r}; known: {', '.join(SCHEMES)} "
                               f"or a TSV table file (see 'table --dump')")
         if self.table is not None:
             self._trans = str.maketrans(self.table)
@@ -185,13 +184,13 @@ class Transliterator:
             if not self._letters_re.search(text):
                 sample = next((c for c in text if c.isalpha() and not c.isascii()), None)
                 found = f" (it has e.g. {sample!r}, {unicodedata.name(sample, '?')})" if sample else ""
-                raise CorpusError(f"{path}: no character of the {self.scheme!r} table's script in the input"
+                raise ToolError(f"{path}: no character of the {self.scheme!r} table's script in the input"
                                   f"{found}; wrong --scheme for this text? (uroman handles any script)")
         if strict:
             for i, s in enumerate(out, 1):
                 bad = next((c for c in s if c.isalpha() and not c.isascii()), None)
                 if bad is not None:
-                    raise CorpusError(f"{path}:{i}: {bad!r} (U+{ord(bad):04X} {unicodedata.name(bad, '?')}) "
+                    raise ToolError(f"{path}:{i}: {bad!r} (U+{ord(bad):04X} {unicodedata.name(bad, '?')}) "
                                       f"was left untransliterated by --scheme {self.scheme}")
         return out
 
@@ -246,12 +245,12 @@ def transliterate_folder(raw: str, out: str, lang: str, scheme: str, lcode: str 
     """Copy the parallel folder ``raw`` to ``out`` with ``{split}.{lang}`` (and the ``lang`` lists of
     ``{split}.docs.jsonl``) transliterated. Returns ``{split: lines}``."""
     if os.path.abspath(raw) == os.path.abspath(out):
-        raise CorpusError(f"the output folder must differ from the input folder: {out}")
+        raise ToolError(f"the output folder must differ from the input folder: {out}")
     if not os.path.isdir(raw):
-        raise CorpusError(f"missing input folder: {raw}")
+        raise ToolError(f"missing input folder: {raw}")
     present = [sp for sp in SPLITS if os.path.isfile(os.path.join(raw, f"{sp}.{lang}"))]
     if not present:
-        raise CorpusError(f"{raw}: no {{train,valid,test}}.{lang} file (is --lang right?)")
+        raise ToolError(f"{raw}: no {{train,valid,test}}.{lang} file (is --lang right?)")
     t = Transliterator(scheme, lcode)
     counts = {}
     with OutputSet(out) as o:
@@ -265,24 +264,22 @@ def transliterate_folder(raw: str, out: str, lang: str, scheme: str, lcode: str 
                 o.write_lines(name, res)
                 counts[sp] = len(res)
             elif sp in SPLITS and suffix == "docs.jsonl":
-                f = o.open(name)
-                for i, line in enumerate(read_lines(p), 1):
-                    d = json.loads(line)
+                docs = read_jsonl(p)
+                for i, d in enumerate(docs, 1):
                     if lang in d:
                         d[lang] = t.lines(d[lang], f"{p}:{i}", strict)
-                    f.write(json.dumps(d, ensure_ascii=False) + "\n")
+                o.write_jsonl(name, docs)
             else:
                 o.copy(p, name)
-        o.write_text("transliterate.json", json.dumps(
-            {"raw": os.path.abspath(raw), "lang": lang, "scheme": t.scheme, "lcode": lcode, "lines": counts},
-            indent=1) + "\n")
+        o.write_json("transliterate.json", {"raw": os.path.abspath(raw), "lang": lang, "scheme": t.scheme,
+                                            "lcode": lcode, "lines": counts})
     log(f"[transliterate] {raw} -> {out}: {lang} with {t.scheme} ({', '.join(f'{k} {v}' for k, v in counts.items())})")
     return counts
 
 
 # --------------------------------------------------------------------------- CLI
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fairseq_ext.data.transliterate",
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="fairseq-ext-transliterate",
                                 description="Transliterate text into Latin script (table-driven or uroman).")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="SUBCOMMAND")
 
@@ -331,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         name = "<stdin>" if a.input == "-" else a.input
         _emit(a.output, t.lines(_read_input(a.input), name, a.strict))
     elif a.cmd == "folder":
-        print(json.dumps(transliterate_folder(a.raw, a.out, a.lang, a.scheme, a.lcode, a.strict)))
+        print(json_line(transliterate_folder(a.raw, a.out, a.lang, a.scheme, a.lcode, a.strict)))
     elif a.cmd == "table":
         text = dump_table(TABLES[a.name])
         if a.dump:
@@ -344,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli_main(argv: list[str] | None = None) -> None:
-    """Console entry point: a :class:`CorpusError` becomes ``error: <message>`` and exit status 2."""
+    """Console script ``fairseq-ext-transliterate``: ``error: FILE:LINE: message`` and exit status 2."""
     run_cli(main, argv)
 
 

@@ -17,13 +17,14 @@ CLI
 ---
 ::
 
-    python -m fairseq_ext.evaluation.score score --hyp gen.out --ref test.en [--ref test.kjv] \\
+    python -m fairseq_ext.tools.score score --hyp gen.out --ref test.en [--ref test.kjv] \\
         [--src test.es] [--ids test.ids] [--tokenised] [--remove-bpe sentencepiece|subword_nmt] \\
         [--json out.json] [--buckets 0,10,20,30,40,50,inf] [--plot buckets.png]
-    python -m fairseq_ext.evaluation.score compare --baseline gen_base.out \\
+    python -m fairseq_ext.tools.score compare --baseline gen_base.out \\
         --system gen_a.out [--system gen_b.out] --ref test.en [--n-bootstrap 1000] [--seed 12345]
 
-(installed: ``fairseq-ext-score ...``).  Bad input prints one ``error: ...`` line, exit status 2.
+(installed: ``fairseq-ext-score ...``; ``score`` is the default subcommand).  Bad input prints one
+``error: ...`` line, exit status 2 (:mod:`fairseq_ext.tools.common`).
 
 ``--tokenised`` is the theses' ``multi-bleu.perl`` setting: BLEU over whitespace tokens of
 already tokenised text (sacreBLEU ``tokenize='none'``, no smoothing, so a zero n-gram precision
@@ -32,8 +33,6 @@ with fairseq-generate output it reads the tokenised ``H-`` lines instead of the 
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import sys
@@ -43,18 +42,19 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from sacrebleu import __version__ as SACREBLEU_VERSION
 from sacrebleu.metrics import BLEU, CHRF
 
-from .generate_output import (
+from fairseq_ext.tools.common import ArgumentParser, ToolError, read_lines, run_cli, write_json
+from fairseq_ext.tools.hypotheses import (
     REMOVE_BPE_CHOICES,
     ScoringError,
     align_to_references,
     load_hypotheses,
     read_ids,
-    read_lines,
     remove_bpe,
 )
 
 __all__ = [
     "ScoringError",
+    "ToolError",
     "load_hypotheses",
     "load_references",
     "score_corpus",
@@ -68,7 +68,9 @@ __all__ = [
     "format_comparison",
     "remove_bpe",
     "DEFAULT_EDGES",
+    "build_parser",
     "cli_main",
+    "main",
 ]
 
 DEFAULT_EDGES: tuple[float, ...] = (0, 10, 20, 30, 40, 50, math.inf)
@@ -94,18 +96,18 @@ def _metrics(tokenised: bool, lowercase: bool, chrf_word_order: int) -> tuple[BL
 def _ref_streams(refs: Refs, n_hyps: int, what: str = "hypotheses") -> list[list[str]]:
     """``refs`` as a list of reference streams, each as long as the hypotheses."""
     if n_hyps == 0:
-        raise ScoringError(f"no {what} to score")
+        raise ToolError(f"no {what} to score")
     if isinstance(refs, str):
-        raise ScoringError("refs must be a list of reference sentences or of reference streams")
+        raise ToolError("refs must be a list of reference sentences or of reference streams")
     refs = list(refs)
     if not refs:
-        raise ScoringError("no reference given")
+        raise ToolError("no reference given")
     if isinstance(refs[0], str):  # a single stream given as list[str]
         refs = [refs]
     streams = [list(r) for r in refs]
     for k, s in enumerate(streams):
         if len(s) != n_hyps:
-            raise ScoringError(
+            raise ToolError(
                 f"reference {k + 1} has {len(s)} sentences but there are {n_hyps} {what}"
             )
     return streams
@@ -211,21 +213,21 @@ def paired_bootstrap(
     from sacrebleu.significance import PairedTest  # imports numpy; only needed here
 
     if int(n) < 1:
-        raise ScoringError(f"number of bootstrap resamples must be >= 1, got {n}")
+        raise ToolError(f"number of bootstrap resamples must be >= 1, got {n}")
     if int(seed) <= 0:
         # sacreBLEU treats a seed of 0 as "no seed" (entropy from the OS): not reproducible.
-        raise ScoringError(f"seed must be a positive integer, got {seed}")
+        raise ToolError(f"seed must be a positive integer, got {seed}")
     if isinstance(systems, Mapping):
         named = [(str(k), list(v)) for k, v in systems.items()]
     else:
         named = [(f"system{i + 1}", list(v)) for i, v in enumerate(systems)]
     if not named:
-        raise ScoringError("no system to compare with the baseline")
+        raise ToolError("no system to compare with the baseline")
     baseline = list(baseline)
     streams = _ref_streams(refs, len(baseline), "baseline hypotheses")
     for name, hyps in named:
         if len(hyps) != len(baseline):
-            raise ScoringError(
+            raise ToolError(
                 f"{name}: {len(hyps)} hypotheses but the baseline has {len(baseline)}"
             )
     bleu_m, chrf_m = _metrics(tokenised, lowercase, chrf_word_order)
@@ -290,13 +292,13 @@ def parse_edges(spec: Union[str, Sequence[Union[int, float, str]], None]) -> lis
     try:
         edges = [float(str(x).strip()) for x in items if str(x).strip() != ""]
     except ValueError:
-        raise ScoringError(f"bucket edges must be numbers or 'inf', got {spec!r}") from None
+        raise ToolError(f"bucket edges must be numbers or 'inf', got {spec!r}") from None
     if any(math.isnan(e) for e in edges):
-        raise ScoringError(f"bucket edges must be numbers or 'inf', got {spec!r}")
+        raise ToolError(f"bucket edges must be numbers or 'inf', got {spec!r}")
     if len(edges) < 2:
-        raise ScoringError(f"need at least two bucket edges, got {spec!r}")
+        raise ToolError(f"need at least two bucket edges, got {spec!r}")
     if any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ScoringError(f"bucket edges must be strictly increasing, got {spec!r}")
+        raise ToolError(f"bucket edges must be strictly increasing, got {spec!r}")
     return edges
 
 
@@ -331,12 +333,12 @@ def bleu_by_length(
     edges_f = parse_edges(edges)
     src, hyps = list(src), list(hyps)
     if len(src) != len(hyps):
-        raise ScoringError(f"source has {len(src)} sentences but there are {len(hyps)} hypotheses")
+        raise ToolError(f"source has {len(src)} sentences but there are {len(hyps)} hypotheses")
     streams = _ref_streams(refs, len(hyps))
     lengths = [len(s.split()) for s in src]
     outside = [i for i, n in enumerate(lengths) if not (edges_f[0] <= n < edges_f[-1])]
     if outside:
-        raise ScoringError(
+        raise ToolError(
             f"{len(outside)} source sentences lie outside the buckets "
             f"[{_edge_str(edges_f[0])}, {_edge_str(edges_f[-1])}) (e.g. sentence {outside[0]} "
             f"with {lengths[outside[0]]} tokens); end the edges with inf"
@@ -436,13 +438,13 @@ def load_references(
         paths = [paths]
     streams = [read_lines(p) for p in paths]
     if not streams:
-        raise ScoringError("no reference file given")
+        raise ToolError("no reference file given")
     n0 = len(streams[0])
     for p, s in zip(paths, streams):
         if len(s) != n0:
-            raise ScoringError(f"{p}: {len(s)} lines but {paths[0]} has {n0}")
+            raise ToolError(f"{p}: {len(s)} lines but {paths[0]} has {n0}")
     if n0 == 0:
-        raise ScoringError(f"{paths[0]}: empty reference file")
+        raise ToolError(f"{paths[0]}: empty reference file")
     return streams
 
 
@@ -486,11 +488,11 @@ def score_files(
     res = score_corpus(hyps, streams, tokenised, lowercase=lowercase, chrf_word_order=chrf_word_order)
     res.update(hyp_file=str(hyp), ref_files=[str(p) for p in ref_paths], remove_bpe=remove_bpe)
     if (edges is not None or plot is not None) and src is None:
-        raise ScoringError("BLEU by source length (--buckets/--plot) needs --src")
+        raise ToolError("BLEU by source length (--buckets/--plot) needs --src")
     if src is not None:
         src_lines = read_lines(src)
         if len(src_lines) != len(hyps):
-            raise ScoringError(f"{src}: {len(src_lines)} lines but the reference has {len(hyps)}")
+            raise ToolError(f"{src}: {len(src_lines)} lines but the reference has {len(hyps)}")
         edges_f = parse_edges(edges)
         rows = bleu_by_length(
             src_lines, hyps, streams, edges_f,
@@ -498,7 +500,7 @@ def score_files(
         )
         res.update(src_file=str(src), bucket_edges=[_edge_str(e) for e in edges_f], buckets=rows)
         if plot is not None:
-            from .plots import plot_length_buckets
+            from fairseq_ext.tools.plots import plot_length_buckets
 
             plot_length_buckets(
                 rows, plot, title=plot_title or os.path.basename(str(hyp)),
@@ -532,7 +534,7 @@ def compare_files(
     for p in systems:
         key = str(p)
         if key in named or key == str(baseline):
-            raise ScoringError(f"{p}: given more than once")
+            raise ToolError(f"{p}: given more than once")
         named[key] = _aligned_hyps(p, n_ref, ids, tokenised, remove_bpe, field, fmt)
     res = paired_bootstrap(
         base, named, streams, n=n, seed=seed, tokenised=tokenised, lowercase=lowercase,
@@ -543,14 +545,7 @@ def compare_files(
 
 
 # ------------------------------------------------------------------------------------- CLI
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one ``error: ...`` line, exit status 2."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"error: {message}\n")
-
-
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: ArgumentParser) -> None:
     p.add_argument("--ref", action="append", required=True, metavar="FILE",
                    help="reference file, one sentence a line; repeat for several references")
     p.add_argument("--ids", metavar="FILE",
@@ -569,13 +564,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="also write all numbers as JSON")
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="fairseq-ext-score",
         description="sacreBLEU BLEU/chrF, paired bootstrap and BLEU by source length "
                     "for fairseq-generate output or plain hypothesis files.",
     )
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
+    sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("score", help="corpus BLEU and chrF (optionally by source length)")
     s.add_argument("--hyp", required=True, metavar="FILE",
                    help="fairseq-generate output or hypotheses, one a line")
@@ -596,60 +591,42 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and (math.isinf(obj) or math.isnan(obj)):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
-
-
-def _write_json(path: str, data: Mapping[str, Any]) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(_json_safe(dict(data)), f, indent=2, ensure_ascii=False)
-        f.write("\n")
-
-
-def cli_main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``fairseq-ext-score`` / ``python -m fairseq_ext.evaluation.score``."""
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``fairseq-ext-score [score|compare] ...``; bad input raises :class:`ToolError`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("score", "compare", "-h", "--help"):
         argv.insert(0, "score")  # `fairseq-ext-score --hyp ... --ref ...` means `score`
-    args = _build_parser().parse_args(argv)
-    try:
-        if args.command == "score":
-            res = score_files(
-                args.hyp, args.ref, src=args.src, ids=args.ids, tokenised=args.tokenised,
-                lowercase=args.lowercase, remove_bpe=args.remove_bpe, field=args.field,
-                fmt=args.fmt, chrf_word_order=args.chrf_word_order, edges=args.buckets,
-                plot=args.plot, plot_title=args.plot_title,
-            )
-            print(format_score(res, name=args.hyp))
-            if "buckets" in res:
-                print(f"\nby source length ({res['src_file']}, whitespace tokens):")
-                print(format_buckets(res["buckets"], res["chrf_label"]))
-            if "plot" in res:
-                print(f"plot: {res['plot']}")
-        else:
-            res = compare_files(
-                args.baseline, args.system, args.ref, ids=args.ids, tokenised=args.tokenised,
-                lowercase=args.lowercase, remove_bpe=args.remove_bpe, field=args.field,
-                fmt=args.fmt, chrf_word_order=args.chrf_word_order, n=args.n_bootstrap,
-                seed=args.seed,
-            )
-            print(format_comparison(res))
-        if args.json:
-            _write_json(args.json, res)
-    except (ScoringError, OSError, UnicodeDecodeError) as e:
-        msg = " ".join(str(e).split())  # exactly one line
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+    args = build_parser().parse_args(argv)
+    if args.command == "score":
+        res = score_files(
+            args.hyp, args.ref, src=args.src, ids=args.ids, tokenised=args.tokenised,
+            lowercase=args.lowercase, remove_bpe=args.remove_bpe, field=args.field,
+            fmt=args.fmt, chrf_word_order=args.chrf_word_order, edges=args.buckets,
+            plot=args.plot, plot_title=args.plot_title,
+        )
+        print(format_score(res, name=args.hyp))
+        if "buckets" in res:
+            print(f"\nby source length ({res['src_file']}, whitespace tokens):")
+            print(format_buckets(res["buckets"], res["chrf_label"]))
+        if "plot" in res:
+            print(f"plot: {res['plot']}")
+    else:
+        res = compare_files(
+            args.baseline, args.system, args.ref, ids=args.ids, tokenised=args.tokenised,
+            lowercase=args.lowercase, remove_bpe=args.remove_bpe, field=args.field,
+            fmt=args.fmt, chrf_word_order=args.chrf_word_order, n=args.n_bootstrap,
+            seed=args.seed,
+        )
+        print(format_comparison(res))
+    if args.json:
+        write_json(args.json, res, indent=2)
     return 0
 
 
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    """Console script ``fairseq-ext-score`` / ``python -m fairseq_ext.tools.score``."""
+    run_cli(main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(cli_main())
+    cli_main()

@@ -1,0 +1,46 @@
+"""Loading checkpoints: the one helper every model, task and offline tool of the plugin uses.
+
+fairseq's own loaders (``fairseq-generate``, ``fairseq-interactive``, ``--finetune-from-model``) go
+through ``checkpoint_utils.load_checkpoint_to_cpu``, which :mod:`fairseq_ext._compat` wraps so that a
+corrupt, truncated or unsafe file raises :class:`CheckpointError` ("not a readable fairseq checkpoint:
+FILE (why)") instead of torch's advice to switch ``weights_only`` off.  The functions here add what the
+plugin's own callers need on top: a missing file named as such, ``arg_overrides`` (e.g. the data
+folder of the current run), and eval mode with frozen parameters for teachers and scorers.
+"""
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: missing, unreadable, refused by safe loading."""
+
+
+def require_checkpoint(path: str) -> str:
+    if not path or not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    return path
+
+
+def load_state(path: str) -> Dict:
+    """The raw checkpoint dict of ``path`` (``model`` state, ``cfg``, ...) on CPU."""
+    from fairseq import checkpoint_utils
+
+    return checkpoint_utils.load_checkpoint_to_cpu(require_checkpoint(path))
+
+
+def load_ensemble(paths: Sequence[str], arg_overrides: Optional[Dict] = None, task=None,
+                  frozen: bool = False) -> Tuple[List, object, object]:
+    """``(models, cfg, task)`` of the checkpoints ``paths`` (fairseq's
+    ``load_model_ensemble_and_task``); ``frozen``: eval mode and no gradients (teachers, scorers)."""
+    from fairseq import checkpoint_utils
+
+    for p in paths:
+        require_checkpoint(p)
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        list(paths), arg_overrides=arg_overrides or {}, task=task)
+    if frozen:
+        for m in models:
+            m.eval()
+            for p in m.parameters():
+                p.requires_grad_(False)
+    return models, cfg, task

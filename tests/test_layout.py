@@ -1,0 +1,109 @@
+"""The package's import rule (stated at the top of ``fairseq_ext/__init__.py``), read from the code.
+
+* registered packages (``models``, ``criterions``, ``tasks``, ``generators``, ``optim``) import only
+  ``modules``, ``data``, the compat layer and their own package -- except that a task or a generator
+  may use a model's public interface, and a task builds its generator (fairseq's ``build_generator``
+  hook);
+* ``modules`` and ``data`` import neither a registered package nor the offline ``tools``;
+* nothing imports a private (``_x``) name of another module (the compat layer aside).
+
+Every ``from fairseq_ext... import`` and ``import fairseq_ext...`` counts, also those inside functions.
+"""
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fairseq_ext"
+REGISTERED = ("models", "criterions", "tasks", "generators", "optim")
+SHARED = ("modules", "data")
+ALWAYS_ALLOWED = ("modules", "data", "_compat", "_registry")
+MAY_USE_MODELS = ("tasks", "generators")
+
+
+def imports(path: Path, package_root: Path):
+    """``(line, imported module, names)`` of every import of the package in ``path``."""
+    parts = path.relative_to(package_root.parent).with_suffix("").parts
+    pkg = package_root.name
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            src = node.module or ""
+            if node.level:
+                base = list(parts[: -node.level])
+                src = ".".join(base + ([src] if src else []))
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == pkg or a.name.startswith(pkg + "."):
+                    yield node.lineno, a.name, []
+            continue
+        else:
+            continue
+        if src == pkg or src.startswith(pkg + "."):
+            yield node.lineno, src, names
+
+
+def violations(package_root: Path = PACKAGE):
+    pkg, bad = package_root.name, []
+    for f in sorted(package_root.rglob("*.py")):
+        rel = f.relative_to(package_root).with_suffix("").parts
+        layer = rel[0] if len(rel) > 1 else ""
+        module = ".".join((pkg,) + rel)
+        for line, src, names in imports(f, package_root):
+            target = src.split(".")[1] if "." in src else ""
+            where = f"{f.relative_to(package_root.parent)}:{line}"
+            if layer in REGISTERED:
+                ok = (target in ALWAYS_ALLOWED or target == layer
+                      or (target == "models" and layer in MAY_USE_MODELS)
+                      or (target == "generators" and layer == "tasks"))
+                if not ok:
+                    bad.append(f"{where}: {layer}/ imports {src}")
+            elif layer in SHARED and target not in ALWAYS_ALLOWED:
+                bad.append(f"{where}: {layer}/ imports {src}")
+            if src == pkg and layer in REGISTERED + SHARED:
+                for n in names:  # `from fairseq_ext import tools` and friends
+                    if n not in ALWAYS_ALLOWED and n != layer:
+                        bad.append(f"{where}: {layer}/ imports {pkg}.{n}")
+            if src != module and not src.endswith("_compat"):
+                for n in names:
+                    submodule = (package_root.joinpath(*src.split(".")[1:], n + ".py")).exists()
+                    if n.startswith("_") and not n.startswith("__") and not submodule:
+                        bad.append(f"{where}: private name {n} taken from {src}")
+    return bad
+
+
+def test_the_package_follows_the_import_rule():
+    assert violations() == []
+
+
+@pytest.mark.parametrize("file,line,expected", [
+    ("models/twt.py", "from fairseq_ext.criterions.masked_label_smoothing import mask_logits",
+     "models/ imports fairseq_ext.criterions"),
+    ("criterions/nat_fertility.py", "from fairseq_ext.generators.nat_fertility import NATFertilityGenerator",
+     "criterions/ imports fairseq_ext.generators"),
+    ("models/lexical.py", "from fairseq_ext.tools.common import read_lines",
+     "models/ imports fairseq_ext.tools"),
+    ("modules/norms.py", "from fairseq_ext.models.twt import TwtDecoder",
+     "modules/ imports fairseq_ext.models"),
+    ("data/batching.py", "from fairseq_ext import tools",
+     "data/ imports fairseq_ext.tools"),
+    ("models/lexical.py", "from fairseq_ext.models.twt import _private_helper",
+     "private name _private_helper"),
+])
+def test_the_rule_catches_a_forbidden_import(tmp_path, file, line, expected):
+    """Add one forbidden import to a copy of the package: the check names it."""
+    root = tmp_path / "fairseq_ext"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    target = root / file
+    target.write_text(target.read_text() + "\n\ndef _added():\n    " + line + "\n")
+    found = violations(root)
+    assert any(expected in v and file in v for v in found), found
+
+
+def test_a_task_may_use_a_models_public_interface(tmp_path):
+    root = tmp_path / "fairseq_ext"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    target = root / "tasks" / "translation_ext.py"
+    target.write_text(target.read_text() + "\nfrom fairseq_ext.models.twt import TwtDecoder  # noqa\n")
+    assert violations(root) == violations()
