@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fairseq_ext.__main__ import registrations
+from fairseq_ext.models.rnnsearch import THESIS_PRESETS as RNNSEARCH_PRESETS
 from harness import build_model, toy_arthur_lexicon, toy_batch
 
 TRANSFORMER_FAMILY = [
@@ -26,11 +27,11 @@ TRANSFORMER_FAMILY = [
     "transformer_jas_m10_bench", "transformer_jas_m10_iwslt_small", "transformer_jas_m10_wmt_en_de",
     "transformer_jas_m11_bench", "transformer_jas_m11_iwslt_small", "transformer_jas_m11_wmt_en_de",
     "transformer_jas_sagg_bench", "transformer_jas_sagg_iwslt_small", "transformer_jas_sagg_wmt_en_de",
-    "transformer_lex", "transformer_lex_small", "transformer_ms", "transformer_ms_aif_bench",
+    "transformer_lex", "transformer_lex_bench", "transformer_lex_small", "transformer_ms", "transformer_ms_aif_bench",
     "transformer_ms_aif_iwslt_small", "transformer_ms_aif_wmt_en_de", "transformer_ms_bench",
-    "transformer_ms_iwslt_small", "transformer_ms_wmt_en_de", "transformer_twt", "transformer_twt_small",
-    "transformer_untied_pos", "transformer_untied_pos_random", "transformer_untied_pos_random_small",
-    "transformer_untied_pos_small", "transformer_wmt_en_de_10l", "transformer_wmt_en_de_ffn4096",
+    "transformer_ms_iwslt_small", "transformer_ms_wmt_en_de", "transformer_twt", "transformer_twt_bench", "transformer_twt_small",
+    "transformer_untied_pos", "transformer_untied_pos_bench", "transformer_untied_pos_random",
+    "transformer_untied_pos_random_bench", "transformer_untied_pos_random_small", "transformer_untied_pos_small", "transformer_wmt_en_de_10l", "transformer_wmt_en_de_ffn4096",
     "twt_postnorm_fixnorm_scalenorm", "twt_postnorm_layernorm", "twt_prenorm_fixnorm_layernorm",
     "twt_prenorm_fixnorm_rmsnorm", "twt_prenorm_fixnorm_scalenorm", "twt_prenorm_fixnorm_scalenorm_fixedg",
     "twt_prenorm_layernorm", "twt_random_untied_pos", "twt_untied_pos",
@@ -38,14 +39,24 @@ TRANSFORMER_FAMILY = [
 LSTM_FAMILY = ["lstm_luong", "lstm_luong_arthur", "lstm_luong_fixnorm", "lstm_luong_fixnorm_lex",
                "lstm_luong_tied"]
 ARTHUR = {"lstm_luong_arthur", "transformer_arthur"}  # need a lexicon file (--arthur-lexicon)
-NAT_FAMILY = ["nat_fertility", "nat_fertility_iwslt16", "nat_fertility_small", "nat_fertility_tiny"]
+NAT_FAMILY = ["nat_fertility", "nat_fertility_bench", "nat_fertility_iwslt16", "nat_fertility_small",
+              "nat_fertility_tiny"]
+RNN_FAMILY = sorted(["rnnsearch", "rnnsearch_tiny", "rnnsearch_bench"] + list(RNNSEARCH_PRESETS))
+COPYNET_FAMILY = ["copynet", "copynet_bench", "copynet_lcsts", "copynet_syn", "copynet_tiny"]
+# Architectures renamed when the shapes were unified (fairseq_ext.modules.arch_utils): the earlier
+# name is still registered, with the same defaults, so that users' checkpoints load.
+LEGACY_NAMES = {"transformer_twt_small": "transformer_twt_bench", "transformer_lex_small": "transformer_lex_bench",
+                "transformer_untied_pos_small": "transformer_untied_pos_bench",
+                "transformer_untied_pos_random_small": "transformer_untied_pos_random_bench",
+                "nat_fertility_small": "nat_fertility_bench"}
 
 NARROW = dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64,
               decoder_ffn_embed_dim=64, encoder_attention_heads=4, decoder_attention_heads=4)
 
 
 def test_every_registered_architecture_is_listed():
-    assert sorted(TRANSFORMER_FAMILY + LSTM_FAMILY + NAT_FAMILY) == registrations()["architectures"]
+    assert sorted(TRANSFORMER_FAMILY + LSTM_FAMILY + NAT_FAMILY + RNN_FAMILY + COPYNET_FAMILY) == \
+        registrations()["architectures"]
 
 
 def _lexicon(arch, tmp_path):
@@ -75,3 +86,24 @@ def test_lstm_preset_builds_and_runs(arch, tmp_path):
 def test_nat_preset_builds(arch):
     model = build_model(arch, vocab=60, device="meta", **NARROW)
     assert sum(p.numel() for p in model.parameters()) > 0
+
+
+@pytest.mark.parametrize("arch", RNN_FAMILY + COPYNET_FAMILY)
+def test_rnnsearch_preset_builds_and_runs(arch):
+    model = build_model(arch, vocab=60, encoder_embed_dim=16, decoder_embed_dim=16, encoder_hidden_size=16,
+                        decoder_hidden_size=16, decoder_out_embed_dim=16, attention_dim=16)
+    src, lengths, prev = toy_batch()
+    with torch.no_grad():
+        logits = model(src, lengths, prev)[0]
+    # copynet's output also has the per-sentence copy slots after the 60 words
+    assert logits.shape[:2] == (3, 6) and logits.shape[2] >= 60 and not torch.isnan(logits).any()
+
+
+@pytest.mark.parametrize("old,new", sorted(LEGACY_NAMES.items()))
+def test_an_earlier_architecture_name_gives_the_same_model(old, new):
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    assert ARCH_MODEL_REGISTRY[old] is ARCH_MODEL_REGISTRY[new]
+    a, b = build_model(old, vocab=60, device="meta", **NARROW), build_model(new, vocab=60, device="meta", **NARROW)
+    assert [(k, v.shape) for k, v in a.state_dict().items()] == [(k, v.shape) for k, v in b.state_dict().items()]
+    assert ARCH_CONFIG_REGISTRY[old] is ARCH_CONFIG_REGISTRY[new]
