@@ -25,11 +25,11 @@ The pieces, in the order :meth:`NATFertilityGenerator.generate` uses them:
    NPD samples) or :func:`topk_fertility` (EPD);
 3. ``model.decode`` (one parallel pass over every candidate);
 4. with NPD/EPD, the rescoring step :func:`teacher_sequence_scores` — "score candidate target sequences with
-   a teacher model, length-normalised, chunked by ``--rescore-batch``" — through
-   :meth:`NATFertilityGenerator.score_candidates`, its only caller, and :func:`best_per_sentence`.
-   It keeps only the candidates' own tokens' log-probabilities; the vocabulary log-softmax runs on
-   ``rescore_batch`` candidates at a time (0: all at once), which bounds its memory and does not change the
-   scores.
+   a teacher model, length-normalised, chunked by ``--rescore-batch``" — which is the rescorer that the
+   autoregressive noisy parallel decoding uses too (:mod:`fairseq_ext.generators.rescoring`), then
+   :func:`~fairseq_ext.generators.rescoring.best_per_group`. The teacher's decoder and vocabulary
+   log-softmax run on ``rescore_batch`` candidates at a time (0: all at once), which bounds its memory and
+   does not change the scores.
 
 In every mode Σf̂ is capped at ``max_len_ratio``·T' and an all-zero f̂ gets one word
 (:func:`~fairseq_ext.modules.nat_fertility.constrain_fertility`); models trained with ``--decoder-input
@@ -46,11 +46,10 @@ import logging
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq_ext.modules.nat_fertility import (constrain_fertility, fertility_cap, predict_fertility,
-                                               teacher_features, teacher_output_log_probs)
+from fairseq_ext.generators.rescoring import best_per_group, score_candidates
+from fairseq_ext.modules.nat_fertility import constrain_fertility, fertility_cap, predict_fertility
 
 logger = logging.getLogger(__name__)
 
@@ -188,42 +187,20 @@ def teacher_sequence_scores(teacher, src_tokens: Tensor, src_lengths: Tensor, hy
                             hyp_mask: Tensor, index: Optional[Tensor] = None, eos: Optional[int] = None,
                             length_normalize: bool = True, chunk: int = 0) -> Tensor:
     """The teacher's score p_AR(ŷ | X) of every candidate (N,) — the rescoring of NPD (Eq. 8.7) and EPD
-    (Eq. 8.8); the value of :func:`sequence_scores` on
-    :func:`~fairseq_ext.modules.nat_fertility.teacher_log_probs`.  The generator's one rescoring step (a
-    sentence's candidates are rows with the same ``index``), kept separate so that a shared
-    "sample candidates, rescore with a scorer model" implementation can take its place.
-
-    The decoder runs once over all candidates, but the output layer and the log-softmax over the
-    vocabulary run on ``chunk`` candidates at a time (0: all), trimmed to the chunk's longest candidate, and
-    only the candidates' own tokens' log-probabilities are kept, so the (N, T+1, V) log-probs are never
-    held at once: peak memory is ``chunk``·(T+1)·V floats.  The chunking does not change a row's value."""
-    features, extra = teacher_features(teacher, src_tokens, src_lengths, hyp_tokens, hyp_mask, index)
-    N, T = hyp_tokens.shape
-    step = chunk if chunk and chunk > 0 else max(N, 1)
-    toks, eoss = [], []
-    for a in range(0, N, step):
-        mask = hyp_mask[a:a + step]
-        t = int(mask.sum(1).max()) if mask.numel() else 0
-        lprobs = teacher_output_log_probs(teacher, features[a:a + step, :t + 1], extra)
-        tok, eos_lp = hypothesis_log_probs(lprobs, hyp_tokens[a:a + step, :t], mask[:, :t], eos)
-        toks.append(F.pad(tok, (0, T - t)))
-        eoss.append(eos_lp)
-    tok = torch.cat(toks) if toks else hyp_tokens.new_zeros(0, T, dtype=torch.float)
-    eos_lp = torch.cat(eoss) if eos is not None and eoss else None
-    return _combine_scores(tok, hyp_mask, eos_lp, length_normalize)
+    (Eq. 8.8), i.e. :func:`sequence_scores` on
+    :func:`~fairseq_ext.modules.nat_fertility.teacher_log_probs` — computed by the rescorer every noisy
+    decoder shares (:func:`fairseq_ext.generators.rescoring.score_candidates`): a sentence's candidates
+    are the rows with the same ``index``; ``eos`` given: the ⟨eos⟩ after each candidate is scored too;
+    ``length_normalize``: divided by the number of scored tokens; ``chunk`` candidates at a time (0: all),
+    which does not change a row's value.  A candidate with no token and no ⟨eos⟩ scores −inf."""
+    dictionary = teacher.decoder.dictionary
+    candidates = [hyp_tokens[n][hyp_mask[n]] for n in range(hyp_tokens.size(0))]
+    return score_candidates(teacher, src_tokens, src_lengths, candidates, index, eos=dictionary.eos(),
+                            pad=dictionary.pad(), alpha=1.0 if length_normalize else 0.0,
+                            append_eos=eos is not None, chunk=chunk).scores
 
 
 # ----------------------------------------------------------------------------------------------- generator
-def best_per_sentence(scores: Tensor, index: Tensor, n_sentences: int) -> Tensor:
-    """(n_sentences,) the row of the highest score among the rows ``index`` assigns to each sentence (the
-    first of equal scores; NaN counts as −inf); every sentence needs at least one row."""
-    scores = torch.nan_to_num(scores, nan=float("-inf"))
-    rows = torch.arange(scores.numel(), device=scores.device)
-    best = scores.new_full((n_sentences,), float("-inf")).scatter_reduce(0, index, scores, "amax")
-    top = rows.masked_fill(scores.ne(best[index]), scores.numel())
-    return rows.new_full((n_sentences,), scores.numel()).scatter_reduce(0, index, top, "amin")
-
-
 class NATFertilityGenerator:
     """fairseq-style generator (``generate(models, sample)``) for ``nat_fertility`` models; see the module
     docstring.  It calls only the model's public methods; the model never calls back."""
@@ -309,7 +286,7 @@ class NATFertilityGenerator:
         scores, tokens = torch.log_softmax(logits.float(), -1).max(-1)
         tokens = tokens.masked_fill(~mask, self.pad)
         t_scores = self.score_candidates(src_tokens, src_lengths, tokens, mask, index)
-        chosen = best_per_sentence(t_scores, index, B)
+        chosen = best_per_group(t_scores, index, B)
         candidates = torch.bincount(index, minlength=B)
         return tokens[chosen], scores[chosen], mask[chosen], fertility[chosen], t_scores[chosen], candidates
 

@@ -61,6 +61,9 @@ def score_candidates(scorer, src_tokens: Tensor, src_lengths: Tensor, candidates
     if encoder_out is None:
         encoder_out = scorer.encoder(src_tokens, src_lengths=src_lengths)
     step = chunk if chunk and chunk > 0 else max(N, 1)
+    # every chunk is padded to the longest candidate of all, so that a row meets the same shapes (and
+    # the same floating-point summation order) whatever the chunking
+    T = max((c.numel() for c in cands), default=0)
     scores = torch.full((N,), float("-inf"), device=device)
     positional: List[Tensor] = [torch.zeros(0, device=device) for _ in range(N)]
     for a in range(0, N, step):
@@ -68,7 +71,6 @@ def score_candidates(scorer, src_tokens: Tensor, src_lengths: Tensor, candidates
         if not rows:
             continue
         lengths = [cands[n].numel() for n in rows]
-        T = max(lengths)
         target = src_tokens.new_full((len(rows), T), pad)
         prev = src_tokens.new_full((len(rows), T), pad)
         prev[:, 0] = eos
