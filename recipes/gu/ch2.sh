@@ -37,9 +37,10 @@
 #      2x288 + attention 288 + conditional GRU 576, emb 256, shared embeddings, 7.46M parameters vs 7.58M;
 #      Adam 1e-3, cross-entropy) for BUDGET_MIN (15) minutes each, decodes test with fairseq's beam 5, and
 #      bootstraps rnnsearch against the transformer -> runs/gu_ch2/{transformer,rnnsearch}/ (the bench table).
-#   2. the rnnsearch checkpoint is decoded on test with greedy, shrinking_beam K=5 (alpha 1 and 0.6) and NPD
-#      N=NPD_SAMPLES (8) at each sigma0 of NPD_SIGMAS (0.3,0.5,1.0) -- sigma0 picked on valid, then test --
-#      and every system is bootstrapped against greedy -> runs/gu_ch2/decoding/results.md.
+#   2. the rnnsearch checkpoint is decoded on test with greedy, beam 5, shrinking_beam K=5 (alpha 1 and 0.6)
+#      and NPD with N in NPD_NS (4,8,16) at the sigma0 of NPD_SIGMAS (0.3,0.5,1.0) that is best on valid with
+#      N=NPD_SAMPLES (8); decode seconds (fairseq-generate's own count, batch 64, 1 thread) as ratios to
+#      greedy, and every system bootstrapped against greedy -> runs/gu_ch2/decoding/results.md.
 # CPU budget (THREADS=1): 2 x BUDGET_MIN of training (~30 min) + ~40 min of decoding (estimate: the
 # RNN decodes ~1,500 test verses in a few minutes greedily; NPD runs N rows per sentence, on valid once per
 # sigma0). The CPU trains the RNN far slower per token than the transformer (small per-step matrix
@@ -47,7 +48,8 @@
 USER_BUDGET=${BUDGET_MIN:-}
 source "$(dirname "$0")/../lib.sh"
 PY=.venv/bin/python
-NPD_SAMPLES=${NPD_SAMPLES:-8}
+NPD_SAMPLES=${NPD_SAMPLES:-8}          # N of the sigma0 search on valid
+NPD_NS=${NPD_NS:-4,8,16}               # the N decoded on test at the chosen sigma0
 NPD_SIGMAS=${NPD_SIGMAS:-0.3,0.5,1.0}
 
 if [ "$MODE" = thesis ]; then
@@ -107,17 +109,25 @@ decoding_table() {
   decode beam5 "$ckpt" test --decoding-algorithm beam --beam 5
   decode shrinking_beam5_a1 "$ckpt" test --decoding-algorithm shrinking_beam --beam 5 --lenpen 1.0
   decode shrinking_beam5_a0.6 "$ckpt" test --decoding-algorithm shrinking_beam --beam 5 --lenpen 0.6
-  decode "npd${NPD_SAMPLES}_s$best_sigma" "$ckpt" test --decoding-algorithm npd \
-    --npd-samples "$NPD_SAMPLES" --npd-sigma0 "$best_sigma"
+  local names=(greedy beam5 shrinking_beam5_a1 shrinking_beam5_a0.6) n
+  for n in ${NPD_NS//,/ }; do
+    decode "npd${n}_s$best_sigma" "$ckpt" test --decoding-algorithm npd --npd-samples "$n" --npd-sigma0 "$best_sigma"
+    names+=("npd${n}_s$best_sigma")
+  done
   local systems=()
-  for f in beam5 shrinking_beam5_a1 shrinking_beam5_a0.6 "npd${NPD_SAMPLES}_s$best_sigma"; do
+  for f in "${names[@]:1}"; do
     systems+=(--system "$DEC/$f.out")
   done
   {
-    echo "# Gu ch. 2 decoding of $ckpt ($DATA_BIN, test; sigma0 $best_sigma chosen on valid)"
+    echo "# Gu ch. 2 decoding of $ckpt ($DATA_BIN, test; sigma0 $best_sigma chosen on valid with N=$NPD_SAMPLES)"
     echo
-    for f in greedy beam5 shrinking_beam5_a1 shrinking_beam5_a0.6 "npd${NPD_SAMPLES}_s$best_sigma"; do
-      echo "- $f: BLEU $(bleu "$DEC/$f.out" "$raw/test.en"), $(grep -o 'Translated.*' "$DEC/$f.log" | head -1)"
+    echo "| decoder | BLEU | decode seconds | time x greedy |"
+    echo "|---|---|---|---|"
+    local g t
+    g=$($PY -c "import re,sys; print(re.search(r'in ([0-9.]+)s', open(sys.argv[1]).read()).group(1))" "$DEC/greedy.log")
+    for f in "${names[@]}"; do
+      t=$($PY -c "import re,sys; print(re.search(r'in ([0-9.]+)s', open(sys.argv[1]).read()).group(1))" "$DEC/$f.log")
+      echo "| $f | $(bleu "$DEC/$f.out" "$raw/test.en") | $t | $($PY -c "import sys; print(f'{float(sys.argv[1])/float(sys.argv[2]):.2f}')" "$t" "$g") |"
     done
     echo
     echo '```'
