@@ -77,7 +77,7 @@ class JASEncoder(TransformerEncoderBase):
             self.merge = LayerAggregation(
                 self.jas_strategy, self.top_n, cfg.encoder.embed_dim, int(cfg.jas_agg_ffn_dim),
                 dropout=cfg.dropout, activation_dropout=cfg.activation_dropout,
-                sum_layernorm=bool(getattr(cfg, "jas_sum_layernorm", False)))
+                sum_layernorm=bool(cfg.jas_sum_layernorm))
         self.expose_features = self.jas_strategy == "mlmha" and self.top_n > 1
 
     @property

@@ -162,7 +162,7 @@ class MSDecoder(TransformerDecoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         L = cfg.encoder.layers
         self.aux_layers = parse_layer_set(getattr(cfg, "aux_layers", None), L - 1, "--aux-layers")
-        self.has_aif = bool(getattr(cfg, "aif", False)) and len(self.aux_layers) > 0
+        self.has_aif = bool(cfg.aif) and len(self.aux_layers) > 0
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
         if self.aux_layers and self.adaptive_softmax is not None:
@@ -176,8 +176,8 @@ class MSDecoder(TransformerDecoderBase):
         self.aif: Optional[AuxiliaryInformationFusion] = None
         if self.has_aif:
             self.aif = AuxiliaryInformationFusion(len(self.aux_layers), self.embed_dim, self.num_layers,
-                                                  zero_init=bool(getattr(cfg, "aif_zero_init", False)))
-        self.aif_disabled = bool(getattr(cfg, "aif_disable", False))
+                                                  zero_init=bool(cfg.aif_zero_init))
+        self.aif_disabled = bool(cfg.aif_disable)
         self.generate_from = parse_generate_from(getattr(cfg, "generate_from", None), self.aux_layers)
         self.aif_terms: Optional[Tensor] = None  # z^f (L T B d) while the layers run
         if self.has_aif:

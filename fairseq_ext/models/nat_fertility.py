@@ -181,12 +181,12 @@ class NATFertilityDecoderLayer(TransformerDecoderLayerBase):
 class NATFertilityDecoder(FairseqNATDecoder):
     def __init__(self, args, dictionary, embed_tokens):
         # read by build_decoder_layer, which the base constructor calls
-        self._positional_attention = not getattr(args, "no_positional_attention", False)
+        self._positional_attention = not args.no_positional_attention
         super().__init__(args, dictionary, embed_tokens)
         self.dictionary = dictionary
         self.unk = dictionary.unk()
-        self.mask_self_diagonal = not getattr(args, "no_self_attn_diag_mask", False)
-        self.pos_attn_diag_mask = getattr(args, "pos_attn_diag_mask", False)
+        self.mask_self_diagonal = not args.no_self_attn_diag_mask
+        self.pos_attn_diag_mask = args.pos_attn_diag_mask
         if self._positional_attention:
             # p(j, k) = sin/cos(j / 10000^{k/d}) (Eq. 8.2's footnote); fixed, no parameters
             self.pos_attn_positions = SinusoidalPositionalEmbedding(
@@ -268,7 +268,7 @@ class NATFertilityModel(FairseqNATModel):
         super().__init__(args, encoder, decoder)
         self.max_fertility = getattr(args, "max_fertility", None) or DEFAULT_MAX_FERTILITY
         self.decoder_input_mode = getattr(args, "nat_decoder_input", None) or "copy-fertility"
-        self.sg_fertility = getattr(args, "sg_fertility", False)
+        self.sg_fertility = args.sg_fertility
         self.fertility_proj = nn.Linear(encoder.embed_tokens.embedding_dim, self.max_fertility)
 
     @classmethod
