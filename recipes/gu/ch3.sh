@@ -125,6 +125,32 @@ if [[ " $PARTS " == *" synthetic "* ]]; then
     | tee $S/accuracy.md
   $PY -m fairseq_ext.tools.copy_heatmap --path $S/copynet_syn/checkpoint_best.pt --data data/gu_ch3/rules_0.1/bin \
     --copy-raw-dir data/gu_ch3/rules_0.1 --index 0 --out $S/heatmap.png
+  # Gu ch. 2 decoders on the RNNSearch checkpoint (exact match per rule type; decode seconds from fairseq-generate,
+  # batch 64, 1 thread): greedy, beam 10, shrinking beam 10, NPD N=4/8/16 at sigma0 = NPD_SIGMA (0.5)
+  D=$S/decoders
+  hyps=()
+  for spec in "greedy --decoding-algorithm greedy" "beam10 --decoding-algorithm beam --beam 10" \
+              "shrinking_beam10 --decoding-algorithm shrinking_beam --beam 10" \
+              "npd4 --decoding-algorithm npd --npd-samples 4 --npd-sigma0 ${NPD_SIGMA:-0.5}" \
+              "npd8 --decoding-algorithm npd --npd-samples 8 --npd-sigma0 ${NPD_SIGMA:-0.5}" \
+              "npd16 --decoding-algorithm npd --npd-samples 16 --npd-sigma0 ${NPD_SIGMA:-0.5}"; do
+    read -r name flags <<< "$spec"
+    if [ ! -s $D/$name/generate-test.txt ]; then
+      # shellcheck disable=SC2086
+      $FS/fairseq-generate data/gu_ch3/rules_0.1/bin "${UD[@]}" --task translation_decoding \
+        --path $S/rnnsearch_copynet_syn/checkpoint_best.pt --cpu --max-len-b 60 --batch-size 64 --seed 1 $flags \
+        --results-path $D/$name
+    fi
+    hyps+=(--hyp "$name=$D/$name/generate-test.txt")
+  done
+  {
+    $PY -m fairseq_ext.tools.synthetic_rules accuracy data/gu_ch3/rules_0.1 "${hyps[@]}"
+    echo
+    for h in "${hyps[@]}"; do
+      [ "$h" = --hyp ] && continue
+      echo "- ${h%%=*}: $(grep -o 'Translated.*' "${h#*=}" | head -1)"
+    done
+  } | tee $D/accuracy.md
 fi
 
 # ---- 2. Bible KJV -> WEB, word level ---------------------------------------------------------------------------
