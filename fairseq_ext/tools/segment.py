@@ -1,4 +1,4 @@
-"""Subword segmentation of a parallel folder (``corpora bpe``), with the optional cleaning step.
+r"""Subword segmentation of a parallel folder (``corpora bpe``), with the optional cleaning step.
 
 Three methods, all trained on the *train* split only (source + target together by default = joint):
 
