@@ -45,7 +45,7 @@ def build(name: str, data: Path):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     cfg = bench_configs.get(name)
-    if cfg["task"] not in ("translation_ext", "translation"):
+    if cfg["task"] not in ("translation_ext", "translation", "translation_decoding"):
         raise SystemExit(f"error: configuration '{name}' uses task {cfg['task']}; speed.py times "
                          f"plain translation configurations only")
     argv = [str(data), "--user-dir", str(ROOT / "fairseq_ext"), "--task", cfg["task"], "--cpu",

@@ -135,11 +135,12 @@ if [[ " $PARTS " == *" synthetic "* ]]; then
               "npd8 --decoding-algorithm npd --npd-samples 8 --npd-sigma0 ${NPD_SIGMA:-0.5}" \
               "npd16 --decoding-algorithm npd --npd-samples 16 --npd-sigma0 ${NPD_SIGMA:-0.5}"; do
     read -r name flags <<< "$spec"
-    if [ ! -s $D/$name/generate-test.txt ]; then
+    if [ ! -s $D/$name/generate-test.txt ] || [ ! -s $D/$name.log ]; then
+      mkdir -p $D
       # shellcheck disable=SC2086
       $FS/fairseq-generate data/gu_ch3/rules_0.1/bin "${UD[@]}" --task translation_decoding \
         --path $S/rnnsearch_copynet_syn/checkpoint_best.pt --cpu --max-len-b 60 --batch-size 64 --seed 1 $flags \
-        --results-path $D/$name
+        --results-path $D/$name 2> $D/$name.log
     fi
     hyps+=(--hyp "$name=$D/$name/generate-test.txt")
   done
@@ -148,7 +149,7 @@ if [[ " $PARTS " == *" synthetic "* ]]; then
     echo
     for h in "${hyps[@]}"; do
       [ "$h" = --hyp ] && continue
-      echo "- ${h%%=*}: $(grep -o 'Translated.*' "${h#*=}" | head -1)"
+      echo "- ${h%%=*}: $(grep -o 'Translated.*' "$D/${h%%=*}.log" | head -1)"
     done
   } | tee $D/accuracy.md
 fi
