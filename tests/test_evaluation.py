@@ -322,3 +322,40 @@ def test_cli_module_entry_point(tmp_path):
     errors = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
     assert len(errors) == 1 and "no hypothesis for ids 1" in errors[0]
     assert proc.stderr.rstrip("\n").splitlines()[-1] == errors[0]
+
+
+# ------------------------------------------------------------------------------- OOV recall
+def test_oov_recall_hand_case():
+    vocab = {"the", "of", "and", "son"}
+    refs = ["the son of Zerubbabel and Zerubbabel", "Abraham and the son"]
+    hyps = ["the son of Zerubbabel", "the son of Abraham"]
+    srcs = ["Zerubbabel begat", "and Isaac"]
+    r = score.oov_recall(hyps, refs, vocab, srcs)
+    # reference OOVs: Zerubbabel x2 (1 produced: clipped by the hypothesis count), Abraham x1 (produced)
+    assert (r["ref_oov_tokens"], r["produced"]) == (3, 2)
+    assert r["recall"] == pytest.approx(200 / 3)
+    # copyable = in the source sentence: only Zerubbabel (sentence 1); Abraham is not in source 2
+    assert (r["copyable_oov_tokens"], r["copyable_produced"]) == (2, 1)
+    assert r["hyp_unk_tokens"] == 0
+    r2 = score.oov_recall(["the <unk> of <unk>", "<unk>"], refs, vocab)
+    assert r2["produced"] == 0 and r2["hyp_unk_tokens"] == 3 and "copyable_recall" not in r2
+    with pytest.raises(ScoringError):
+        score.oov_recall(["x"], refs, vocab)
+
+
+def test_cli_oov(tmp_path, capsys):
+    (tmp_path / "dict.txt").write_text("the 10\nson 5\nof 3\n")
+    (tmp_path / "ref").write_text("the son of Jesse\nthe Levite\n")
+    (tmp_path / "src").write_text("the son of Jesse\na Levite\n")
+    (tmp_path / "hyp").write_text("the son of Jesse\nthe <unk>\n")
+    rc = cli_status(score.main, ["oov", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref"),
+                                 "--dict", str(tmp_path / "dict.txt"), "--src", str(tmp_path / "src"),
+                                 "--json", str(tmp_path / "o.json")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "| 2 | 1 | 50.0 |" in out  # Jesse produced, Levite not
+    res = json.loads((tmp_path / "o.json").read_text())["systems"][str(tmp_path / "hyp")]
+    assert res["copyable_oov_tokens"] == 2 and res["hyp_unk_tokens"] == 1
+    (tmp_path / "hyp").write_text("only one line\n")
+    assert cli_status(score.main, ["oov", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref"),
+                                   "--dict", str(tmp_path / "dict.txt")]) == 2

@@ -12,6 +12,8 @@ Python API
 ``paired_bootstrap(baseline, systems, refs, n=1000, seed=12345) -> dict``
 ``bleu_by_length(src, hyps, refs, edges) -> list[dict]``
 ``score_files(...)`` / ``compare_files(...)``: the same starting from file paths (what the CLI runs).
+``oov_recall(hyps, refs, vocab, srcs=None) -> dict``   (how many of the reference's out-of-vocabulary
+tokens the hypotheses contain: the measure of a copying model on a word-level vocabulary)
 
 CLI
 ---
@@ -22,6 +24,8 @@ CLI
         [--json out.json] [--buckets 0,10,20,30,40,50,inf] [--plot buckets.png]
     python -m fairseq_ext.tools.score compare --baseline gen_base.out \\
         --system gen_a.out [--system gen_b.out] --ref test.en [--n-bootstrap 1000] [--seed 12345]
+    python -m fairseq_ext.tools.score oov --hyp gen.out [--hyp gen2.out] --ref test.en \\
+        --dict bin/dict.en.txt [--src test.kjv]
 
 (installed: ``fairseq-ext-score ...``; ``score`` is the default subcommand).  Bad input prints one
 ``error: ...`` line, exit status 2 (:mod:`fairseq_ext.tools.common`).
@@ -63,6 +67,8 @@ __all__ = [
     "parse_edges",
     "score_files",
     "compare_files",
+    "oov_recall",
+    "oov_files",
     "format_score",
     "format_buckets",
     "format_comparison",
@@ -544,6 +550,95 @@ def compare_files(
     return res
 
 
+def read_dictionary_words(path: Union[str, os.PathLike]) -> set[str]:
+    """The words of a fairseq ``dict.*.txt`` (first field of each line)."""
+    words = set()
+    for i, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            raise ToolError(f"{path}:{i}: empty line in a fairseq dictionary")
+        words.add(line.split(" ", 1)[0])
+    return words
+
+
+def oov_recall(
+    hyps: Sequence[str],
+    refs: Sequence[str],
+    vocab: set[str],
+    srcs: Optional[Sequence[str]] = None,
+) -> dict[str, Any]:
+    """Recall of the reference's out-of-vocabulary whitespace tokens (those not in ``vocab``).
+
+    A reference OOV token counts as produced when the hypothesis of the same sentence contains it,
+    clipped by count (a word twice in the reference needs it twice in the hypothesis). With ``srcs``
+    also the recall restricted to OOV tokens that occur in the source sentence (the copyable ones).
+    """
+    if len(hyps) != len(refs) or (srcs is not None and len(srcs) != len(refs)):
+        raise ToolError(f"oov recall: {len(hyps)} hypotheses, {len(refs)} references"
+                        + (f", {len(srcs)} sources" if srcs is not None else ""))
+    from collections import Counter
+
+    total = hit = c_total = c_hit = unk = 0
+    for i, (h, r) in enumerate(zip(hyps, refs)):
+        hc = Counter(h.split())
+        unk += hc.get("<unk>", 0)
+        rc = Counter(w for w in r.split() if w not in vocab)
+        sw = set(srcs[i].split()) if srcs is not None else set()
+        for w, n in rc.items():
+            got = min(n, hc.get(w, 0))
+            total += n
+            hit += got
+            if w in sw:
+                c_total += n
+                c_hit += got
+    res: dict[str, Any] = {
+        "ref_oov_tokens": total, "produced": hit,
+        "recall": 100.0 * hit / total if total else float("nan"), "hyp_unk_tokens": unk,
+    }
+    if srcs is not None:
+        res.update(copyable_oov_tokens=c_total, copyable_produced=c_hit,
+                   copyable_recall=100.0 * c_hit / c_total if c_total else float("nan"))
+    return res
+
+
+def oov_files(
+    hyps: Sequence[Union[str, os.PathLike]],
+    ref: Union[str, os.PathLike],
+    dictionary: Union[str, os.PathLike],
+    *,
+    src: Optional[Union[str, os.PathLike]] = None,
+    ids: Optional[Union[str, os.PathLike]] = None,
+    field: str = "D",
+    fmt: str = "auto",
+) -> dict[str, Any]:
+    """:func:`oov_recall` for each hypothesis file against one reference file and a fairseq dictionary."""
+    refs = load_references([ref])[0]
+    srcs = None
+    if src is not None:
+        srcs = read_lines(src)
+        if len(srcs) != len(refs):
+            raise ToolError(f"{src}: {len(srcs)} lines but {ref} has {len(refs)}")
+    vocab = read_dictionary_words(dictionary)
+    systems = {}
+    for p in hyps:
+        aligned = _aligned_hyps(p, len(refs), ids, False, None, field, fmt)
+        systems[str(p)] = oov_recall(aligned, refs, vocab, srcs)
+    return {"ref_file": str(ref), "dict": str(dictionary), "src_file": None if src is None else str(src),
+            "systems": systems}
+
+
+def format_oov(result: Mapping[str, Any]) -> str:
+    copy = result.get("src_file") is not None
+    head = "| system | reference OOV tokens | produced | recall % |" + (
+        " copyable (in source) | produced | recall % |" if copy else "") + " <unk> in output |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for name, r in result["systems"].items():
+        row = f"| {name} | {r['ref_oov_tokens']} | {r['produced']} | {r['recall']:.1f} |"
+        if copy:
+            row += f" {r['copyable_oov_tokens']} | {r['copyable_produced']} | {r['copyable_recall']:.1f} |"
+        lines.append(row + f" {r['hyp_unk_tokens']} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------- CLI
 def _common(p: ArgumentParser) -> None:
     p.add_argument("--ref", action="append", required=True, metavar="FILE",
@@ -588,13 +683,23 @@ def build_parser() -> ArgumentParser:
     c.add_argument("--n-bootstrap", type=int, default=DEFAULT_N_BOOTSTRAP,
                    help=f"bootstrap resamples (default {DEFAULT_N_BOOTSTRAP})")
     c.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"default {DEFAULT_SEED}")
+    o = sub.add_parser("oov", help="recall of the reference's out-of-vocabulary words (copying)")
+    o.add_argument("--hyp", action="append", required=True, metavar="FILE",
+                   help="fairseq-generate output or hypotheses (detokenised D- lines); repeat for several")
+    o.add_argument("--ref", required=True, metavar="FILE", help="reference, whitespace tokens")
+    o.add_argument("--dict", required=True, metavar="FILE",
+                   help="the model's target dictionary (fairseq dict.*.txt): OOV = not in it")
+    o.add_argument("--src", metavar="FILE", help="source: also the recall of OOVs that occur in it")
+    o.add_argument("--ids", metavar="FILE", help="as for score")
+    o.add_argument("--field", choices=("D", "H"), default="D")
+    o.add_argument("--json", metavar="FILE", help="also write all numbers as JSON")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``fairseq-ext-score [score|compare] ...``; bad input raises :class:`ToolError`."""
+    """``fairseq-ext-score [score|compare|oov] ...``; bad input raises :class:`ToolError`."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("score", "compare", "-h", "--help"):
+    if argv and argv[0] not in ("score", "compare", "oov", "-h", "--help"):
         argv.insert(0, "score")  # `fairseq-ext-score --hyp ... --ref ...` means `score`
     args = build_parser().parse_args(argv)
     if args.command == "score":
@@ -610,6 +715,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(format_buckets(res["buckets"], res["chrf_label"]))
         if "plot" in res:
             print(f"plot: {res['plot']}")
+    elif args.command == "oov":
+        res = oov_files(args.hyp, args.ref, args.dict, src=args.src, ids=args.ids, field=args.field)
+        print(format_oov(res))
     else:
         res = compare_files(
             args.baseline, args.system, args.ref, ids=args.ids, tokenised=args.tokenised,
