@@ -1,6 +1,8 @@
 """Nguyen ch. 4: data augmentation by concatenation (``concat_translation``, CONSEC / RAND, position
 shifting, mask / sep-batch / reset-pos ablations, concatenated-dev segment-aware decoding)."""
+import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ from fairseq_ext.data.concat_dataset import (
     ConcatPairDataset, build_pairs, consec_pairs, length_sorted_pairs, rand_pairs, segment_attention_mask,
     segment_ids, sim_shifts, token_positions, uniform_shifts)
 from fairseq_ext.tasks.translation_concat import ConcatRuntime, install_concat_hooks, segment_aware
-from harness import TINY_TRANSFORMER, build_model, fairseq, generate, hypotheses, n_lines, train
+from harness import (ROOT, TINY_TRANSFORMER, USER_DIR, build_model, fairseq, generate, hypotheses, n_lines,
+                     run, train)
 
 INF = float("-inf")
 
@@ -296,11 +299,87 @@ def test_cli_rand_concat_with_ablations_trains_and_decodes(tiny_bin, tmp_path):
     assert "<s>" not in "".join(hyps.values())
 
 
+# fairseq-train with the task's begin_epoch / train_step wrapped: every training batch is written to a
+# JSON-lines file (epoch, example ids, unpadded source tokens, position shifts) before it is trained on.
+SPY_TRAIN = """
+import json, sys
+sys.path.insert(0, {root!r})  # the package under test (and the one --user-dir names)
+import fairseq_ext.tasks.translation_concat as tc
+from fairseq_cli.train import cli_main
+
+out, epoch = open({out!r}, "w"), [None]
+begin_epoch, train_step = tc.ConcatTranslationTask.begin_epoch, tc.ConcatTranslationTask.train_step
+
+
+def spy_begin_epoch(self, ep, model):
+    epoch[0] = ep
+    return begin_epoch(self, ep, model)
+
+
+def spy_train_step(self, sample, *args, **kwargs):
+    pad, shift = self.source_dictionary.pad(), sample.get("concat_shift")
+    out.write(json.dumps({{
+        "epoch": epoch[0], "id": sample["id"].tolist(),
+        "src": [[t for t in row if t != pad] for row in sample["net_input"]["src_tokens"].tolist()],
+        "shift": None if shift is None else [shift["src"].tolist(), shift["tgt"].tolist()]}}) + "\\n")
+    out.flush()
+    return train_step(self, sample, *args, **kwargs)
+
+
+tc.ConcatTranslationTask.begin_epoch, tc.ConcatTranslationTask.train_step = spy_begin_epoch, spy_train_step
+sys.argv[0] = "fairseq-train"
+cli_main()
+"""
+
+
 def test_cli_consec_sep_batch_sim_shift_resample(tiny_bin, tmp_path):
-    p = train(tiny_bin, tmp_path, task="concat_translation", max_update=3,
-              extra=["--concat", "consec", "--concat-sep-batch", "--position-shift", "sim", "--concat-resample",
-                     "--max-epoch", "3", "--max-tokens", "8000"])
-    assert p.exists()
+    """The flags act on the batches trained on (recorded by :data:`SPY_TRAIN`), over two epochs."""
+    spy, record = tmp_path / "spy_train.py", tmp_path / "batches.jsonl"
+    spy.write_text(SPY_TRAIN.format(root=str(ROOT), out=str(record)))
+    p = run([sys.executable, spy, tiny_bin, "--user-dir", USER_DIR, "--task", "concat_translation",
+             *TINY_TRANSFORMER, "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+             "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "8000", "--max-update", "10", "--max-epoch", "3",
+             "--save-dir", tmp_path / "ck", "--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple",
+             "--no-epoch-checkpoints", "--concat", "consec", "--concat-sep-batch", "--position-shift", "sim",
+             "--concat-resample"])
+    from fairseq.data import data_utils
+    src_ds = data_utils.load_indexed_dataset(str(tiny_bin / "train.es-en.es"), None)
+    tgt_ds = data_utils.load_indexed_dataset(str(tiny_bin / "train.es-en.en"), None)
+    n = len(src_ds)
+    assert n == n_lines(tiny_bin / "train.ids")
+    assert f"{n} original + {n - 1} consec concatenations, sim-shift p=0.333" in p.stderr + p.stdout
+    cfg = torch.load(tmp_path / "ck" / "checkpoint_last.pt", weights_only=True)["cfg"]["task"]
+    assert (cfg["concat"], cfg["concat_sep_batch"], cfg["position_shift"], cfg["concat_resample"]) == \
+        ("consec", True, "sim", True)
+    batches = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(batches) == 10 and {b["epoch"] for b in batches} == {1, 2}
+    eos = 2
+    index = {tuple(src_ds[i].tolist()): i for i in range(n)}
+    src_sizes, tgt_sizes = src_ds.sizes, tgt_ds.sizes
+    sim_pairs = set(zip(src_sizes.tolist(), tgt_sizes.tolist()))
+    shifts = {1: {}, 2: {}}
+    kinds = set()
+    for b in batches:
+        concat = [i >= n for i in b["id"]]
+        assert all(concat) or not any(concat)  # sep-batch: D_orig and D_new never share a batch
+        kinds.add(concat[0])
+        for i, src in zip(b["id"], b["src"]):
+            assert src.count(eos) == (2 if i >= n else 1) and src[-1] == eos
+            if i >= n:  # sep-batch pairs length-sorted neighbours: (source, target) length never decreases
+                cut = src.index(eos) + 1
+                a, c = index[tuple(src[:cut])], index[tuple(src[cut:])]
+                assert (src_sizes[a], tgt_sizes[a]) <= (src_sizes[c], tgt_sizes[c]), (a, c)
+        assert b["shift"] is not None  # sim-shift: every batch carries its examples' shifts
+        for i, s, t in zip(b["id"], *b["shift"]):
+            assert (s == 0) == (t == 0) and (s == 0 or (s, t) in sim_pairs)  # the lengths of a training pair
+            shifts[b["epoch"]][i] = (s, t)
+    assert kinds == {False, True}
+    assert set(shifts[1]) == set(range(2 * n - 1))  # epoch 1 was trained on in full
+    hit = np.mean([s > 0 for s, _ in shifts[1].values()])
+    assert 0.25 < hit < 0.42  # p = 1/3
+    # --concat-resample: the shifts of epoch 2 are a new draw
+    common = set(shifts[1]) & set(shifts[2])
+    assert len(common) > 50 and sum(shifts[1][i] != shifts[2][i] for i in common) > 0.25 * len(common)
 
 
 @pytest.mark.parametrize("flags,message", [

@@ -10,6 +10,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.modules import MultiheadAttention
 from fairseq_ext.modules.dual_contextual import DualContextual, conv_padding
 from harness import build_model, generate, hypotheses, n_lines, n_params, train, toy_batch
+from thesis_sizes import AMPOMAH_WMT_VOCAB
 
 TINY = dict(encoder_layers=3, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
             encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
@@ -217,7 +218,7 @@ def test_incremental_equals_full_decoding(placement, f, prenorm):
 
 # Spec §1.6 / §4 (Table 5.2, [P] Table 1): WMT base, tied embeddings, V = 33,416 (see
 # test_joint_attention.py); each DC layer adds (2f + 4) d^2 + 7d over self-attention.
-V_WMT, D, FF, L = 33416, 512, 2048, 6
+V_WMT, D, FF, L = AMPOMAH_WMT_VOCAB, 512, 2048, 6
 BASE = V_WMT * D + L * (4 * (D * D + D) + 2 * D * FF + FF + D + 4 * D) \
     + L * (8 * (D * D + D) + 2 * D * FF + FF + D + 6 * D)
 

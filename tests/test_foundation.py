@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fairseq_ext  # noqa: F401
 from fairseq_ext.generators.length_penalty import (
@@ -71,27 +72,61 @@ def test_gnmt_exponent_reproduces_gnmt_penalty(length, alpha):
     assert math.isclose(length ** a, gnmt_length_penalty(length, alpha), rel_tol=1e-12)
 
 
+class _DispatchedOps(TorchDispatchMode):
+    """Records the aten ops that reach the kernels (a fused attention kernel is one op; the math
+    kernel is composite and shows up as its matmuls and softmax)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+FUSED_CPU_ATTENTION = "aten._scaled_dot_product_flash_attention_for_cpu"
+
+
+def _attention_ops(q):
+    with _DispatchedOps() as spy:
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    return out, spy.ops
+
+
 def test_cpu_bf16_autocast_context():
+    """--cpu-bf16 turns on bf16 autocast; --math-attention selects the math SDPA kernel (the fused
+    CPU kernel is disabled and never called), each independently of the other."""
     from fairseq_ext.tasks.translation_ext import AutocastMixin
 
     class Cfg:
-        cpu_bf16 = True
-        math_attention = True
+        cpu_bf16 = False
+        math_attention = False
 
     class T(AutocastMixin):
         cfg = Cfg()
 
     lin = torch.nn.Linear(8, 8)
     q = torch.randn(2, 4, 5, 8)
-    ref = torch.nn.functional.scaled_dot_product_attention(q, q, q)
-    with T().autocast():
-        assert lin(torch.randn(2, 8)).dtype == torch.bfloat16
-    Cfg.cpu_bf16 = False
-    with T().autocast():  # the math kernel gives the same attention
-        assert torch.allclose(torch.nn.functional.scaled_dot_product_attention(q, q, q), ref, atol=1e-6)
-    Cfg.cpu_bf16 = False
-    with T().autocast():
-        assert lin(torch.randn(2, 8)).dtype == torch.float32
+    ref, ops = _attention_ops(q)
+    assert FUSED_CPU_ATTENTION in ops and "aten.bmm" not in ops  # by default torch runs the fused kernel
+    for bf16, math_kernel in ((True, False), (False, True), (True, True), (False, False)):
+        Cfg.cpu_bf16, Cfg.math_attention = bf16, math_kernel
+        with T().autocast():
+            assert lin(torch.randn(2, 8)).dtype == (torch.bfloat16 if bf16 else torch.float32)
+            out, ops = _attention_ops(q)
+            if math_kernel:
+                assert FUSED_CPU_ATTENTION not in ops and "aten.bmm" in ops, (bf16, ops)
+            else:
+                assert FUSED_CPU_ATTENTION in ops, (bf16, ops)
+            assert torch.backends.cuda.flash_sdp_enabled() != math_kernel
+            assert torch.backends.cuda.mem_efficient_sdp_enabled() != math_kernel
+            assert torch.backends.cuda.math_sdp_enabled()
+            if not bf16:  # the math kernel gives the same attention
+                assert torch.allclose(out, ref, atol=1e-6)
+        assert torch.backends.cuda.flash_sdp_enabled()  # restored on exit
+    _, ops = _attention_ops(q)
+    assert FUSED_CPU_ATTENTION in ops
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from fairseq_ext.modules.lexical import LexicalTranslation
 from fairseq_ext.modules.word_dropout import word_dropout
 from fairseq_ext.modules.norms import fixnorm
 from harness import (
-    build_model, generate, hypotheses, incremental_logits, make_dictionary, n_lines, run, train,
+    build_model, fairseq, generate, hypotheses, incremental_logits, make_dictionary, n_lines, run, train,
 )
 
 V = 60
@@ -387,6 +387,60 @@ def test_criterion_masks_logits_and_combines_with_the_model_mask(tmp_path):
     assert torch.allclose(all_crit(model, sample)[0], crit(model, sample)[0])
 
 
+class _FixedLogits(torch.nn.Module):
+    """A stand-in model (no target-vocabulary mask of its own) whose decoder output is ``logits``."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, **net_input):
+        return self.logits, {}
+
+    def get_normalized_probs(self, net_output, log_probs, sample=None):
+        return F.log_softmax(net_output[0].float(), -1) if log_probs else F.softmax(net_output[0].float(), -1)
+
+    def get_targets(self, sample, net_output):
+        return sample["target"]
+
+
+def test_criterion_loss_with_padding_and_out_of_vocabulary_targets_is_hand_computed(tmp_path):
+    """Padding targets are ignored (not scored as <unk>) and a target outside A is scored as <unk>:
+    the criterion's loss and nll equal the sum over the five real target tokens of
+    (1 − ε − ε_A)·(−log p_y) + ε_A·Σ_{v∈A}(−log p_v), ε_A = ε/(|A| − 1), p = softmax over A only."""
+    d = make_dictionary(8)  # <s>=0 <pad>=1 </s>=2 <unk>=3 w0..w3=4..7
+    f = tmp_path / "allowed.txt"
+    f.write_text("w0\nw1\n")
+    task = types.SimpleNamespace(target_dictionary=d, source_dictionary=d, cfg=None)
+    eps = 0.1
+    crit = MaskedLabelSmoothedCrossEntropyCriterion(task, False, eps, target_vocab=str(f))
+    A = [d.eos(), d.unk(), 4, 5]  # </s>, <unk>, w0, w1
+    assert crit.allowed.nonzero().flatten().tolist() == A
+    pad, unk = d.pad(), d.unk()
+    # w2 (6) is outside A; the last target of sentence 2 is padding
+    target = torch.tensor([[4, 6, 2], [5, 2, pad]])
+    # large logits on the disallowed types (<s>, <pad>, w2, w3): they must not count
+    rows = [[9.0, 7.0, 0.5, -1.0, 2.0, 0.0, 6.0, 8.0], [9.0, 7.0, 1.5, 0.3, -0.7, 1.1, 6.0, 8.0],
+            [9.0, 7.0, 0.0, 2.5, 1.0, -2.0, 6.0, 8.0], [9.0, 7.0, -0.4, 0.9, 0.2, 1.7, 6.0, 8.0],
+            [9.0, 7.0, 2.2, -1.3, 0.6, 0.1, 6.0, 8.0], [9.0, 7.0, 0.3, 0.4, -0.5, 2.0, 6.0, 8.0]]
+    logits = torch.tensor(rows).view(2, 3, 8)
+    eps_a = eps / (len(A) - 1)
+    loss = nll = 0.0
+    for row, y in zip(rows, target.flatten().tolist()):
+        if y == pad:
+            continue  # padding: no term
+        y = y if y in A else unk  # outside A: scored as <unk>
+        log_z = math.log(sum(math.exp(row[v]) for v in A))
+        nll_y = log_z - row[y]
+        loss += (1 - eps - eps_a) * nll_y + eps_a * sum(log_z - row[v] for v in A)
+        nll += nll_y
+    sample = {"net_input": {}, "target": target, "ntokens": 5, "nsentences": 2}
+    out, sample_size, log = crit(_FixedLogits(logits), sample)
+    assert sample_size == 5
+    assert math.isclose(out.item(), loss, rel_tol=1e-5), (out.item(), loss)
+    assert math.isclose(log["nll_loss"], nll, rel_tol=1e-5), (log["nll_loss"], nll)
+
+
 def test_model_target_vocab_mask_is_a_buffer_applied_to_logits(tmp_path):
     f = tmp_path / "allowed.txt"
     f.write_text("".join(f"w{i}\n" for i in range(10)))
@@ -460,8 +514,44 @@ def test_cli_lstm_luong_fixnorm_lex(tiny_bin, tmp_path):
 
 
 def test_cli_masked_criterion_with_plain_twt_model(tiny_bin, tmp_path):
-    """The criterion alone (model unmasked): smoothing over the train target vocabulary."""
-    p_ckpt = train(tiny_bin, tmp_path, ["--arch", "transformer_twt", *TINY_CLI, "--share-all-embeddings"],
-                   criterion="masked_label_smoothed_cross_entropy",
-                   extra=["--label-smoothing", "0.1", "--report-accuracy"], max_update=4)
-    assert p_ckpt.exists()
+    """The criterion alone (model unmasked): smoothing over the train target vocabulary A. The log
+    names A's size, and the logged valid loss / nll of the saved model are recomputed here by hand:
+    softmax over A only, dev targets outside A scored as <unk>, padding ignored."""
+    p = fairseq("train", tiny_bin, "--task", "translation_ext", "--arch", "transformer_twt", *TINY_CLI,
+                "--share-all-embeddings", *MASKED, "--report-accuracy", "--optimizer", "adam", "--lr", "1e-3",
+                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--max-tokens", "1000",
+                "--max-update", "4", "--save-dir", tmp_path, "--cpu", "--seed", "1", "--no-progress-bar",
+                "--log-format", "simple", "--log-interval", "1", "--no-epoch-checkpoints")
+    log = p.stdout + p.stderr
+    d, allowed = _allowed_ids(tiny_bin)
+    assert 0 < allowed.sum() < len(d)
+    assert f"masked label smoothing over {int(allowed.sum())} of {len(d)} target types" in log
+    valid = re.findall(r"valid on 'valid' subset \| loss ([0-9.]+) \| nll_loss ([0-9.]+)", log)
+    assert valid, log[-2000:]
+    loss_bits, nll_bits = map(float, valid[-1])  # the last validation is that of checkpoint_last.pt
+    from fairseq_ext.tools.lexicon import load_model
+    model, task = load_model(str(tmp_path / "checkpoint_last.pt"), str(tiny_bin))
+    assert getattr(model.decoder, "target_vocab_mask", None) is None  # the mask is the criterion's alone
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    batch = ds.collater([ds[i] for i in range(len(ds))])
+    with torch.no_grad():
+        logits = model(**batch["net_input"])[0].float()
+    lprobs = F.log_softmax(logits.masked_fill(~allowed, -1e9), -1)
+    target = batch["target"]
+    real = target.ne(d.pad())
+    outside = real & ~allowed[target]
+    assert outside.any()  # the dev set has reference tokens the training targets never had
+    y = target.masked_fill(outside, d.unk())
+    eps, eps_a = 0.1, 0.1 / (int(allowed.sum()) - 1)
+    nll = -lprobs.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    smooth = -lprobs.masked_fill(~allowed, 0.0).sum(-1)
+    n, ln2 = real.sum(), math.log(2)
+    want_loss = (((1 - eps - eps_a) * nll + eps_a * smooth)[real].sum() / n / ln2).item()
+    want_nll = (nll[real].sum() / n / ln2).item()
+    assert abs(loss_bits - want_loss) < 2e-3 and abs(nll_bits - want_nll) < 2e-3, \
+        (loss_bits, want_loss, nll_bits, want_nll)
+    # the same model under fairseq's unmasked label smoothing scores differently
+    plain = F.log_softmax(logits, -1)
+    plain_nll = -plain.gather(-1, target.unsqueeze(-1)).squeeze(-1)[real].sum() / n / ln2
+    assert abs(plain_nll.item() - nll_bits) > 0.05

@@ -18,6 +18,7 @@ from fairseq_ext.criterions.multi_supervision import MultiSupervisionLabelSmooth
 from fairseq_ext.models.multi_supervision import AIFDecoderLayer, parse_generate_from
 from fairseq_ext.modules.aif import AuxiliaryInformationFusion
 from harness import build_model, generate, hypotheses, make_dictionary, n_lines, n_params, train, toy_batch
+from thesis_sizes import AMPOMAH_IWSLT_EN_VI_VOCAB, AMPOMAH_WMT_VOCAB, assert_reported
 
 TINY = dict(encoder_layers=4, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
             encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
@@ -424,7 +425,7 @@ def test_causality(arch):
 
 # --------------------------------------------------------------------------- thesis parameter counts
 
-V_WMT = 33416  # as in test_joint_attention: every Ch. 3-5 WMT count within its 0.1M rounding
+V_WMT, V_VI = AMPOMAH_WMT_VOCAB, AMPOMAH_IWSLT_EN_VI_VOCAB  # one V per setting, shared (tests/thesis_sizes.py)
 
 
 def _layers(d, F):
@@ -443,30 +444,34 @@ def test_wmt_parameter_counts():
     base = V_WMT * 512 + 6 * (enc + dec)
     for l in range(1, 6):
         c = meta_count("transformer_ms_wmt_en_de", V_WMT, aux_layers=str(l))
-        assert c == base + 6 * dec and round(c / 1e6, 1) == 86.5
+        assert c == base + 6 * dec
+        assert_reported(c, 86.5, what=f"MS-{l}")
     c = meta_count("transformer_ms_aif_wmt_en_de", V_WMT, aux_layers="1")
-    assert c == base + 6 * dec + 6 * 512 * 512 and round(c / 1e6, 1) == 88.0
+    assert c == base + 6 * dec + 6 * 512 * 512
+    assert_reported(c, 88.0, what="MS-1+AIF")
 
 
 def test_iwslt_parameter_counts_table_4_6a():
     """En-Vi, 0-3 aux decoders with and without AIF: 12.8 / 17.0, 17.3 / 21.2, 21.7 / 25.4, 26.2M.
 
     Each aux decoder adds 4 decoder layers (+4.21M), AIF adds 4*256^2 (+0.262M) per aux decoder.
-    The joint vocabulary is only given as ~21.2k; every entry rounds to the table for
-    V in [21101, 21192] (V = 21200, which gives exactly 12.80M, puts MS-ij+AIF at 21.75M)."""
+    The joint vocabulary is only given as ~21k: V_VI (see tests/thesis_sizes.py) puts every entry
+    within the table's rounding, no exception."""
     enc, dec = _layers(256, 1024)
-    V = 21150
-    base = V * 256 + 4 * (enc + dec)
-    assert meta_count("transformer_iwslt_small", V) == base and round(base / 1e6, 1) == 12.8
+    base = V_VI * 256 + 4 * (enc + dec)
+    assert meta_count("transformer_iwslt_small", V_VI) == base
+    assert_reported(base, 12.8, what="baseline")
     table = {"1": (17.0, 17.3), "1,2": (21.2, 21.7), "1,2,3": (25.4, 26.2)}
     for aux, (ms, ms_aif) in table.items():
         n = len(aux.split(","))
-        c = meta_count("transformer_ms_iwslt_small", V, aux_layers=aux)
-        assert c == base + n * 4 * dec and round(c / 1e6, 1) == ms, aux
-        c = meta_count("transformer_ms_aif_iwslt_small", V, aux_layers=aux)
-        assert c == base + n * 4 * dec + n * 4 * 256 * 256 and round(c / 1e6, 1) == ms_aif, aux
+        c = meta_count("transformer_ms_iwslt_small", V_VI, aux_layers=aux)
+        assert c == base + n * 4 * dec, aux
+        assert_reported(c, ms, what=f"MS {aux}")
+        c = meta_count("transformer_ms_aif_iwslt_small", V_VI, aux_layers=aux)
+        assert c == base + n * 4 * dec + n * 4 * 256 * 256, aux
+        assert_reported(c, ms_aif, what=f"MS {aux} + AIF")
     # other attachment layers cost the same (MS-13, MS-23)
-    assert meta_count("transformer_ms_iwslt_small", V, aux_layers="2,3") == base + 2 * 4 * dec
+    assert meta_count("transformer_ms_iwslt_small", V_VI, aux_layers="2,3") == base + 2 * 4 * dec
 
 
 def test_bench_parameter_counts():

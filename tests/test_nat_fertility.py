@@ -258,12 +258,31 @@ def _fake_task(teacher=None):
     return types.SimpleNamespace(target_dictionary=d, source_dictionary=d, teacher=lambda device=None: teacher)
 
 
-def test_criterion_supervised_is_translation_plus_fertility():
+@pytest.mark.parametrize("factor", [1.0, 0.3, 2.5])
+def test_criterion_supervised_is_translation_plus_factor_times_fertility(factor):
+    """L_KD = mean_t −log p(y_t) + factor · mean_{t'} −log p_F(f_t'), recomputed here with plain torch
+    ops from the model's outputs (the translation term over the real target tokens, the fertility term
+    over the source words, i.e. not padding or </s>, with targets clamped to the largest class L−1)."""
     model = build_model("nat_fertility_tiny")
-    crit = NATFertilityLoss(_fake_task())
+    src, lengths, fert, tgt = _batch()
+    crit = NATFertilityLoss(_fake_task(), fertility_loss_factor=factor)
     loss, sample_size, log = crit(model, _sample())
     assert sample_size == 1
-    assert math.isclose(loss.item(), (log["nll_loss"] + log["fert_loss"]), rel_tol=1e-5)
+    with torch.no_grad():
+        out = model(src, lengths, fertility=fert, tgt_tokens=tgt)
+    logits, mask = out["word_ins"]["out"], out["word_ins"]["mask"]
+    assert torch.equal(mask, tgt.ne(PAD))  # one decoder position per target token (Σf = target length)
+    token_nll = -torch.log_softmax(logits.float(), -1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+    trans = token_nll[tgt.ne(PAD)].mean().item()
+    fert_logits = out["fertility"]["out"].float()
+    L = fert_logits.size(-1)
+    words = src.ne(PAD) & src.ne(EOS)
+    fert_nll = -torch.log_softmax(fert_logits, -1).gather(-1, fert.clamp(max=L - 1).unsqueeze(-1)).squeeze(-1)
+    f_loss = fert_nll[words].mean().item()
+    assert trans > 0 and f_loss > 0
+    assert math.isclose(log["nll_loss"], trans, rel_tol=1e-5)
+    assert math.isclose(log["fert_loss"], f_loss, rel_tol=1e-5)
+    assert math.isclose(loss.item(), trans + factor * f_loss, rel_tol=1e-5), (loss.item(), trans, f_loss)
 
 
 def test_criterion_finetune_terms_and_gradient_paths():
@@ -311,6 +330,32 @@ def test_generator_argmax_and_average_lengths_follow_fertility():
     # oracle fertilities
     hyps = NATFertilityGenerator(d, oracle_length=True).generate([model], sample)
     assert [len(h[0]["tokens"]) - 1 for h in hyps] == [4, 6]
+
+
+def test_generator_tokens_are_the_decoders_argmax():
+    """The hypothesis is the argmax of model.decode on the unmasked positions (+ </s>), for the argmax
+    fertilities (Eq. 8.5) and for the oracle ones; positional scores are the argmax log-probabilities."""
+    model = build_model("nat_fertility_tiny")
+    d = make_dictionary(60)
+    sample = _sample()
+    src, lengths, oracle, _ = _batch()
+    with torch.no_grad():
+        enc = model.encoder(src, src_lengths=lengths)
+        src_mask = model.source_mask(src)
+        cap = model.decoder.max_target_positions
+        argmax_f = predict_fertility(model.fertility_logits(enc), src_mask, "argmax", max_length=cap)
+    for gen, f in ((NATFertilityGenerator(d), argmax_f), (NATFertilityGenerator(d, oracle_length=True), oracle)):
+        hyps = gen.generate([model], sample)
+        with torch.no_grad():
+            logits, mask = model.decode(enc, src, fertility=f)
+        lprobs = torch.log_softmax(logits.float(), -1)
+        for b in range(2):
+            h = hyps[b][0]
+            m = mask[b]
+            assert int(m.sum()) == int(f[b].sum())
+            assert h["tokens"].tolist() == logits[b][m].argmax(-1).tolist() + [EOS]
+            assert torch.allclose(h["positional_scores"][:-1], lprobs[b][m].max(-1).values, atol=1e-6)
+            assert h["fertility"].tolist() == f[b][src_mask[b]].tolist()
 
 
 def _spy_on_rescoring(gen):

@@ -1,5 +1,6 @@
 """Nguyen ch. 6 "Transformers without Tears": ScaleNorm/RMSNorm/FixNorm, the ``transformer_twt`` model,
 its archs and init schemes, and the INVSQRTDECAY / VALDECAY / NOWARMUP LR schedulers."""
+import contextlib
 import math
 import re
 import sys
@@ -109,10 +110,24 @@ def test_rmsnorm_with_unit_gains_equals_scalenorm_with_sqrt_d():
 
 
 def test_norms_compute_in_float32_under_bf16():
-    x = torch.randn(3, 32).to(torch.bfloat16)
-    for n in (ScaleNorm(32), RMSNorm(32)):
-        y = n(x)
-        assert y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
+    """A bf16 input is normalised in float32 and rounded to bf16 once, at the end: the output is the
+    float32 reference rounded to bf16 (within one bf16 rounding, 2^-8 relative, of the float32 result),
+    also under CPU bf16 autocast. Computing ‖x‖ (or g/‖x‖) in bf16 adds a second rounding and fails."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(64, 512, generator=g) * torch.logspace(-2, 2, 64)[:, None]).to(torch.bfloat16)
+    rms = RMSNorm(512)
+    with torch.no_grad():
+        rms.weight.copy_(torch.rand(512, generator=g) + 0.5)
+    for n in (ScaleNorm(512), ScaleNorm(512, learnable=False), rms):
+        ref = n(x.float())  # the float32 computation on the same (bf16-representable) input
+        assert ref.dtype == torch.float32
+        for ctx in (contextlib.nullcontext(), torch.autocast("cpu", dtype=torch.bfloat16)):
+            with ctx:
+                y = n(x)
+            assert y.dtype == torch.bfloat16
+            assert torch.equal(y, ref.to(torch.bfloat16)), n
+            rel = ((y.float() - ref).abs() / ref.abs().clamp(min=1e-30)).max().item()
+            assert rel <= 2.0 ** -8, (n, rel)
 
 
 def test_fixnorm_rows_and_embedding():
