@@ -24,6 +24,8 @@ setup(
         "matplotlib==3.11.2",
         "eflomal==2.0.0",  # word alignments for NAT fertility supervision (Gu ch. 8)
         "uroman==1.3.1.1",  # transliteration of any script (Nguyen ch. 3)
+        "entmax==1.3",  # sparsemax of the hierarchical selective attention (Maruf ch. 4)
+        "nltk==3.9.1",  # METEOR (exact + stem matching, no WordNet download) for Maruf ch. 3-4
     ],
     extras_require={"dev": ["pytest==9.2.0"]},
     entry_points={
@@ -42,6 +44,8 @@ setup(
             "fairseq-ext-tiny=fairseq_ext.tools.tiny:cli_main",
             "fairseq-ext-synthetic-rules=fairseq_ext.tools.synthetic_rules:cli_main",
             "fairseq-ext-dialogue-patterns=fairseq_ext.tools.dialogue_patterns:cli_main",
+            "fairseq-ext-contrastive=fairseq_ext.tools.contrastive:cli_main",
+            "fairseq-ext-doc-consistency=fairseq_ext.tools.doc_consistency:cli_main",
             # fairseq's own CLIs with the plugin loaded
             "fairseq-ext-train=fairseq_ext.cli:train_main",
             "fairseq-ext-generate=fairseq_ext.cli:generate_main",

@@ -43,6 +43,15 @@ NAT_FAMILY = ["nat_fertility", "nat_fertility_bench", "nat_fertility_iwslt16", "
               "nat_fertility_tiny"]
 RNN_FAMILY = sorted(["rnnsearch", "rnnsearch_tiny", "rnnsearch_bench"] + list(RNNSEARCH_PRESETS))
 COPYNET_FAMILY = ["copynet", "copynet_bench", "copynet_lcsts", "copynet_syn", "copynet_tiny"]
+# Maruf ch. 3 (memory networks on rnnsearch) and ch. 4 (selective attention on the transformer): document models
+DOCMEM_FAMILY = ["ctx_jean2017_rnn", "ctx_jean2017_rnn_bench", "ctx_prevtgt_rnn", "ctx_prevtgt_rnn_bench", "docmem",
+                 "docmem_m2c", "docmem_m2c_both", "docmem_m2c_both_bench", "docmem_m2c_src", "docmem_m2c_src_bench",
+                 "docmem_m2c_tgt", "docmem_m2c_tgt_bench", "docmem_m2o", "docmem_m2o_both", "docmem_m2o_both_bench",
+                 "docmem_m2o_src", "docmem_m2o_src_bench", "docmem_m2o_tgt", "docmem_m2o_tgt_bench", "docmem_tiny"]
+SELATTN_FAMILY = ["selattn_transformer", "zhang2018_doc_transformer", "zhang2018_doc_transformer_bench"] + [
+    f"selattn_{side}_{attn}{size}" for side in ("enc", "dec")
+    for attn in ("hier_sparsesoft", "hier_sparsesparse", "sent", "word") for size in ("", "_bench")]
+MARUF_SENTENCE = ["transformer_maruf_base", "transformer_maruf_base_bench"]
 # Architectures renamed when the shapes were unified (fairseq_ext.modules.arch_utils): the earlier
 # name is still registered, with the same defaults, so that users' checkpoints load.
 LEGACY_NAMES = {"transformer_twt_small": "transformer_twt_bench", "transformer_lex_small": "transformer_lex_bench",
@@ -55,12 +64,43 @@ NARROW = dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=
 
 
 def test_every_registered_architecture_is_listed():
-    assert sorted(TRANSFORMER_FAMILY + LSTM_FAMILY + NAT_FAMILY + RNN_FAMILY + COPYNET_FAMILY) == \
-        registrations()["architectures"]
+    assert sorted(TRANSFORMER_FAMILY + LSTM_FAMILY + NAT_FAMILY + RNN_FAMILY + COPYNET_FAMILY + DOCMEM_FAMILY
+                  + SELATTN_FAMILY + MARUF_SENTENCE) == registrations()["architectures"]
 
 
 def _lexicon(arch, tmp_path):
     return {"arthur_lexicon": toy_arthur_lexicon(tmp_path / "lex.pt")} if arch in ARTHUR else {}
+
+
+def toy_document_input(src, prev):
+    """The document keys of :mod:`fairseq_ext.data.documents` for a toy batch that is one document: each
+    sentence's context is the other batch rows, plus the target side of every row (gold-style)."""
+    B = src.size(0)
+    index = torch.tensor([[j for j in range(B) if j != i] for i in range(B)])
+    tgt = torch.cat([prev[:, 1:], prev[:, :1]], 1)  # target format: the words, then EOS
+    return dict(ctx_src_tokens=src.new_full((0, 1), 1), ctx_src_lengths=src.new_zeros(0), ctx_index=index,
+                ctx_distance=index - torch.arange(B)[:, None], ctx_tgt_tokens=tgt, ctx_tgt_lengths=tgt.ne(1).sum(1))
+
+
+@pytest.mark.parametrize("arch", MARUF_SENTENCE + SELATTN_FAMILY)
+def test_document_transformer_preset_builds_and_runs_with_context(arch):
+    model = build_model(arch, vocab=60, **NARROW, encoder_layers=2, decoder_layers=2)
+    src, lengths, prev = toy_batch()
+    doc = toy_document_input(src, prev) if getattr(model, "uses_document_context", False) else {}
+    with torch.no_grad():
+        logits = model(src, lengths, prev, **doc)[0]
+    assert logits.shape == (3, 6, 60) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("arch", DOCMEM_FAMILY)
+def test_docmem_preset_builds_and_runs_with_context(arch):
+    model = build_model(arch, vocab=60, encoder_embed_dim=16, decoder_embed_dim=16, encoder_hidden_size=16,
+                        decoder_hidden_size=16, decoder_out_embed_dim=16, attention_dim=16)
+    assert model.uses_document_context
+    src, lengths, prev = toy_batch()
+    with torch.no_grad():
+        logits = model(src, lengths, prev, **toy_document_input(src, prev))[0]
+    assert logits.shape == (3, 6, 60) and torch.isfinite(logits).all()
 
 
 @pytest.mark.parametrize("arch", TRANSFORMER_FAMILY)

@@ -38,6 +38,7 @@ from fairseq_ext.generators.decoding import (
     NoisyParallelGenerator,
     ShrinkingBeamGenerator,
 )
+from fairseq_ext.data.samples import subset_sample
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
 
 logger = logging.getLogger(__name__)
@@ -56,15 +57,6 @@ class TranslationDecodingConfig(TranslationExtConfig):
         default=0.5, metadata={"help": "npd: noise std at step 1; step t gets N(0, sigma0^2/t^2) (0: greedy)"})
     npd_rescore_batch: int = field(
         default=64, metadata={"help": "npd: candidates per noise-free rescoring pass (0: all at once)"})
-
-
-def subset_sample(sample, index: torch.Tensor, batch_size: int):
-    """The rows ``index`` of every tensor of ``sample`` whose first dimension is the batch."""
-    if isinstance(sample, dict):
-        return {k: subset_sample(v, index, batch_size) for k, v in sample.items()}
-    if torch.is_tensor(sample) and sample.dim() > 0 and sample.size(0) == batch_size:
-        return sample.index_select(0, index.to(sample.device))
-    return sample
 
 
 @register_task("translation_decoding", dataclass=TranslationDecodingConfig)
@@ -124,6 +116,11 @@ class TranslationDecodingTask(TranslationExtTask):
             tokens.append(ids)
         return tokens, [t.numel() for t in tokens]
 
+    def subset_for_inference(self, sample, keep: torch.Tensor):
+        """The batch rows ``keep`` of ``sample`` (the non-empty sources; a hook for tasks whose samples
+        hold more than per-row tensors)."""
+        return subset_sample(sample, keep, sample["net_input"]["src_lengths"].size(0))
+
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """fairseq's, except that empty sources (⟨eos⟩ only) get an empty translation without a model run."""
         src_lengths = sample["net_input"]["src_lengths"]
@@ -137,7 +134,7 @@ class TranslationDecodingTask(TranslationExtTask):
         keep = (~empty).nonzero().squeeze(1)
         results: List[List[Dict]] = [None] * B
         if keep.numel() > 0:
-            sub = subset_sample(sample, keep, B)
+            sub = self.subset_for_inference(sample, keep)
             hyps = super().inference_step(
                 generator, models, sub,
                 prefix_tokens=None if prefix_tokens is None else prefix_tokens.index_select(0, keep),

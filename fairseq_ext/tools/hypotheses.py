@@ -87,11 +87,11 @@ def read_ids(ids: Union[PathLike, Sequence[str], None]) -> Optional[list[str]]:
             dups.append(x)
         seen.add(x)
     if dups:
-        raise ToolError(f"{source}: duplicated ids {_fmt_ids(dups)}")
+        raise ToolError(f"{source}: duplicated ids {format_ids(dups)}")
     return id_list
 
 
-def _fmt_ids(ids: Sequence[Key]) -> str:
+def format_ids(ids: Sequence[Key]) -> str:
     shown = ", ".join(str(x) for x in ids[:_N_SHOWN])
     if len(ids) > _N_SHOWN:
         shown += f", ... ({len(ids)} in all)"
@@ -155,7 +155,7 @@ def parse_generate_output(
                     e.score = _to_float(score_str)
     if dup_src:
         raise ToolError(
-            f"{name}: sentence ids printed more than once: {_fmt_ids(sorted(dup_src))} "
+            f"{name}: sentence ids printed more than once: {format_ids(sorted(dup_src))} "
             "(were several fairseq-generate outputs concatenated?)"
         )
     has_src = any(e.source is not None or e.target is not None for e in entries.values())
@@ -164,10 +164,10 @@ def parse_generate_output(
         if len(counts) > 1:
             lo = min(counts)
             dups = sorted(i for i, e in entries.items() if max(e.n_hypos, n_detok.get(i, 0)) > lo)
-            raise ToolError(f"{name}: hypotheses printed more than once for ids {_fmt_ids(dups)}")
+            raise ToolError(f"{name}: hypotheses printed more than once for ids {format_ids(dups)}")
     missing_hyp = sorted(i for i, e in entries.items() if e.hypothesis() is None)
     if missing_hyp:
-        raise ToolError(f"{name}: no H-/D- line for sentence ids {_fmt_ids(missing_hyp)}")
+        raise ToolError(f"{name}: no H-/D- line for sentence ids {format_ids(missing_hyp)}")
     return dict(sorted(entries.items()))
 
 
@@ -247,7 +247,7 @@ def load_hypotheses(
     out_of_range = [i for i in hyps if i >= len(id_list)]
     if out_of_range:
         raise ToolError(
-            f"{path}: sentence numbers {_fmt_ids(out_of_range)} are beyond the "
+            f"{path}: sentence numbers {format_ids(out_of_range)} are beyond the "
             f"{len(id_list)} lines of the ids file"
         )
     return {id_list[i]: h for i, h in hyps.items()}
@@ -277,9 +277,9 @@ def align_to_references(
     if missing or extra_set:
         parts = [f"{source}: {len(hyps)} hypotheses for {n_refs} reference sentences"]
         if missing:
-            parts.append(f"no hypothesis for ids {_fmt_ids(missing)}")
+            parts.append(f"no hypothesis for ids {format_ids(missing)}")
         if extra_set:
             extra = sorted(extra_set, key=lambda k: (str(type(k)), k))
-            parts.append(f"ids not in the reference: {_fmt_ids(extra)}")
+            parts.append(f"ids not in the reference: {format_ids(extra)}")
         raise ToolError("; ".join(parts))
     return [hyps[k] for k in expected]

@@ -26,6 +26,16 @@ CLI
         --system gen_a.out [--system gen_b.out] --ref test.en [--n-bootstrap 1000] [--seed 12345]
     python -m fairseq_ext.tools.score oov --hyp gen.out [--hyp gen2.out] --ref test.en \\
         --dict bin/dict.en.txt [--src test.kjv]
+    python -m fairseq_ext.tools.score meteor --hyp gen.out --ref test.en [--ref test.kjv] \\
+        [--tokenised] [--remove-bpe sentencepiece] [--json out.json]
+
+``meteor`` is METEOR (Lavie & Agarwal 2007) from nltk's ``nltk.translate.meteor_score`` with exact and
+Porter-stem matching only (a WordNet stub without synonyms is passed, so nothing is downloaded; no
+paraphrase table): labelled ``METEOR (exact+stem, nltk; not comparable to METEOR 1.5)`` (spec 003
+§10.18). nltk's defaults alpha=0.9, beta=3, gamma=0.5, lowercased; with several references a sentence
+gets its best score; the corpus score is the **mean of the sentence scores** (nltk has no corpus-level
+METEOR with pooled statistics as METEOR 1.5 has). Text is split with sacreBLEU's 13a tokenizer, or on
+whitespace with ``--tokenised``.
 
 (installed: ``fairseq-ext-score ...``; ``score`` is the default subcommand).  Bad input prints one
 ``error: ...`` line, exit status 2 (:mod:`fairseq_ext.tools.common`).
@@ -69,6 +79,10 @@ __all__ = [
     "compare_files",
     "oov_recall",
     "oov_files",
+    "meteor_corpus",
+    "meteor_files",
+    "meteor_sentence",
+    "METEOR_LABEL",
     "format_score",
     "format_buckets",
     "format_comparison",
@@ -639,6 +653,85 @@ def format_oov(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------- METEOR
+METEOR_LABEL = "METEOR (exact+stem, nltk; not comparable to METEOR 1.5)"
+
+
+class _NoSynonyms:
+    """A WordNet stand-in without synonyms: nltk's METEOR then matches exact and Porter-stem only and
+    never loads (or downloads) WordNet."""
+
+    def synsets(self, *args: Any, **kwargs: Any) -> list:
+        return []
+
+
+def _meteor_tokens(text: str, tokenised: bool) -> list[str]:
+    if tokenised:
+        return text.split()
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    return Tokenizer13a()(text).split()
+
+
+def meteor_sentence(hyp: str, refs: Sequence[str], tokenised: bool = False) -> float:
+    """nltk METEOR (exact + stem) of one hypothesis against its references (the best one counts)."""
+    from nltk.stem.porter import PorterStemmer
+    from nltk.translate.meteor_score import meteor_score
+
+    return float(meteor_score([_meteor_tokens(r, tokenised) for r in refs], _meteor_tokens(hyp, tokenised),
+                              stemmer=PorterStemmer(), wordnet=_NoSynonyms()))
+
+
+def meteor_corpus(hyps: Sequence[str], refs: Refs, tokenised: bool = False) -> dict[str, Any]:
+    """Mean sentence METEOR (exact + stem, nltk) over the corpus, x100, with its label and settings."""
+    try:
+        import nltk
+        from nltk.stem.porter import PorterStemmer
+        from nltk.translate.meteor_score import meteor_score
+    except ImportError:
+        raise ToolError("METEOR needs nltk: pip install nltk==3.9.1") from None
+    hyps = list(hyps)
+    streams = _ref_streams(refs, len(hyps))
+    stemmer, wn = PorterStemmer(), _NoSynonyms()
+    scores = []
+    for i, h in enumerate(hyps):
+        rs = [_meteor_tokens(s[i], tokenised) for s in streams]
+        scores.append(float(meteor_score(rs, _meteor_tokens(h, tokenised), stemmer=stemmer, wordnet=wn)))
+    mean = 100.0 * sum(scores) / len(scores)
+    return {
+        "meteor": mean,
+        "meteor_label": METEOR_LABEL,
+        "meteor_str": f"{METEOR_LABEL} = {mean:.2f}",
+        "sentence_scores": scores,
+        "corpus": "mean of sentence scores",
+        "matching": "exact + Porter stem (no WordNet synonyms, no paraphrases)",
+        "params": {"alpha": 0.9, "beta": 3.0, "gamma": 0.5, "lowercase": True},
+        "tokenizer": "whitespace" if tokenised else "13a",
+        "nltk_version": nltk.__version__,
+        "n_sentences": len(hyps),
+        "n_refs": len(streams),
+    }
+
+
+def meteor_files(
+    hyp: Union[str, os.PathLike],
+    refs: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+    *,
+    ids: Optional[Union[str, os.PathLike]] = None,
+    tokenised: bool = False,
+    remove_bpe: Optional[str] = None,
+    field: str = "auto",
+    fmt: str = "auto",
+) -> dict[str, Any]:
+    """:func:`meteor_corpus` from files (hypotheses aligned by sentence id as for ``score``)."""
+    ref_paths = [refs] if isinstance(refs, (str, os.PathLike)) else list(refs)
+    streams = load_references(ref_paths)
+    hyps = _aligned_hyps(hyp, len(streams[0]), ids, tokenised, remove_bpe, field, fmt)
+    res = meteor_corpus(hyps, streams, tokenised)
+    res.update(hyp_file=str(hyp), ref_files=[str(p) for p in ref_paths], remove_bpe=remove_bpe)
+    return res
+
+
 # ------------------------------------------------------------------------------------- CLI
 def _common(p: ArgumentParser) -> None:
     p.add_argument("--ref", action="append", required=True, metavar="FILE",
@@ -693,13 +786,25 @@ def build_parser() -> ArgumentParser:
     o.add_argument("--ids", metavar="FILE", help="as for score")
     o.add_argument("--field", choices=("D", "H"), default="D")
     o.add_argument("--json", metavar="FILE", help="also write all numbers as JSON")
+    m = sub.add_parser("meteor", help="METEOR, exact + stem matching only (nltk; not METEOR 1.5)")
+    m.add_argument("--hyp", required=True, metavar="FILE",
+                   help="fairseq-generate output or hypotheses, one a line")
+    m.add_argument("--ref", action="append", required=True, metavar="FILE",
+                   help="reference file; repeat for several references (best per sentence)")
+    m.add_argument("--ids", metavar="FILE", help="as for score")
+    m.add_argument("--tokenised", "--tokenized", action="store_true",
+                   help="split on whitespace (reads H- lines) instead of sacreBLEU's 13a tokenizer")
+    m.add_argument("--remove-bpe", choices=REMOVE_BPE_CHOICES, default=None)
+    m.add_argument("--field", choices=("auto", "D", "H"), default="auto")
+    m.add_argument("--format", dest="fmt", choices=("auto", "fairseq", "text"), default="auto")
+    m.add_argument("--json", metavar="FILE", help="also write the score (and sentence scores) as JSON")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``fairseq-ext-score [score|compare|oov] ...``; bad input raises :class:`ToolError`."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("score", "compare", "oov", "-h", "--help"):
+    if argv and argv[0] not in ("score", "compare", "oov", "meteor", "-h", "--help"):
         argv.insert(0, "score")  # `fairseq-ext-score --hyp ... --ref ...` means `score`
     args = build_parser().parse_args(argv)
     if args.command == "score":
@@ -718,6 +823,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     elif args.command == "oov":
         res = oov_files(args.hyp, args.ref, args.dict, src=args.src, ids=args.ids, field=args.field)
         print(format_oov(res))
+    elif args.command == "meteor":
+        res = meteor_files(args.hyp, args.ref, ids=args.ids, tokenised=args.tokenised,
+                           remove_bpe=args.remove_bpe, field=args.field, fmt=args.fmt)
+        print(res["meteor_str"] + f" (mean of {res['n_sentences']} sentence scores, {res['n_refs']} "
+              f"reference(s), tokenizer {res['tokenizer']})")
     else:
         res = compare_files(
             args.baseline, args.system, args.ref, ids=args.ids, tokenised=args.tokenised,

@@ -186,7 +186,8 @@ if [[ " $PARTS " == *" bible "* ]]; then
   bible_system copynet_bench & p2=$!
   wait $p1 && wait $p2
   $PY -m fairseq_ext.tools.score compare --baseline $B/rnnsearch_bench/generate-test.txt \
-    --system $B/copynet_bench/generate-test.txt --ref $SEG/test.en --json $B/compare.json | tee $B/results.md
+    --system $B/copynet_bench/generate-test.txt --ref data/bible_es_en/raw/test.en --remove-bpe sentencepiece \
+    --json $B/compare.json | tee $B/results.md
   # accuracy on the reference's OOV words (outside the 10k dictionary), and on those the source also has
   $PY -m fairseq_ext.tools.score oov --hyp $B/rnnsearch_bench/generate-test.txt --hyp $B/copynet_bench/generate-test.txt \
     --ref $SEG/test.en --src $SEG/test.kjv --dict $BIN_DIR/dict.en.txt --json $B/oov.json | tee -a $B/results.md

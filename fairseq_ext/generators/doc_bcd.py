@@ -1,0 +1,245 @@
+"""``doc_bcd``: block-coordinate-descent document decoding of Maruf (2019) §3.3 (Maruf & Haffari, ACL 2018,
+"Document Context Neural Machine Translation with Memory Networks"): argmax over y^1..y^|d| of
+Π_j P(y^j | x^j, Y^{−j}, X^{−j}) (Eq. 3.2's factors), approximated by
+
+1. pass 0: every sentence translated greedily without target context, y^j(0) = greedy P(y^j | x^j) (the
+   "base model"): ``init="base_model"`` uses a second model (``--path DOC.pt:SENT.pt`` gives the
+   generator [doc model, sentence model]), ``init="zero_context"`` the document model with every memory
+   reading zero (:meth:`DocMemModel.memory_disabled`, its stage-1 sentence path), ``"auto"`` the first
+   when two models are given;
+2. K = ``iterations`` passes that re-translate every sentence of the batch greedily with the document
+   model, the other translations fixed, the target context (``ctx_tgt_tokens`` of the batch contract)
+   built from the current translations: ``update="jacobi"`` (default; every sentence of pass t sees pass
+   t−1's translations — the thesis's reported "two-pass decoding" for K = 1, footnote 9) or
+   ``"gauss_seidel"`` (in place: sentences are visited in document order — ``doc_index``, ``doc_pos`` of the
+   sample, else batch order as one document — and each sees the translations already updated in this
+   pass for the sentences before it, pass t−1's for those after; the k-th sentences of all documents of
+   the batch are decoded together, which is the same thing since documents do not see each other).
+
+The batch is the document(s) (``doc_translation`` never cuts a document at inference). Context rows outside
+the batch ("extra" rows of the N-set) keep the target side the task gave (``--doc-target-context``); when
+the task gave none they are translated in pass 0 and kept. K = 0 returns pass 0: exactly the greedy output
+of the sentence model. A document model that does not read target context (source memory only,
+``jean2017``) is decoded once, whatever K ≥ 1.
+
+Each pass is :class:`~fairseq_ext.generators.decoding.GreedyGenerator` (fairseq's length limits and bans,
+its hypothesis format) fed the whole ``net_input``; the hypotheses are the last pass's.
+
+What the document model must offer (``docmem`` does; a Ch. 4 decoder-context model can too): an encoder
+that takes the context keys of ``net_input`` (as fairseq's own generators call it), ``uses_document_context``
+(the task's opt-in), optionally ``uses_target_context`` (False: decoded once) and ``memory_disabled()`` (a
+context manager running it as its sentence model, for ``init="zero_context"``). The sentence model of
+``init="base_model"`` gets ``src_tokens``/``src_lengths`` only, unless it opts in too.
+
+The task builds it (``--doc-iterations K`` > 0; ``--bcd-update``, ``--bcd-init``) as
+``DocBCDGenerator(models, tgt_dict, iterations=K, update=..., init=..., max_len_a=..., max_len_b=...,
+max_len=..., min_len=..., lenpen=..., normalize_scores=...)``.
+"""
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from fairseq.data import data_utils
+from torch import Tensor
+
+from fairseq_ext.generators.decoding import GreedyGenerator
+
+BCD_UPDATES = ("jacobi", "gauss_seidel")
+BCD_INITS = ("auto", "base_model", "zero_context")
+
+
+class ContextGreedyGenerator(GreedyGenerator):
+    """Greedy decoding (Eq. 2.10) whose encoder sees the whole ``net_input`` (the document context keys),
+    as fairseq's own generators do."""
+
+    def encode(self, sample: Dict):
+        self.model.eval()
+        net_input = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
+        return self.model.encoder(**net_input)
+
+    @torch.no_grad()
+    def decode(self, sample: Dict) -> List[Dict]:
+        """[{tokens, positional_scores}] per batch row."""
+        src_tokens = sample["net_input"]["src_tokens"]
+        return self.greedy(self.encode(sample), src_tokens.size(0), self.decode_limit(src_tokens))
+
+
+def strip_pad(tokens: Tensor, pad: int) -> List[Tensor]:
+    return [row[row.ne(pad)] for row in tokens]
+
+
+class DocBCDGenerator:
+    """Block-coordinate-descent document decoding (module doc).
+
+    ``uses_document_context``: the ``doc_translation`` task hands it the context keys; it passes them on to
+    the document model, and to the sentence model only if that model opts in too.
+
+    ``DocBCDGenerator(models, tgt_dict, iterations=1, update="jacobi", init="auto", max_len_a=0, max_len_b=200,
+    max_len=0, min_len=1, lenpen=1, normalize_scores=True)``; ``generate(models, sample)`` → per batch sentence
+    a one-element list of fairseq hypothesis dicts."""
+
+    uses_document_context = True
+
+    def __init__(self, models, tgt_dict, iterations: int = 1, update: str = "jacobi", init: str = "auto",
+                 **greedy_kwargs):
+        if iterations < 0:
+            raise ValueError(f"--doc-iterations must be >= 0, got {iterations}")
+        if update not in BCD_UPDATES:
+            raise ValueError(f"unknown --bcd-update {update!r}; expected one of {BCD_UPDATES}")
+        if init not in BCD_INITS:
+            raise ValueError(f"unknown --bcd-init {init!r}; expected one of {BCD_INITS}")
+        if not 1 <= len(models) <= 2:
+            raise ValueError(f"doc_bcd takes the document model and optionally the sentence model "
+                             f"(--path DOC.pt:SENT.pt), got {len(models)} models")
+        if init == "auto":
+            init = "base_model" if len(models) == 2 else "zero_context"
+        if init == "base_model" and len(models) < 2:
+            raise ValueError("--bcd-init base_model needs the sentence model as the second --path entry")
+        self.models = list(models)
+        self.model = models[0]
+        self.tgt_dict = tgt_dict
+        self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
+        self.iterations, self.update, self.init = iterations, update, init
+        self.doc_greedy = ContextGreedyGenerator([models[0]], tgt_dict, **greedy_kwargs)
+        self.init_greedy = (ContextGreedyGenerator([models[1]], tgt_dict, **greedy_kwargs)
+                            if init == "base_model" else self.doc_greedy)
+        if init == "zero_context" and not hasattr(self.model, "memory_disabled"):
+            raise ValueError(f"--bcd-init zero_context needs a document model with memory_disabled() "
+                             f"(docmem); {type(self.model).__name__} has none: give the sentence model too")
+        self.symbols_to_strip_from_output = {self.eos}
+
+    def cuda(self):
+        for m in self.models:
+            m.cuda()
+        return self
+
+    # ------------------------------------------------------------------ one greedy pass
+    def decode(self, stage: str, sample: Dict) -> List[Dict]:
+        """Greedy translations of the batch rows of ``sample``: ``stage`` "init" (pass 0) or "doc"."""
+        if stage == "init" and self.init == "zero_context":
+            with self.model.memory_disabled():
+                return self.doc_greedy.decode(sample)
+        if stage == "init":
+            if not getattr(self.init_greedy.model, "uses_document_context", False):
+                net_input = sample["net_input"]
+                sample = dict(sample, net_input={k: net_input[k] for k in ("src_tokens", "src_lengths")})
+            return self.init_greedy.decode(sample)
+        return self.doc_greedy.decode(sample)
+
+    # ------------------------------------------------------------------ samples
+    def source_pad(self) -> int:
+        return self.model.encoder.dictionary.pad()
+
+    def nset_sources(self, net_input) -> List[Tensor]:
+        pad = self.source_pad()
+        rows = strip_pad(net_input["src_tokens"], pad)
+        extra = net_input.get("ctx_src_tokens")
+        if extra is not None and extra.size(0) > 0:
+            rows += strip_pad(extra, pad)
+        return rows
+
+    def with_targets(self, sample: Dict, translations: Sequence[Tensor]) -> Dict:
+        """``sample`` with ``ctx_tgt_tokens`` / ``ctx_tgt_lengths`` = ``translations`` (one per N-set row)."""
+        net_input = dict(sample["net_input"])
+        net_input["ctx_tgt_tokens"] = data_utils.collate_tokens(list(translations), self.pad, self.eos)
+        net_input["ctx_tgt_lengths"] = torch.tensor([t.numel() for t in translations],
+                                                    device=net_input["src_tokens"].device)
+        return dict(sample, net_input=net_input)
+
+    def rows_as_batch(self, sample: Dict, rows: List[int], translations: Optional[Sequence[Tensor]]) -> Dict:
+        """A sample whose batch is the N-set rows ``rows`` (in that order) and whose extra rows are all the
+        other rows of the N-set, the context indices renumbered (rows ≥ B, extra rows of the original
+        sample, get an empty context)."""
+        net_input = sample["net_input"]
+        src = net_input["src_tokens"]
+        B, device, pad = src.size(0), src.device, self.source_pad()
+        left = not bool(src[:, -1].eq(pad).any())
+        sources = self.nset_sources(net_input)
+        N = len(sources)
+        chosen = set(rows)
+        order = list(rows) + [r for r in range(N) if r not in chosen]
+        new_of_old = torch.empty(N, dtype=torch.long, device=device)
+        new_of_old[torch.tensor(order, device=device)] = torch.arange(N, device=device)
+        old_index = net_input.get("ctx_index")
+        K = old_index.size(1) if old_index is not None else 0
+        index = torch.full((len(rows), K), -1, dtype=torch.long, device=device)
+        distance = torch.zeros((len(rows), K), dtype=torch.long, device=device)
+        inside = [i for i, r in enumerate(rows) if r < B]
+        if inside and K > 0:
+            sel = torch.tensor([rows[i] for i in inside], device=device)
+            old = old_index.index_select(0, sel)
+            pos = torch.tensor(inside, device=device)
+            index[pos] = torch.where(old.ge(0), new_of_old[old.clamp(min=0)], old)
+            distance[pos] = net_input["ctx_distance"].index_select(0, sel)
+        extra = [sources[r] for r in order[len(rows):]]
+        new_input = {
+            "src_tokens": data_utils.collate_tokens([sources[r] for r in rows], pad, left_pad=left),
+            "src_lengths": torch.tensor([sources[r].numel() for r in rows], device=device),
+            "ctx_src_tokens": (data_utils.collate_tokens(extra, pad, left_pad=left) if extra
+                               else src.new_full((0, 1), pad)),
+            "ctx_src_lengths": torch.tensor([t.numel() for t in extra], dtype=torch.long, device=device),
+            "ctx_index": index,
+            "ctx_distance": distance,
+        }
+        if translations is not None:
+            new_input["ctx_tgt_tokens"] = data_utils.collate_tokens([translations[r] for r in order], self.pad,
+                                                                    self.eos)
+            new_input["ctx_tgt_lengths"] = torch.tensor([translations[r].numel() for r in order], device=device)
+        return {"id": None, "net_input": new_input}
+
+    def document_waves(self, sample: Dict) -> List[List[int]]:
+        """Batch rows grouped by their rank in their document (document order): wave k = the k-th sentence
+        of every document of the batch."""
+        B = sample["net_input"]["src_tokens"].size(0)
+        doc = sample.get("doc_index")
+        pos = sample.get("doc_pos")
+        docs = doc.tolist() if doc is not None else [0] * B
+        positions = pos.tolist() if pos is not None else list(range(B))
+        waves: List[List[int]] = []
+        seen: Dict[int, int] = {}
+        for b in sorted(range(B), key=lambda r: (docs[r], positions[r], r)):
+            k = seen.get(docs[b], 0)
+            seen[docs[b]] = k + 1
+            if k == len(waves):
+                waves.append([])
+            waves[k].append(b)
+        return [sorted(w) for w in waves]
+
+    # ------------------------------------------------------------------ BCD
+    @torch.no_grad()
+    def generate(self, models, sample: Dict, prefix_tokens=None, constraints=None, **kwargs) -> List[List[Dict]]:
+        if prefix_tokens is not None or constraints is not None:
+            raise NotImplementedError("doc_bcd does not support --prefix-size or --constraints")
+        net_input = sample["net_input"]
+        B = net_input["src_tokens"].size(0)
+        if self.iterations > 0 and not getattr(self.model, "uses_target_context", True):
+            hyps = self.decode("doc", sample)  # no target context: nothing to iterate
+            return [[self.doc_greedy.hypothesis(h["tokens"], h["positional_scores"])] for h in hyps]
+        hyps = self.decode("init", sample)
+        if self.iterations == 0:
+            return [[self.doc_greedy.hypothesis(h["tokens"], h["positional_scores"])] for h in hyps]
+        current = [h["tokens"] for h in hyps] + self.extra_translations(sample)
+        for _ in range(self.iterations):
+            if self.update == "jacobi":
+                hyps = self.decode("doc", self.with_targets(sample, current))
+                current = [h["tokens"] for h in hyps] + current[B:]
+            else:
+                for wave in self.document_waves(sample):
+                    out = self.decode("doc", self.rows_as_batch(sample, wave, current))
+                    for b, h in zip(wave, out):
+                        hyps[b] = h
+                        current[b] = h["tokens"]
+        return [[self.doc_greedy.hypothesis(h["tokens"], h["positional_scores"])] for h in hyps]
+
+    def extra_translations(self, sample: Dict) -> List[Tensor]:
+        """Target sides of the extra N-set rows: the task's, else their pass-0 translations."""
+        net_input = sample["net_input"]
+        B = net_input["src_tokens"].size(0)
+        extra = net_input.get("ctx_src_tokens")
+        E = extra.size(0) if extra is not None else 0
+        if E == 0:
+            return []
+        given = net_input.get("ctx_tgt_tokens")
+        if given is not None:
+            return strip_pad(given[B: B + E], self.pad)
+        hyps = self.decode("init", self.rows_as_batch(sample, list(range(B, B + E)), None))
+        return [h["tokens"] for h in hyps]

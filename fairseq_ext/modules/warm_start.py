@@ -1,0 +1,107 @@
+"""Warm start of a document model from a sentence-level checkpoint (the two-stage training of Maruf
+2019, §3.5 and §4.4.1: "we pre-train the sentence-level NMT model followed by optimising the parameters
+of the whole model"; the same sentence checkpoint warm-starts every context-aware model, footnote 14).
+
+A document model lists the parameter-name prefixes that only it has (``DOC_PARAM_PREFIXES``: its
+context layers, gates, frozen copies...). :class:`SentenceWarmStartMixin` overrides fairseq's
+``load_state_dict``:
+
+* the incoming state has **none** of those keys → it is a sentence checkpoint: every tensor it has is
+  copied (names and shapes must match the model's), the document-only tensors keep their
+  initialisation (except a document module's alias of a sentence tensor, e.g. a context encoder
+  sharing the embeddings, which gets the checkpoint's value), the copy is logged (``warm start from a
+  sentence checkpoint: copied N tensors; initialised: ...``) and ``after_sentence_warm_start()`` runs
+  (e.g. to fill a frozen copy of the sentence encoder);
+* otherwise → fairseq's own (strict) loading.
+
+Any other mismatch (a sentence tensor the checkpoint lacks, a tensor the model does not have, a shape)
+is an error, as in fairseq (ignored with ``strict=False``, as in fairseq). Use:
+``fairseq-train --finetune-from-model SENTENCE.pt --arch DOC_ARCH``.
+
+Reference: S. Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash University, 2019.
+"""
+import logging
+from collections import OrderedDict
+from typing import Dict, List, Tuple
+
+logger = logging.getLogger(__name__)
+
+
+def group_by_prefix(keys: List[str], prefixes: Tuple[str, ...]) -> "OrderedDict[str, int]":
+    """``{prefix: number of keys}`` (keys matching no prefix are grouped under their own name)."""
+    groups: "OrderedDict[str, int]" = OrderedDict()
+    for k in keys:
+        p = next((p for p in prefixes if k.startswith(p)), k)
+        groups[p] = groups.get(p, 0) + 1
+    return groups
+
+
+class SentenceWarmStartMixin:
+    """Put before the fairseq model class: ``class M(SentenceWarmStartMixin, TransformerModel)``.
+
+    Subclasses set ``DOC_PARAM_PREFIXES`` (a tuple of state-dict key prefixes, e.g.
+    ``("encoder.ctx_layer.", "encoder.ctx_gate.")``; an instance may override it as an attribute when
+    the document-only modules depend on the configuration) and may override
+    :meth:`after_sentence_warm_start`."""
+
+    DOC_PARAM_PREFIXES: Tuple[str, ...] = ()
+
+    def doc_param_prefixes(self) -> Tuple[str, ...]:
+        return tuple(self.DOC_PARAM_PREFIXES)
+
+    def is_doc_key(self, key: str) -> bool:
+        prefixes = self.doc_param_prefixes()
+        return bool(prefixes) and key.startswith(prefixes)
+
+    def after_sentence_warm_start(self) -> None:
+        """Called once after the sentence tensors were copied (nothing by default)."""
+
+    def shared_with_checkpoint(self, state_dict) -> Dict[str, str]:
+        """``{key: key of the same tensor in state_dict}`` for the model's keys that are absent from
+        ``state_dict`` but name a parameter or buffer it has under another name (shared modules)."""
+        names: Dict[int, List[str]] = {}
+        for n, t in [*self.named_parameters(remove_duplicate=False),
+                     *self.named_buffers(remove_duplicate=False)]:
+            names.setdefault(id(t), []).append(n)
+        out = {}
+        for group in names.values():
+            source = next((n for n in group if n in state_dict), None)
+            if source is not None:
+                out.update({n: source for n in group if n not in state_dict})
+        return out
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        prefixes = self.doc_param_prefixes()
+        if not prefixes or any(k.startswith(prefixes) for k in state_dict):
+            return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+
+        # A sentence checkpoint. The document-only tensors keep their current values; they are put in
+        # first so that fairseq's upgrade of old checkpoints (which rewrites the *modules* of a prefix
+        # whose "version" key is absent) sees them as current (it is idempotent on current keys).
+        own: Dict = self.state_dict()
+        shared = self.shared_with_checkpoint(state_dict)
+        merged = OrderedDict(state_dict)
+        initialised = []
+        for k in own:
+            if self.is_doc_key(k) and k not in state_dict:
+                if k in shared:  # a document module reusing a sentence tensor (e.g. the embeddings)
+                    merged[k] = state_dict[shared[k]]
+                else:
+                    merged[k] = own[k]
+                    initialised.append(k)
+        self.upgrade_state_dict(merged)
+        unexpected = [k for k in merged if k not in own]
+        missing = [k for k in own if k not in merged]
+        if strict and (unexpected or missing):
+            raise RuntimeError(
+                "warm start from a sentence checkpoint: the checkpoint does not match the sentence "
+                f"part of {type(self).__name__}: missing {missing[:20]}"
+                f"{' ...' if len(missing) > 20 else ''}; unexpected {unexpected[:20]}"
+                f"{' ...' if len(unexpected) > 20 else ''}")
+        result = super().load_state_dict(merged, strict=strict, model_cfg=model_cfg, args=args)
+        init = ", ".join(f"{p}* ({n})" for p, n in group_by_prefix(initialised, prefixes).items())
+        copied = len(merged) - len(initialised)
+        logger.info(f"warm start from a sentence checkpoint: copied {copied} tensors; "
+                    f"initialised: {init or 'nothing'}")
+        self.after_sentence_warm_start()
+        return result

@@ -1,0 +1,360 @@
+"""``doc_translation``: document-level translation (Maruf 2019 ch. 3-4; batch contract:
+:mod:`fairseq_ext.data.documents`).
+
+``translation_decoding`` (so ``--decoding-algorithm``, the greedy/beam generators and the input checks
+keep working) whose datasets are fairseq's ``LanguagePairDataset`` wrapped in
+:class:`~fairseq_ext.data.documents.DocumentPairDataset`, which adds the document keys to every batch
+(see :mod:`fairseq_ext.data.documents` for the exact keys and for which models receive them)::
+
+    --doc-context-mode {offline,online}      offline: every other sentence of the document (default);
+                                             online: the earlier sentences only
+    --doc-context-size N                     the N nearest context sentences (0 = all, default)
+    --doc-max-context 128                    hard cap, also with N = 0 (memory bound of long documents;
+                                             0 = no context sentences)
+    --doc-target-context {none,gold,generated}
+                                             add ctx_tgt_tokens: the reference, or the stage-1 model's
+                                             translations read from --doc-generated-dir DIR/{split}.{tgt}
+                                             (python -m fairseq_ext.tools.doc_context writes it)
+    --doc-ids-dir DIR                        where {split}.ids is when it is not next to the data
+    --doc-batching {document,size}           whole documents per batch (default; shuffled per epoch in
+                                             training, long training documents cut into chunks, never
+                                             cut at inference), or fairseq's length-sorted batches
+    --doc-concat-prev N                      concatenation baseline: prev N sources + <brk> each, then
+                                             the sentence (no context keys; any sentence model)
+    --decoding-algorithm doc_bcd             block-coordinate-descent document decoding (generator
+      [--doc-iterations 1]                   :mod:`fairseq_ext.generators.doc_bcd`): greedy pass 0, then K
+      [--bcd-update {jacobi,gauss_seidel}]   passes re-translating every sentence of the document with
+      [--bcd-init {auto,base_model,zero_context}]  the others' translations as target context
+
+The ids file ``{split}.ids`` (one ``Book.chapter.verse`` a line) is looked up next to the binarized data,
+then in ``--doc-ids-dir``. Per split the task logs the number of documents, the mean and maximum document
+length and how many sentences the cap shortened.
+
+``<brk>`` (``--doc-concat-prev N > 0``) is appended to the source dictionary in ``setup_task``, and to
+the target dictionary too when both dictionaries are equal (a joined dictionary, as
+``--share-all-embeddings`` needs, stays joined); ``--share-all-embeddings`` with different dictionaries
+is one clear error. The flags must be given again to ``fairseq-generate`` (the dictionary sizes follow
+them).
+"""
+import inspect
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+from fairseq import utils
+from fairseq.data import LanguagePairDataset, iterators
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import FairseqTask, register_task
+
+from fairseq_ext.data.binarized import split_prefixes
+from fairseq_ext.data.documents import (
+    BRK,
+    CONTEXT_MODES,
+    DOC_BATCHING,
+    TARGET_CONTEXT,
+    DocumentDataError,
+    DocumentIndex,
+    DocumentPairDataset,
+    PrevConcatDataset,
+    document_batches,
+    find_ids_file,
+    has_context,
+    log_split_stats,
+    read_generated_context,
+    strip_context,
+    subset_doc_sample,
+    uses_document_context,
+)
+from fairseq_ext.data.batching import VirtualEpochs
+from fairseq_ext.generators.decoding import DECODING_ALGORITHMS
+from fairseq_ext.generators.doc_bcd import BCD_INITS, BCD_UPDATES, DocBCDGenerator
+from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
+
+logger = logging.getLogger(__name__)
+
+_BATCH_ITERATOR_SIGNATURE = inspect.signature(FairseqTask.get_batch_iterator)
+
+
+class DocumentBatchIterator(iterators.EpochBatchIterator):
+    """fairseq's iterator over ``make_batches(epoch, training)``: training-style document batches (shuffled
+    documents, long ones cut) when the epoch is iterated with ``shuffle=True`` (fairseq-train), whole
+    documents in document order otherwise (validation, ``fairseq-generate --gen-subset train``)."""
+
+    def __init__(self, make_batches, **kwargs):
+        self.make_batches = make_batches
+        self.training_batches = True
+        super().__init__(batch_sampler=self._batches, **kwargs)
+
+    def _batches(self, dataset, epoch):
+        return self.make_batches(epoch, self.training_batches)
+
+    def next_epoch_itr(self, shuffle=True, fix_batches_to_gpus=False, set_dataset_epoch=True):
+        if bool(shuffle) != self.training_batches:
+            self.training_batches = bool(shuffle)
+            self._frozen_batches = None
+        return super().next_epoch_itr(shuffle=shuffle, fix_batches_to_gpus=fix_batches_to_gpus,
+                                      set_dataset_epoch=set_dataset_epoch)
+
+
+@dataclass
+class DocTranslationConfig(TranslationDecodingConfig):
+    doc_context_mode: ChoiceEnum(CONTEXT_MODES) = field(
+        default="offline",
+        metadata={"help": "offline: the context of a sentence is every other sentence of its document; "
+                          "online: the earlier sentences only"})
+    doc_context_size: int = field(
+        default=0, metadata={"help": "keep the N nearest context sentences (ties: the earlier); 0 = all"})
+    doc_max_context: int = field(
+        default=128, metadata={"help": "hard cap on the context sentences of a sentence, also when "
+                                       "--doc-context-size is 0 (memory bound; 0 = no context)"})
+    doc_target_context: ChoiceEnum(TARGET_CONTEXT) = field(
+        default="none",
+        metadata={"help": "also give the target side of the context (ctx_tgt_tokens): gold = the references, "
+                          "generated = --doc-generated-dir/{split}.{tgt}"})
+    doc_generated_dir: Optional[str] = field(
+        default=None, metadata={"help": "folder of {split}.{tgt}: the sentence model's translations, one per "
+                                        "example in dataset order, in target-dictionary units"})
+    doc_ids_dir: Optional[str] = field(
+        default=None, metadata={"help": "folder of {split}.ids when they are not next to the binarized data"})
+    doc_batching: ChoiceEnum(DOC_BATCHING) = field(
+        default="document",
+        metadata={"help": "document: batches of whole documents (long training documents cut into chunks); "
+                          "size: fairseq's length-sorted batches"})
+    doc_concat_prev: int = field(
+        default=0, metadata={"help": "concatenation baseline: prepend the N previous source sentences of the "
+                                     "document, each followed by <brk> (0 = off)"})
+    decoding_algorithm: ChoiceEnum(DECODING_ALGORITHMS + ("doc_bcd",)) = field(
+        default="beam",
+        metadata={"help": "as translation_decoding, plus doc_bcd: block-coordinate-descent document decoding "
+                          "(Maruf 2019 §3.3): greedy pass 0, then --doc-iterations greedy passes with the target "
+                          "context built from the previous pass"})
+    doc_iterations: int = field(
+        default=1, metadata={"help": "doc_bcd: refinement passes K (1 = the thesis's two-pass decoding; 0 = "
+                                     "pass 0 only, the sentence model's greedy output)"})
+    bcd_update: ChoiceEnum(BCD_UPDATES) = field(
+        default="jacobi", metadata={"help": "doc_bcd: jacobi (every sentence sees the previous pass) or "
+                                            "gauss_seidel (in place, in document order)"})
+    bcd_init: ChoiceEnum(BCD_INITS) = field(
+        default="auto", metadata={"help": "doc_bcd pass 0: base_model (the second --path model, DOC.pt:SENT.pt), "
+                                          "zero_context (the document model with its memories off), auto (the "
+                                          "first when two models are given)"})
+
+
+@register_task("doc_translation", dataclass=DocTranslationConfig)
+class DocTranslationTask(TranslationDecodingTask):
+    """Document-level translation (module doc)."""
+
+    cfg: DocTranslationConfig
+
+    def __init__(self, cfg, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        for name in ("doc_context_size", "doc_max_context", "doc_concat_prev"):
+            if getattr(cfg, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
+        if cfg.doc_target_context == "generated" and not cfg.doc_generated_dir:
+            raise ValueError("--doc-target-context generated needs --doc-generated-dir DIR (with {split}.{tgt})")
+        if cfg.doc_concat_prev > 0 and cfg.doc_target_context != "none":
+            raise ValueError("--doc-concat-prev is the concatenation baseline (no context keys); it cannot be "
+                             "combined with --doc-target-context")
+        self.brk = None  # set by setup_task with --doc-concat-prev
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        task = super().setup_task(cfg, **kwargs)
+        if cfg.doc_concat_prev > 0:  # before any dataset or model sees the dictionaries
+            joined = task.src_dict == task.tgt_dict
+            task.brk = task.src_dict.add_symbol(BRK)
+            if joined and task.tgt_dict is not task.src_dict:
+                task.tgt_dict.add_symbol(BRK)
+            logger.info("added %s to the %s dictionary (%d types)", BRK,
+                        "source and target" if joined else "source", len(task.src_dict))
+        return task
+
+    def build_model(self, cfg, from_checkpoint=False):
+        if self.cfg.doc_concat_prev > 0 and getattr(cfg, "share_all_embeddings", False) \
+                and self.src_dict != self.tgt_dict:
+            raise ValueError(f"--doc-concat-prev adds {BRK} to the source dictionary; with different source and "
+                             f"target dictionaries --share-all-embeddings is impossible (use a joined dictionary, "
+                             f"then {BRK} is added to both, or drop --share-all-embeddings)")
+        return super().build_model(cfg, from_checkpoint)
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        if self.cfg.decoding_algorithm != "doc_bcd" or getattr(args, "score_reference", False):
+            return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
+                                           extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
+        if self.cfg.doc_iterations < 0:
+            raise ValueError(f"--doc-iterations must be >= 0, got {self.cfg.doc_iterations}")
+        if getattr(args, "beam", 1) != 1 and getattr(args, "nbest", 1) > 1:
+            raise ValueError("doc_bcd is greedy (the thesis decodes greedily): --nbest must be 1")
+        return DocBCDGenerator(
+            models, self.target_dictionary, iterations=self.cfg.doc_iterations, update=self.cfg.bcd_update,
+            init=self.cfg.bcd_init, max_len_a=getattr(args, "max_len_a", 0.0),
+            max_len_b=getattr(args, "max_len_b", 200), max_len=getattr(args, "max_len", 0),
+            min_len=getattr(args, "min_len", 1), lenpen=getattr(args, "lenpen", 1.0),
+            normalize_scores=not getattr(args, "unnormalized", False))
+
+    # -- data
+    def _data_path(self, split: str, epoch: int) -> str:
+        paths = utils.split_paths(self.cfg.data)
+        if split != self.cfg.train_subset:
+            paths = paths[:1]
+        return paths[(epoch - 1) % len(paths)]
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        base = self.datasets[split]
+        cfg = self.cfg
+        data_path = self._data_path(split, epoch)
+        src, tgt = cfg.source_lang, cfg.target_lang
+        prefixes = split_prefixes(data_path, split, src, tgt, lang=src)
+        if not combine:
+            prefixes = prefixes[:1]
+        binarized = " + ".join(p + ".bin" for p in prefixes) or f"{data_path}/{split}.{src}-{tgt}.{src}.bin"
+        ids_files = []
+        for k in range(max(len(prefixes), 1)):
+            name = split + (str(k) if k > 0 else "")
+            ids_files.append(find_ids_file(name, data_path, cfg.doc_ids_dir, binarized))
+        if len(ids_files) == 1:
+            index = DocumentIndex.from_file(ids_files[0])
+        else:
+            ids = []
+            for p in ids_files:
+                with open(p, encoding="utf-8") as f:
+                    ids += f.read().rstrip("\n").split("\n")
+            index = DocumentIndex.from_ids(ids, source=" + ".join(ids_files))
+        if len(index) != len(base):
+            raise DocumentDataError(f"{' + '.join(ids_files)} has {len(index)} lines, but the binarized split "
+                                    f"{binarized} has {len(base)} examples: the ids file must be line-aligned "
+                                    f"with the data")
+        if cfg.doc_concat_prev > 0:
+            if cfg.num_batch_buckets > 0:
+                raise ValueError("--doc-concat-prev does not support --num-batch-buckets")
+            brk = self.brk if self.brk is not None else self.src_dict.index(BRK)
+            if brk == self.src_dict.unk():
+                raise ValueError(f"--doc-concat-prev: {BRK} is not in the source dictionary (setup_task adds it)")
+            src_ds = PrevConcatDataset(base.src, index, cfg.doc_concat_prev, brk, self.src_dict.eos(),
+                                       cfg.max_source_positions)
+            base = LanguagePairDataset(
+                src_ds, src_ds.sizes, self.src_dict, base.tgt, base.tgt_sizes, self.tgt_dict,
+                left_pad_source=base.left_pad_source, left_pad_target=base.left_pad_target,
+                align_dataset=base.align_dataset, eos=base.eos, shuffle=base.shuffle,
+                pad_to_multiple=base.pad_to_multiple)
+            ds = DocumentPairDataset(base, index, with_context=False)
+            log_split_stats(split, index, cfg.doc_context_mode, cfg.doc_context_size, cfg.doc_max_context,
+                            with_context=False)
+            logger.info("doc_translation %s: sources = %d previous sentences + %s each, then the sentence "
+                        "(mean %.1f tokens)", split, cfg.doc_concat_prev, BRK, float(np.mean(src_ds.sizes))
+                        if len(src_ds) else 0.0)
+        else:
+            target_context = None
+            if cfg.doc_target_context == "gold":
+                if base.tgt is None:
+                    raise DocumentDataError(f"--doc-target-context gold: split {split} ({binarized}) has no "
+                                            f"target side")
+                target_context = "gold"
+            elif cfg.doc_target_context == "generated":
+                path = os.path.join(cfg.doc_generated_dir, f"{split}.{tgt}")
+                target_context = read_generated_context(path, self.tgt_dict, len(base), binarized)
+            ds = DocumentPairDataset(base, index, mode=cfg.doc_context_mode, context_size=cfg.doc_context_size,
+                                     max_context=cfg.doc_max_context, target_context=target_context,
+                                     max_source_positions=cfg.max_source_positions)
+            log_split_stats(split, index, cfg.doc_context_mode, cfg.doc_context_size, cfg.doc_max_context)
+        self.datasets[split] = ds
+
+    # -- batches
+    def get_batch_iterator(self, dataset, *args, **kwargs):
+        if not isinstance(dataset, DocumentPairDataset) or self.cfg.doc_batching == "size":
+            return super().get_batch_iterator(dataset, *args, **kwargs)
+        bound = _BATCH_ITERATOR_SIGNATURE.bind(self, dataset, *args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        reuse = (not a["disable_iterator_cache"] and not a["update_epoch_batch_itr"]
+                 and self.can_reuse_epoch_itr(dataset))
+        if reuse and dataset in self.dataset_to_epoch_iter:
+            return self.dataset_to_epoch_iter[dataset]
+        train = dataset is self.datasets.get(getattr(self.cfg, "train_subset", "train"))
+        batching, n_updates = self._train_batching()
+        if train and batching != "sorted":
+            raise ValueError("--batching chunked applies to --doc-batching size only (document batches are "
+                             "whole documents)")
+        dataset.set_epoch(a["epoch"])
+        seed = a["seed"]
+        indices = np.arange(len(dataset), dtype=np.int64)
+        if a["max_positions"] is not None:
+            indices = self.filter_indices_by_size(indices, dataset, a["max_positions"], a["ignore_invalid_inputs"])
+        keep = np.zeros(len(dataset), dtype=bool)
+        keep[indices] = True
+        num_tokens = dataset.num_tokens_vec(np.arange(len(dataset), dtype=np.int64))
+        index = dataset.index
+        pack = dict(max_tokens=a["max_tokens"], max_sentences=a["max_sentences"])
+
+        def inference_batches() -> list:
+            return document_batches(index, num_tokens, keep, cut_long=False, **pack)
+
+        if train:
+            def make_pass(p: int) -> list:
+                rng = np.random.default_rng([seed, p])
+                return document_batches(index, num_tokens, keep, order=rng.permutation(index.n_docs),
+                                        cut_long=True, **pack)
+
+            passes = VirtualEpochs(make_pass, n_updates * self._update_freq() * a["num_shards"]) \
+                if n_updates > 0 else None
+
+            def make_batches(epoch: int, training: bool) -> list:
+                if not training:  # fairseq-generate --gen-subset train, or any unshuffled pass
+                    return inference_batches()
+                return passes(dataset, epoch) if passes is not None else make_pass(epoch)
+            logger.info("document batches (whole documents, shuffled per epoch; long ones cut into chunks)")
+        else:
+            fixed = inference_batches()
+            big = sum(1 for b in fixed if a["max_tokens"] and len(b) * int(num_tokens[b].max()) > a["max_tokens"])
+            logger.info("document batches: %d batches of whole documents%s", len(fixed),
+                        f" ({big} above --max-tokens: a document is never cut at inference)" if big else "")
+
+            def make_batches(epoch: int, training: bool) -> list:
+                return fixed
+        epoch_iter = DocumentBatchIterator(
+            make_batches, dataset=dataset, collate_fn=dataset.collater, seed=seed,
+            num_shards=a["num_shards"], shard_id=a["shard_id"], num_workers=a["num_workers"],
+            epoch=a["epoch"], buffer_size=a["data_buffer_size"], skip_remainder_batch=a["skip_remainder_batch"],
+            grouped_shuffling=a["grouped_shuffling"], reuse_dataloader=getattr(self.cfg, "reuse_dataloader", True),
+            persistent_workers=getattr(self.cfg, "persistent_workers", True))
+        if reuse:
+            self.dataset_to_epoch_iter[dataset] = epoch_iter
+        return epoch_iter
+
+    # -- steps: context keys only for models that opt in (fairseq_ext.data.documents)
+    def train_step(self, sample, model, *args, **kwargs):
+        if not uses_document_context(model):
+            sample = strip_context(sample)
+        return super().train_step(sample, model, *args, **kwargs)
+
+    def valid_step(self, sample, model, *args, **kwargs):
+        if not uses_document_context(model):
+            sample = strip_context(sample)
+        return super().valid_step(sample, model, *args, **kwargs)
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        if not has_context(sample):
+            return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
+                                          constraints=constraints)
+        opted = [uses_document_context(m) for m in models]
+        if not uses_document_context(generator):
+            if not any(opted):
+                return super().inference_step(generator, models, strip_context(sample), prefix_tokens=prefix_tokens,
+                                              constraints=constraints)
+            if not all(opted):
+                raise ValueError("doc_translation: an ensemble of document models (uses_document_context) and "
+                                 "sentence models needs a generator that routes the context keys itself")
+        return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
+                                      constraints=constraints)
+
+    def subset_for_inference(self, sample, keep: torch.Tensor):
+        """The non-empty rows of a document sample; the other batch rows become extra context rows, so every
+        kept sentence keeps exactly its context (empty sources get an empty translation, translation_decoding)."""
+        if not has_context(sample):
+            return super().subset_for_inference(sample, keep)
+        return subset_doc_sample(sample, keep, self.cfg.left_pad_source, self.src_dict.pad(), self.src_dict.eos())

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Maruf thesis ch. 4: selective attention for context-aware NMT (Maruf, Martins & Haffari, NAACL 2019) --
+# the document context layer (no residual, LayerNorm after each sub-layer), hierarchical attention (sentence-
+# level sparsemax, then word-level softmax "sparse-soft" or sparsemax "sparse-sparse", Eqs. 4.2-4.4), flat
+# sentence/word attention (Eq. 4.5), the bias-free context gate (Eqs. 4.6-4.7), integrated into the encoder or
+# the decoder (never both), offline or online; the two-stage procedure (stage 2 trains ALL parameters); and the
+# baselines: Zhang et al. 2018 (frozen sentence parameters) and the concatenation "2-to-1" model.
+# Spec: specs/003-maruf.md §4, §10.  Code: task `doc_translation` (fairseq_ext/tasks/doc_translation.py, data
+# in fairseq_ext/data/documents.py), models `selattn_transformer`, `zhang2018_doc_transformer`
+# (fairseq_ext/models/selattn_transformer.py), evaluation tools `fairseq_ext.tools.contrastive` (Bible pronoun
+# test, Table 4.4 layout), `fairseq_ext.tools.doc_consistency`, `fairseq_ext.tools.score meteor`.
+#
+#   bash recipes/maruf/ch4.sh                # CPU: Bible es->en chapters (budget below)
+#   PAIR=fr-en bash recipes/maruf/ch4.sh     # the same on French->English (data/bible_multi/fr-en_web)
+#   MODE=thesis bash recipes/maruf/ch4.sh    # print the thesis-setting commands (RUN=1: run them)
+#
+# ---- Thesis settings (MODE=thesis; binarized data + {split}.ids you provide; GPU assumed) ----------------
+# TED (IWSLT17 en-de; talk = document; test tst2016+2017, dev = the other dev/tst sets), News (NC v11;
+# news-test2015 dev, news-test2016 test), Europarl v7 (speaker turn = document, > 5 sentences); Moses
+# tokenisation + truecasing, joint BPE 30k, separate source/target embeddings (Table 4.1).
+# Stage 1: transformer_maruf_base (4+4, 512/2048/8, dropout 0.1, label smoothing 0.1), Adam lr 1e-4,
+# ~1000-token batches, early stopping on dev perplexity (patience 10), clip 5.
+# Stage 2: every selattn_* arch (dropout 0.2) warm-started from the stage-1 checkpoint with
+# --finetune-from-model (the sentence parameters are copied, the new ones initialised, all trained),
+# one document per batch (--doc-batching document), --doc-context-mode offline|online; decoder integration
+# needs the stage-1 model's translations of every split as target context (--doc-target-context generated)
+# and two-pass decoding at test (--decoding-algorithm doc_bcd --doc-iterations 1). Greedy decoding everywhere.
+# Table 4.2/4.3: BLEU / METEOR; Table 4.4: ContraPro accuracy by antecedent distance; Table 4.5: parameters
+# (Transformer 50M, +Attention 53.7M, +H-Attention 54.2M) and speed.
+#
+# ---- CPU mode (default; 2 cores, THREADS=1; Bible chapters = documents) ----------------------------------
+# Stage 1: the sentence transformer of the bench (transformer_maruf_base_bench = the project's baseline,
+# 3+3 d256 PreNorm, 7.58M): STAGE1=path/to/checkpoint, or trained here for STAGE1_MIN (30) minutes.
+# Stage 2 (the same UPDATES (600) document batches, Adam lr 3e-4, inverse-sqrt warm-up 100, two systems side by
+# side), each warm-started from stage 1:
+#   sentence        the sentence model trained on (the same updates: the fair baseline of stage 2)
+#   hatt_enc_off    selattn_enc_hier_sparsesoft_bench, offline context (the whole chapter)
+#   hatt_enc_on     selattn_enc_hier_sparsesoft_bench, online context (earlier verses)
+#   zhang_enc       zhang2018_doc_transformer_bench (2 previous verses, sentence parameters frozen)
+# then greedy decoding of test, sacreBLEU + paired bootstrap against `sentence`, the contrastive pronoun
+# accuracy (Table 4.4 layout) and the chapter-level consistency -> runs/maruf_ch4/results.md.
+# About 2 x (UPDATES x 2 s) + 10 min on an otherwise idle machine.
+source "$(dirname "$0")/../lib.sh"
+PY=.venv/bin/python
+FS=.venv/bin
+UD=(--user-dir fairseq_ext)
+PAIR=${PAIR:-es-en}
+SRC=${PAIR%-*}
+TGT=${PAIR#*-}
+
+if [ "$MODE" = thesis ]; then
+  D=${THESIS_DATA:-data/maruf/news_en_de/bin}
+  C=checkpoints/maruf_ch4
+  T=(--task doc_translation --doc-ids-dir "$(dirname "$D")")
+  TRAIN=(--optimizer adam --adam-betas '(0.9,0.98)' --lr 1e-4 --clip-norm 5 --criterion label_smoothed_cross_entropy
+         --label-smoothing 0.1 --max-tokens 1000 --max-epoch 35 --patience 10)
+  thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --arch transformer_maruf_base "${TRAIN[@]}" --save-dir $C/sentence
+  for arch in selattn_enc_sent selattn_enc_word selattn_enc_hier_sparsesoft selattn_enc_hier_sparsesparse; do
+    for mode in offline online; do
+      thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-context-mode $mode --arch $arch "${TRAIN[@]}" \
+        --finetune-from-model $C/sentence/checkpoint_best.pt --save-dir $C/$arch.$mode
+      thesis $FS/fairseq-generate "$D" "${UD[@]}" "${T[@]}" --doc-context-mode $mode --path $C/$arch.$mode/checkpoint_best.pt \
+        --beam 1 --remove-bpe --results-path $C/$arch.$mode
+    done
+  done
+  # decoder integration: the stage-1 translations of every split are the target context
+  for split in train valid test; do
+    thesis $FS/fairseq-generate "$D" "${UD[@]}" --task doc_translation --doc-ids-dir "$(dirname "$D")" --gen-subset $split \
+      --path $C/sentence/checkpoint_best.pt --beam 1 --results-path $C/sentence/gen_$split
+    thesis $PY -m fairseq_ext.tools.doc_context $C/sentence/gen_$split/generate-$split.txt --data "$D" --split $split \
+      --out $C/generated
+  done
+  for arch in selattn_dec_sent selattn_dec_word selattn_dec_hier_sparsesoft selattn_dec_hier_sparsesparse; do
+    thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-target-context generated --doc-generated-dir $C/generated \
+      --arch $arch "${TRAIN[@]}" --finetune-from-model $C/sentence/checkpoint_best.pt --save-dir $C/$arch
+    thesis $FS/fairseq-generate "$D" "${UD[@]}" "${T[@]}" --doc-target-context generated --doc-generated-dir $C/generated \
+      --decoding-algorithm doc_bcd --doc-iterations 1 --path $C/$arch/checkpoint_best.pt:$C/sentence/checkpoint_best.pt \
+      --remove-bpe --results-path $C/$arch
+  done
+  thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-context-mode online --arch zhang2018_doc_transformer \
+    --ctx-integration encoder "${TRAIN[@]}" --finetune-from-model $C/sentence/checkpoint_best.pt --save-dir $C/zhang
+  thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-concat-prev 1 --arch transformer_maruf_base "${TRAIN[@]}" \
+    --save-dir $C/concat
+  exit 0
+fi
+
+# ---- CPU mode ------------------------------------------------------------------------------------------------
+case $PAIR in
+  es-en) SEG=data/bible_es_en/spm8000; [ -s $SEG/bin/dict.es.txt ] || bible_data ;;
+  fr-en) SEG=data/bible_multi/fr-en_web/spm8000
+         [ -s $SEG/bin/dict.fr.txt ] || $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src fr \
+           --tgt en_web --method sentencepiece --vocab-size 8000 ; TGT=en_web ;;
+  *) echo "error: PAIR must be es-en or fr-en" >&2; exit 2 ;;
+esac
+OUT=runs/maruf_ch4/$PAIR
+mkdir -p $OUT
+UPDATES=${UPDATES:-600}
+T=(--task doc_translation --doc-ids-dir $SEG --source-lang $SRC --target-lang $TGT)
+OPT=(--optimizer adam --adam-betas '(0.9,0.98)' --clip-norm 1.0 --lr 3e-4 --lr-scheduler inverse_sqrt
+     --warmup-updates 100 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 2048
+     --seed 1 --cpu --no-progress-bar --log-format simple --log-interval 50 --no-epoch-checkpoints)
+
+STAGE1=${STAGE1:-$OUT/stage1/checkpoint_best.pt}
+if [ ! -s "$STAGE1" ]; then
+  $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" --doc-batching size --arch transformer_maruf_base_bench \
+    --optimizer adam --adam-betas '(0.9,0.98)' --clip-norm 1.0 --lr 3e-3 --lr-scheduler inverse_sqrt \
+    --warmup-updates 300 --warmup-init-lr 1e-7 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
+    --max-tokens 2048 --seed 1 --cpu --no-progress-bar --log-format simple --log-interval 50 \
+    --no-epoch-checkpoints --stop-time-hours "$(echo "${STAGE1_MIN:-30} / 60" | bc -l)" \
+    --save-dir $OUT/stage1 > $OUT/stage1.log 2>&1
+  STAGE1=$OUT/stage1/checkpoint_best.pt
+fi
+
+# system NAME -> the flags of its stage-2 run (and of its decoding)
+system_flags() {
+  case $1 in
+    sentence) echo "--arch transformer_maruf_base_bench" ;;
+    hatt_enc_off) echo "--arch selattn_enc_hier_sparsesoft_bench --doc-context-mode offline" ;;
+    hatt_enc_on) echo "--arch selattn_enc_hier_sparsesoft_bench --doc-context-mode online" ;;
+    zhang_enc) echo "--arch zhang2018_doc_transformer_bench --ctx-integration encoder --doc-context-mode online" ;;
+    *) echo "error: unknown system $1" >&2; return 2 ;;
+  esac
+}
+ctx_flags() {  # the task flags a system also needs at decoding time
+  case $1 in
+    hatt_enc_on|zhang_enc) echo "--doc-context-mode online" ;;
+    *) echo "" ;;
+  esac
+}
+
+run_system() {
+  local name=$1 flags
+  flags=$(system_flags "$name")
+  if [ ! -s $OUT/$name/checkpoint_last.pt ]; then
+    # shellcheck disable=SC2086
+    $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" $flags "${OPT[@]}" --max-update "$UPDATES" \
+      --finetune-from-model "$STAGE1" --save-dir $OUT/$name > $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
+  fi
+  if [ ! -s $OUT/$name/generate-test.txt ]; then
+    # shellcheck disable=SC2046
+    $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" $(ctx_flags "$name") --path $OUT/$name/checkpoint_last.pt \
+      --beam 1 --max-len-a 1.2 --max-len-b 10 --batch-size 64 --post-process sentencepiece --cpu \
+      --results-path $OUT/$name > $OUT/$name.generate.log 2>&1 || { tail -20 $OUT/$name.generate.log; return 1; }
+  fi
+}
+
+SYSTEMS=(${SYSTEMS:-sentence hatt_enc_off hatt_enc_on zhang_enc})
+for ((i = 0; i < ${#SYSTEMS[@]}; i += 2)); do   # two single-thread runs side by side
+  run_system "${SYSTEMS[i]}" & p1=$!
+  if [ -n "${SYSTEMS[i+1]:-}" ]; then run_system "${SYSTEMS[i+1]}" & p2=$!; wait $p2; fi
+  wait $p1
+done
+
+# ---- scores ------------------------------------------------------------------------------------------------
+sys_args=()
+for s in "${SYSTEMS[@]}"; do [ "$s" = sentence ] || sys_args+=(--system $OUT/$s/generate-test.txt); done
+$PY -m fairseq_ext.tools.score compare --baseline $OUT/sentence/generate-test.txt "${sys_args[@]}" \
+  --ref $SEG/../raw/test.${TGT} --json $OUT/compare.json | tee $OUT/results.md
+$PY -m fairseq_ext.tools.score meteor --hyp $OUT/sentence/generate-test.txt "${sys_args[@]/--system/--hyp}" \
+  --ref $SEG/../raw/test.${TGT} --json $OUT/meteor.json | tee -a $OUT/results.md
+
+# contrastive pronoun test (Table 4.4 layout; built from the test split; the ambiguous pronouns are Spanish ones,
+# so es-en only) and chapter consistency
+[ "$PAIR" != es-en ] || [ -s $OUT/contrastive.test.jsonl ] || $PY -m fairseq_ext.tools.contrastive build \
+  --raw $SEG/../raw --split test --src $SRC --ref $TGT --out $OUT/contrastive.test.jsonl \
+  --stats-json $OUT/contrastive.stats.json
+for s in "${SYSTEMS[@]}"; do
+  # shellcheck disable=SC2046
+  [ "$PAIR" != es-en ] || $PY -m fairseq_ext.tools.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
+    --json $OUT/$s.contrastive.json $SEG/bin --path $OUT/$s/checkpoint_last.pt "${T[@]}" $(ctx_flags "$s") \
+    --gen-subset test --cpu | tee -a $OUT/results.md
+  $PY -m fairseq_ext.tools.doc_consistency --raw $SEG/../raw --split test --src-lang $SRC --tgt-lang $TGT \
+    --hyp $OUT/$s/generate-test.txt --json $OUT/$s.consistency.json | tee -a $OUT/results.md
+done
