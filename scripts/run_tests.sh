@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command of the README (and of .ci/run): set up .venv if needed, then run the whole suite.
+# The test command of the README (and of .ci/run): set up .venv if needed, then run the suite
+# (the tests marked slow are deselected; --run-slow runs them too).
 #   bash scripts/run_tests.sh [pytest args]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

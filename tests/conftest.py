@@ -13,3 +13,24 @@ from harness import prepare_tiny  # noqa: E402
 def tiny_bin(tmp_path_factory):
     """The committed tiny es-en Bible slice, sentencepiece-segmented (300) and binarized once."""
     return prepare_tiny(tmp_path_factory.mktemp("bible_tiny"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true",
+                     help="also run the tests marked slow (recipe end-to-end runs of several minutes each)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a recipe end-to-end run of minutes; deselected unless --run-slow "
+                                       "(every registered name keeps its own fast CPU test in the default run)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The default run (scripts/run_tests.sh, CI) leaves the slow tests out -- deselected, not skipped, and
+    counted in pytest's summary; ``--run-slow`` (or ``-m slow``) runs them."""
+    if config.getoption("--run-slow") or "slow" in (config.getoption("-m") or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]

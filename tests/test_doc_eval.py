@@ -431,3 +431,10 @@ def test_meteor_cli(tmp_path, capsys):
     (tmp_path / "short.txt").write_text("one\n")
     assert cli_status(score.main, ["meteor", "--hyp", str(tmp_path / "short.txt"),
                                    "--ref", str(tmp_path / "r.txt")]) == 2
+    # several systems: each is scored (not only the last one)
+    (tmp_path / "h2.txt").write_text("In the beginning God created.\nAnd the earth was empty.\n")
+    assert score.main(["meteor", "--hyp", str(tmp_path / "h.txt"), "--hyp", str(tmp_path / "h2.txt"),
+                       "--ref", str(tmp_path / "r.txt"), "--json", str(tmp_path / "m2.json")]) == 0
+    both = json.loads((tmp_path / "m2.json").read_text())["systems"]
+    assert set(both) == {str(tmp_path / "h.txt"), str(tmp_path / "h2.txt")}
+    assert both[str(tmp_path / "h2.txt")]["meteor"] > both[str(tmp_path / "h.txt")]["meteor"]

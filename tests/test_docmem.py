@@ -11,7 +11,7 @@ from fairseq.data import data_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.tasks import TASK_REGISTRY
 
-from harness import build_model, make_dictionary, n_params
+from harness import build_model, make_dictionary, n_params, toy_batch
 from fairseq_ext.generators.decoding import GreedyGenerator
 from fairseq_ext.generators.doc_bcd import DocBCDGenerator
 from fairseq_ext.models.docmem import DOC_PARAM_PREFIXES, extra_parameters
@@ -685,3 +685,31 @@ def test_cli_train_and_generate_then_bcd_through_the_task(tiny_bin, tmp_path):
             for i, h in zip(sample["id"].tolist(), GreedyGenerator([model], d, max_len_b=20).generate([model], plain)):
                 greedy[i] = h[0]["tokens"].tolist()
     assert results["k0"] == greedy
+
+
+def test_the_greedy_generator_gives_a_document_model_its_context():
+    """--decoding-algorithm greedy (GreedyGenerator) hands the context keys to the encoder, as fairseq's beam
+    search does: the memories are read, so the output differs from the context-free one."""
+    from fairseq_ext.generators.decoding import GreedyGenerator
+
+    model = build_model("docmem_tiny", vocab=60, doc_memories="src")
+    src, lengths, prev = toy_batch()
+    B = src.size(0)
+    index = torch.tensor([[j for j in range(B) if j != i] for i in range(B)])
+    net = dict(src_tokens=src, src_lengths=lengths, ctx_src_tokens=src.new_full((0, 1), 1),
+               ctx_src_lengths=src.new_zeros(0), ctx_index=index, ctx_distance=index - torch.arange(B)[:, None])
+    seen = {}
+    encoder_forward = model.encoder.forward
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return encoder_forward(*args, **kwargs)
+
+    model.encoder.forward = spy
+    gen = GreedyGenerator([model], model.decoder.dictionary, max_len_b=8)
+    with_ctx = gen.generate([model], {"net_input": net})
+    assert "ctx_index" in seen and torch.equal(seen["ctx_index"], index)
+    with model.memory_disabled():
+        without = gen.generate([model], {"net_input": net})
+    scores = [h[0]["positional_scores"] for h in with_ctx], [h[0]["positional_scores"] for h in without]
+    assert any(a.shape != b.shape or not torch.allclose(a, b) for a, b in zip(*scores))

@@ -93,6 +93,7 @@ def test_ch8_thesis_mode_prints_the_three_settings():
 
 
 # ============================================================================ pipeline end to end
+@pytest.mark.slow
 def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     out = tmp_path / "gu"
     cmd = [sys.executable, ROOT / "recipes" / "gu" / "nat_pipeline.py", "--data", tiny_bin, "--out", out,

@@ -153,6 +153,7 @@ def _summary(job):
     return json.loads((job / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_tiny_ch3_transfer(runs):
     recipe("ch3", RUNS=runs, **TINY_ENV)
     out = runs / "nguyen_tiny" / "ch3"

@@ -112,9 +112,10 @@ class AutoregressiveGenerator:
             raise NotImplementedError(f"{type(self).__name__} does not support --constraints")
 
     def encode(self, sample: Dict):
-        net_input = sample["net_input"]
+        """The encoder on every ``net_input`` key but ``prev_output_tokens``, as fairseq's own generators call
+        it (a document model's context keys reach it; a task strips them for models that do not take them)."""
         self.model.eval()
-        return self.model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
+        return self.model.encoder(**{k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"})
 
     def greedy(self, encoder_out, n_rows: int, max_len: int,
                before_step: Optional[Callable[[int], None]] = None) -> List[Dict]:

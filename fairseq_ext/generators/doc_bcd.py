@@ -48,13 +48,8 @@ BCD_INITS = ("auto", "base_model", "zero_context")
 
 
 class ContextGreedyGenerator(GreedyGenerator):
-    """Greedy decoding (Eq. 2.10) whose encoder sees the whole ``net_input`` (the document context keys),
-    as fairseq's own generators do."""
-
-    def encode(self, sample: Dict):
-        self.model.eval()
-        net_input = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
-        return self.model.encoder(**net_input)
+    """Greedy decoding (Eq. 2.10) of a batch of a document (the encoder sees the document context keys of
+    ``net_input``, as with every generator of :mod:`fairseq_ext.generators.decoding`)."""
 
     @torch.no_grad()
     def decode(self, sample: Dict) -> List[Dict]:

@@ -787,8 +787,8 @@ def build_parser() -> ArgumentParser:
     o.add_argument("--field", choices=("D", "H"), default="D")
     o.add_argument("--json", metavar="FILE", help="also write all numbers as JSON")
     m = sub.add_parser("meteor", help="METEOR, exact + stem matching only (nltk; not METEOR 1.5)")
-    m.add_argument("--hyp", required=True, metavar="FILE",
-                   help="fairseq-generate output or hypotheses, one a line")
+    m.add_argument("--hyp", action="append", required=True, metavar="FILE",
+                   help="fairseq-generate output or hypotheses, one a line; repeat for several systems")
     m.add_argument("--ref", action="append", required=True, metavar="FILE",
                    help="reference file; repeat for several references (best per sentence)")
     m.add_argument("--ids", metavar="FILE", help="as for score")
@@ -824,10 +824,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         res = oov_files(args.hyp, args.ref, args.dict, src=args.src, ids=args.ids, field=args.field)
         print(format_oov(res))
     elif args.command == "meteor":
-        res = meteor_files(args.hyp, args.ref, ids=args.ids, tokenised=args.tokenised,
-                           remove_bpe=args.remove_bpe, field=args.field, fmt=args.fmt)
-        print(res["meteor_str"] + f" (mean of {res['n_sentences']} sentence scores, {res['n_refs']} "
-              f"reference(s), tokenizer {res['tokenizer']})")
+        if len(set(args.hyp)) != len(args.hyp):
+            raise ToolError("meteor: a --hyp file is given more than once")
+        systems = {}
+        for hyp in args.hyp:
+            r = meteor_files(hyp, args.ref, ids=args.ids, tokenised=args.tokenised,
+                             remove_bpe=args.remove_bpe, field=args.field, fmt=args.fmt)
+            print(f"{hyp}: " * (len(args.hyp) > 1) + r["meteor_str"] + f" (mean of {r['n_sentences']} sentence "
+                  f"scores, {r['n_refs']} reference(s), tokenizer {r['tokenizer']})")
+            systems[hyp] = r
+        res = systems[args.hyp[0]] if len(args.hyp) == 1 else {"systems": systems}
     else:
         res = compare_files(
             args.baseline, args.system, args.ref, ids=args.ids, tokenised=args.tokenised,

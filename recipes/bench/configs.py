@@ -173,6 +173,30 @@ CONFIGS["rnnsearch"] = {
     "task": "translation_decoding", "train": ["--arch", "rnnsearch_bench"] + RNNSEARCH_OPTIM,
     "generate": GENERATE}
 
+# ---------------------------------------------------------------------------------------------
+# Maruf ch. 4 (issue 13; recipes/maruf/ch4.sh): stage 2 of the two-stage procedure on Bible chapters (task
+# doc_translation, one or more whole chapters per batch), every system warm-started from the same stage-1
+# sentence checkpoint (--finetune-from-model, added by the recipe) and trained on all its parameters with
+# Adam at a fine-tuning learning rate; the stage-2 baseline is the sentence model trained on the same batches.
+# Decoded greedily (the thesis decodes greedily everywhere). bench.py does not run these (they need the
+# stage-1 checkpoint and the ids folder); speed.py times them (it adds --doc-ids-dir).
+MARUF_STAGE2 = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--clip-norm", "1.0", "--lr", "3e-4",
+                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--criterion",
+                "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "2048"]
+GREEDY = ["--beam", "1", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10"]
+for _name, _desc, _flags in [
+        ("maruf_sentence", "Maruf ch.4 stage-2 baseline: the sentence transformer on document batches",
+         ["--arch", "transformer_maruf_base_bench"]),
+        ("maruf_hatt_enc_off", "Maruf ch.4 H-attention sparse-soft, encoder, offline (whole chapter)",
+         ["--arch", "selattn_enc_hier_sparsesoft_bench", "--doc-context-mode", "offline"]),
+        ("maruf_hatt_enc_on", "Maruf ch.4 H-attention sparse-soft, encoder, online (earlier verses)",
+         ["--arch", "selattn_enc_hier_sparsesoft_bench", "--doc-context-mode", "online"]),
+        ("maruf_zhang_enc", "Zhang et al. 2018 (2 previous verses, sentence parameters frozen), encoder",
+         ["--arch", "zhang2018_doc_transformer_bench", "--ctx-integration", "encoder", "--doc-context-mode",
+          "online"])]:
+    CONFIGS[_name] = {"desc": _desc, "task": "doc_translation", "train": _flags + MARUF_STAGE2,
+                      "generate": GREEDY}
+
 BASELINE = "transformer"
 
 

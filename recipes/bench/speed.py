@@ -16,7 +16,9 @@ rounds and its spread.
         --out runs/speed/job1 --table recipes/bench/RESULTS.md
 
 Only configurations that train on the plain translation data (task translation_ext or a task
-reading the same folder) are accepted.
+reading the same folder) are accepted; ``doc_translation`` configurations (Maruf) get ``--doc-ids-dir``
+= the segmented folder and must be timed against a ``doc_translation`` baseline (``--baseline
+maruf_sentence``) so that every configuration trains on the same document batches.
 """
 import argparse
 import json
@@ -45,11 +47,12 @@ def build(name: str, data: Path):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     cfg = bench_configs.get(name)
-    if cfg["task"] not in ("translation_ext", "translation", "translation_decoding"):
+    if cfg["task"] not in ("translation_ext", "translation", "translation_decoding", "doc_translation"):
         raise SystemExit(f"error: configuration '{name}' uses task {cfg['task']}; speed.py times "
                          f"plain translation configurations only")
+    extra = ["--doc-ids-dir", str(data.parent)] if cfg["task"] == "doc_translation" else []
     argv = [str(data), "--user-dir", str(ROOT / "fairseq_ext"), "--task", cfg["task"], "--cpu",
-            "--seed", "1", *cfg["train"]]
+            "--seed", "1", *extra, *cfg["train"]]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     fcfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(fcfg.task)

@@ -13,6 +13,9 @@
 #
 #   bash recipes/gu/ch2.sh                      # Bible es->en on this CPU (budget below)
 #   DATA=tiny bash recipes/gu/ch2.sh            # the committed tiny slice, tiny model, a few updates (~2 min)
+#   DECODE_CKPT=ckpt.pt bash recipes/gu/ch2.sh  # only step 2 (the decoding table) on that es-en checkpoint
+#                                               # (NPD_SIGMAS=0.5: a single sigma0, no search on valid;
+#                                               # SHRINKING=0: without the shrinking beam)
 #   MODE=thesis bash recipes/gu/ch2.sh          # print the thesis-setting commands (RUN=1: run them)
 #
 # ---- Thesis settings (MODE=thesis; binarized data you provide, a GPU assumed) ----------------------------
@@ -97,19 +100,26 @@ decoding_table() {
     "$DATA_BIN/segment.json")
   mkdir -p "$DEC"
   local best_sigma="" best_bleu=-1 s b
-  for s in ${NPD_SIGMAS//,/ }; do
-    decode "valid_npd_s$s" "$ckpt" valid --decoding-algorithm npd --npd-samples "$NPD_SAMPLES" --npd-sigma0 "$s"
-    b=$(bleu "$DEC/valid_npd_s$s.out" "$raw/valid.en")
-    echo "valid NPD N=$NPD_SAMPLES sigma0=$s: BLEU $b"
-    if $PY -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)" "$b" "$best_bleu"; then
-      best_sigma=$s; best_bleu=$b
-    fi
-  done
+  if [[ "$NPD_SIGMAS" != *,* ]]; then
+    best_sigma=$NPD_SIGMAS  # one sigma0: nothing to choose on valid
+  else
+    for s in ${NPD_SIGMAS//,/ }; do
+      decode "valid_npd_s$s" "$ckpt" valid --decoding-algorithm npd --npd-samples "$NPD_SAMPLES" --npd-sigma0 "$s"
+      b=$(bleu "$DEC/valid_npd_s$s.out" "$raw/valid.en")
+      echo "valid NPD N=$NPD_SAMPLES sigma0=$s: BLEU $b"
+      if $PY -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)" "$b" "$best_bleu"; then
+        best_sigma=$s; best_bleu=$b
+      fi
+    done
+  fi
   decode greedy "$ckpt" test --decoding-algorithm greedy
   decode beam5 "$ckpt" test --decoding-algorithm beam --beam 5
-  decode shrinking_beam5_a1 "$ckpt" test --decoding-algorithm shrinking_beam --beam 5 --lenpen 1.0
-  decode shrinking_beam5_a0.6 "$ckpt" test --decoding-algorithm shrinking_beam --beam 5 --lenpen 0.6
-  local names=(greedy beam5 shrinking_beam5_a1 shrinking_beam5_a0.6) n
+  local names=(greedy beam5) n
+  if [ "${SHRINKING:-1}" = 1 ]; then  # SHRINKING=0: skip the shrinking beam (a per-sentence loop: slow)
+    decode shrinking_beam5_a1 "$ckpt" test --decoding-algorithm shrinking_beam --beam 5 --lenpen 1.0
+    decode shrinking_beam5_a0.6 "$ckpt" test --decoding-algorithm shrinking_beam --beam 5 --lenpen 0.6
+    names+=(shrinking_beam5_a1 shrinking_beam5_a0.6)
+  fi
   for n in ${NPD_NS//,/ }; do
     decode "npd${n}_s$best_sigma" "$ckpt" test --decoding-algorithm npd --npd-samples "$n" --npd-sigma0 "$best_sigma"
     names+=("npd${n}_s$best_sigma")
@@ -158,6 +168,12 @@ if [ "${DATA:-bible}" = tiny ]; then
 fi
 
 bible_data
+if [ -n "${DECODE_CKPT:-}" ]; then  # only the decoding table, of any es-en checkpoint (a transformer's too: NPD
+  # then perturbs the last decoder layer's output) -> runs/gu_ch2/decoding_<DECODE_NAME>/
+  DEC=runs/gu_ch2/decoding_${DECODE_NAME:-$(basename "$(dirname "$DECODE_CKPT")")}
+  decoding_table data/bible_es_en/spm8000/bin "$DECODE_CKPT"
+  exit 0
+fi
 bench gu_ch2 transformer,rnnsearch   # BUDGET_MIN minutes each -> runs/gu_ch2/{transformer,rnnsearch}/
 DEC=runs/gu_ch2/decoding
 decoding_table data/bible_es_en/spm8000/bin runs/gu_ch2/rnnsearch/checkpoint_best.pt

@@ -31,8 +31,9 @@
 # ---- CPU mode (default; 2 cores, THREADS=1; Bible chapters = documents) ----------------------------------
 # Stage 1: the sentence transformer of the bench (transformer_maruf_base_bench = the project's baseline,
 # 3+3 d256 PreNorm, 7.58M): STAGE1=path/to/checkpoint, or trained here for STAGE1_MIN (30) minutes.
-# Stage 2 (the same UPDATES (600) document batches, Adam lr 3e-4, inverse-sqrt warm-up 100, two systems side by
-# side), each warm-started from stage 1:
+# Stage 2 (the same UPDATES (600) document batches, two systems side by side; the flags are the configurations
+# maruf_<system> of recipes/bench/configs.py: Adam lr 3e-4, inverse-sqrt warm-up 100), each warm-started from
+# stage 1:
 #   sentence        the sentence model trained on (the same updates: the fair baseline of stage 2)
 #   hatt_enc_off    selattn_enc_hier_sparsesoft_bench, offline context (the whole chapter)
 #   hatt_enc_on     selattn_enc_hier_sparsesoft_bench, online context (earlier verses)
@@ -96,9 +97,7 @@ OUT=runs/maruf_ch4/$PAIR
 mkdir -p $OUT
 UPDATES=${UPDATES:-600}
 T=(--task doc_translation --doc-ids-dir $SEG --source-lang $SRC --target-lang $TGT)
-OPT=(--optimizer adam --adam-betas '(0.9,0.98)' --clip-norm 1.0 --lr 3e-4 --lr-scheduler inverse_sqrt
-     --warmup-updates 100 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 2048
-     --seed 1 --cpu --no-progress-bar --log-format simple --log-interval 50 --no-epoch-checkpoints)
+RUN_OPT=(--seed 1 --cpu --no-progress-bar --log-format simple --log-interval 50 --no-epoch-checkpoints)
 
 STAGE1=${STAGE1:-$OUT/stage1/checkpoint_best.pt}
 if [ ! -s "$STAGE1" ]; then
@@ -111,29 +110,24 @@ if [ ! -s "$STAGE1" ]; then
   STAGE1=$OUT/stage1/checkpoint_best.pt
 fi
 
-# system NAME -> the flags of its stage-2 run (and of its decoding)
+# system NAME -> its stage-2 flags: configuration maruf_NAME of recipes/bench/configs.py (one place for them)
 system_flags() {
-  case $1 in
-    sentence) echo "--arch transformer_maruf_base_bench" ;;
-    hatt_enc_off) echo "--arch selattn_enc_hier_sparsesoft_bench --doc-context-mode offline" ;;
-    hatt_enc_on) echo "--arch selattn_enc_hier_sparsesoft_bench --doc-context-mode online" ;;
-    zhang_enc) echo "--arch zhang2018_doc_transformer_bench --ctx-integration encoder --doc-context-mode online" ;;
-    *) echo "error: unknown system $1" >&2; return 2 ;;
-  esac
+  $PY recipes/bench/configs.py "maruf_$1"
 }
-ctx_flags() {  # the task flags a system also needs at decoding time
-  case $1 in
-    hatt_enc_on|zhang_enc) echo "--doc-context-mode online" ;;
-    *) echo "" ;;
-  esac
+ctx_flags() {  # the task flags a system also needs at decoding time (its --doc-context-mode)
+  local f
+  eval "f=($(system_flags "$1"))"
+  for ((k = 0; k < ${#f[@]}; k++)); do
+    [ "${f[k]}" = --doc-context-mode ] && echo "--doc-context-mode ${f[k+1]}"
+  done
+  return 0
 }
 
 run_system() {
   local name=$1 flags
-  flags=$(system_flags "$name")
+  eval "flags=($(system_flags "$name"))"
   if [ ! -s $OUT/$name/checkpoint_last.pt ]; then
-    # shellcheck disable=SC2086
-    $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" $flags "${OPT[@]}" --max-update "$UPDATES" \
+    $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${flags[@]}" "${RUN_OPT[@]}" --max-update "$UPDATES" \
       --finetune-from-model "$STAGE1" --save-dir $OUT/$name > $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
   fi
   if [ ! -s $OUT/$name/generate-test.txt ]; then
