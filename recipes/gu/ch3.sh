@@ -8,7 +8,8 @@
 # `python -m fairseq_ext.tools.copy_heatmap` (Fig. 3.3: PNG + TSV of per-step copy vs generate probability).
 #
 #   bash recipes/gu/ch3.sh                  # CPU: synthetic rules at --scale 0.1, then Bible KJV -> WEB (budget below)
-#   PARTS=synthetic bash recipes/gu/ch3.sh  # only the synthetic part (PARTS=bible: only the Bible part)
+#   PARTS=synthetic bash recipes/gu/ch3.sh  # only the synthetic part (PARTS=bible: only the Bible part;
+#                                           # PARTS=es-en: CopyNet vs RNNSearch on the es->en bench data)
 #   MODE=thesis bash recipes/gu/ch3.sh      # print the thesis-setting commands (RUN=1: run them)
 #
 # ---- Thesis settings (MODE=thesis; GPU assumed) -----------------------------------------------------------
@@ -154,6 +155,23 @@ if [[ " $PARTS " == *" synthetic "* ]]; then
   } | tee $D/accuracy.md
 fi
 
+# bible_system ARCH: train ARCH on $BIN_DIR (raw text in $SEG) for BUDGET_MIN minutes into $B/ARCH, decode test
+# (beam 5). The two systems of a part train side by side (one thread each: the machine's two cores).
+bible_system() {
+  local arch=$1 T C
+  case $arch in
+    copynet*) T=(--task copy_translation --copy-raw-dir $SEG) C=(--criterion copynet_cross_entropy) ;;
+    *) T=(--task translation_decoding) C=(--criterion cross_entropy) ;;
+  esac
+  [ -s $B/$arch/generate-test.txt ] && return 0
+  $FS/fairseq-train $BIN_DIR "${UD[@]}" "${T[@]}" "${C[@]}" --arch $arch --max-tokens 4096 "${OPT[@]}" --cpu \
+    --stop-time-hours "$(echo "$BUDGET_MIN / 60" | bc -l)" --save-dir $B/$arch --no-epoch-checkpoints \
+    > $B/$arch.log 2>&1 || { tail -20 $B/$arch.log; return 1; }
+  $FS/fairseq-generate $BIN_DIR "${UD[@]}" "${T[@]}" --path $B/$arch/checkpoint_best.pt --cpu --beam 5 \
+    --max-len-a 1.2 --max-len-b 10 --batch-size 64 --results-path $B/$arch > $B/$arch.generate.log 2>&1 \
+    || { tail -20 $B/$arch.generate.log; return 1; }
+}
+
 # ---- 2. Bible KJV -> WEB, word level ---------------------------------------------------------------------------
 if [[ " $PARTS " == *" bible "* ]]; then
   B=$RUNS/bible
@@ -167,21 +185,6 @@ if [[ " $PARTS " == *" bible "* ]]; then
     --vocab-size 10000 --name word10k --out data/bible_kjv_en
   SEG=data/bible_kjv_en/word10k
   BIN_DIR=$SEG/bin
-  # the two systems train side by side (one thread each: the machine's two cores), then decode
-  bible_system() {
-    local arch=$1 T C
-    case $arch in
-      copynet*) T=(--task copy_translation --copy-raw-dir $SEG) C=(--criterion copynet_cross_entropy) ;;
-      *) T=(--task translation_decoding) C=(--criterion cross_entropy) ;;
-    esac
-    [ -s $B/$arch/generate-test.txt ] && return 0
-    $FS/fairseq-train $BIN_DIR "${UD[@]}" "${T[@]}" "${C[@]}" --arch $arch --max-tokens 4096 "${OPT[@]}" --cpu \
-      --stop-time-hours "$(echo "$BUDGET_MIN / 60" | bc -l)" --save-dir $B/$arch --no-epoch-checkpoints \
-      > $B/$arch.log 2>&1 || { tail -20 $B/$arch.log; return 1; }
-    $FS/fairseq-generate $BIN_DIR "${UD[@]}" "${T[@]}" --path $B/$arch/checkpoint_best.pt --cpu --beam 5 \
-      --max-len-a 1.2 --max-len-b 10 --batch-size 64 --results-path $B/$arch > $B/$arch.generate.log 2>&1 \
-      || { tail -20 $B/$arch.generate.log; return 1; }
-  }
   bible_system rnnsearch_bench & p1=$!
   bible_system copynet_bench & p2=$!
   wait $p1 && wait $p2
@@ -193,4 +196,19 @@ if [[ " $PARTS " == *" bible "* ]]; then
     --ref $SEG/test.en --src $SEG/test.kjv --dict $BIN_DIR/dict.en.txt --json $B/oov.json | tee -a $B/results.md
   $PY -m fairseq_ext.tools.copy_heatmap --path $B/copynet_bench/checkpoint_best.pt --data $BIN_DIR \
     --copy-raw-dir $SEG --index 0 --out $B/heatmap.png
+fi
+
+# ---- 3. Bible es -> en (sentencepiece 8k, the bench's data): the same two systems, the same budget ----------
+if [[ " $PARTS " == *" es-en "* ]]; then
+  B=$RUNS/es-en
+  mkdir -p $B
+  SEG=data/bible_es_en/spm8000
+  BIN_DIR=$SEG/bin
+  [ -s $BIN_DIR/dict.es.txt ] || bible_data
+  bible_system rnnsearch_bench & p1=$!
+  bible_system copynet_bench & p2=$!
+  wait $p1 && wait $p2
+  $PY -m fairseq_ext.tools.score compare --baseline $B/rnnsearch_bench/generate-test.txt \
+    --system $B/copynet_bench/generate-test.txt --ref data/bible_es_en/raw/test.en --remove-bpe sentencepiece \
+    --json $B/compare.json | tee $B/results.md
 fi
