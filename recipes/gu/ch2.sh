@@ -96,6 +96,7 @@ decoding_table() {
   DATA_BIN=$1
   local ckpt=$2 raw
   raw=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['raw'])" "$DATA_BIN/segment.json")
+  [ -d "$raw" ] || raw=$(dirname "$(dirname "$DATA_BIN")")/raw  # the folder was built elsewhere and moved
   POST=$($PY -c "import json,sys; print(json.load(open(sys.argv[1])).get('post_process','sentencepiece'))" \
     "$DATA_BIN/segment.json")
   mkdir -p "$DEC"
@@ -129,7 +130,8 @@ decoding_table() {
     systems+=(--system "$DEC/$f.out")
   done
   {
-    echo "# Gu ch. 2 decoding of $ckpt ($DATA_BIN, test; sigma0 $best_sigma chosen on valid with N=$NPD_SAMPLES)"
+    if [[ "$NPD_SIGMAS" == *,* ]]; then how="chosen on valid with N=$NPD_SAMPLES"; else how="fixed (NPD_SIGMAS)"; fi
+    echo "# Gu ch. 2 decoding of $ckpt ($DATA_BIN, test; sigma0 $best_sigma $how)"
     echo
     echo "| decoder | BLEU | decode seconds | time x greedy |"
     echo "|---|---|---|---|"
