@@ -36,7 +36,6 @@ the target dictionary too when both dictionaries are equal (a joined dictionary,
 is one clear error. The flags must be given again to ``fairseq-generate`` (the dictionary sizes follow
 them).
 """
-import inspect
 import logging
 import os
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ import torch
 from fairseq import utils
 from fairseq.data import LanguagePairDataset, iterators
 from fairseq.dataclass import ChoiceEnum
-from fairseq.tasks import FairseqTask, register_task
+from fairseq.tasks import register_task
 
 from fairseq_ext.data.binarized import split_prefixes
 from fairseq_ext.data.documents import (
@@ -75,7 +74,6 @@ from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, Tr
 
 logger = logging.getLogger(__name__)
 
-_BATCH_ITERATOR_SIGNATURE = inspect.signature(FairseqTask.get_batch_iterator)
 
 
 class DocumentBatchIterator(iterators.EpochBatchIterator):
@@ -268,13 +266,9 @@ class DocTranslationTask(TranslationDecodingTask):
     def get_batch_iterator(self, dataset, *args, **kwargs):
         if not isinstance(dataset, DocumentPairDataset) or self.cfg.doc_batching == "size":
             return super().get_batch_iterator(dataset, *args, **kwargs)
-        bound = _BATCH_ITERATOR_SIGNATURE.bind(self, dataset, *args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
-        reuse = (not a["disable_iterator_cache"] and not a["update_epoch_batch_itr"]
-                 and self.can_reuse_epoch_itr(dataset))
-        if reuse and dataset in self.dataset_to_epoch_iter:
-            return self.dataset_to_epoch_iter[dataset]
+        a, reuse, cached = self.bind_batch_iterator(dataset, args, kwargs)
+        if cached is not None:
+            return cached
         train = dataset is self.datasets.get(getattr(self.cfg, "train_subset", "train"))
         batching, n_updates = self._train_batching()
         if train and batching != "sorted":

@@ -172,18 +172,24 @@ class TrainBatchingMixin:
         except Exception:  # unresolvable (a task config built by hand): one batch per update
             return 1
 
-    def get_batch_iterator(self, dataset, *args, **kwargs):
-        batching, n_updates = self._train_batching()
-        train = self.datasets.get(getattr(self.cfg, "train_subset", "train"))
-        if dataset is not train or (batching == "sorted" and n_updates <= 0):
-            return super().get_batch_iterator(dataset, *args, **kwargs)
+    def bind_batch_iterator(self, dataset, args, kwargs) -> tuple:
+        """``(arguments, reuse, cached)``: fairseq's ``get_batch_iterator`` arguments with their defaults,
+        whether the epoch iterator may be cached, and the cached one (None if there is none yet)."""
         bound = _BATCH_ITERATOR_SIGNATURE.bind(self, dataset, *args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments
         reuse = (not a["disable_iterator_cache"] and not a["update_epoch_batch_itr"]
                  and self.can_reuse_epoch_itr(dataset))
-        if reuse and dataset in self.dataset_to_epoch_iter:
-            return self.dataset_to_epoch_iter[dataset]
+        return a, reuse, self.dataset_to_epoch_iter.get(dataset) if reuse else None
+
+    def get_batch_iterator(self, dataset, *args, **kwargs):
+        batching, n_updates = self._train_batching()
+        train = self.datasets.get(getattr(self.cfg, "train_subset", "train"))
+        if dataset is not train or (batching == "sorted" and n_updates <= 0):
+            return super().get_batch_iterator(dataset, *args, **kwargs)
+        a, reuse, cached = self.bind_batch_iterator(dataset, args, kwargs)
+        if cached is not None:
+            return cached
         if batching == "chunked" and self.cfg.chunk_size < 1:
             raise ValueError(f"--chunk-size must be >= 1, got {self.cfg.chunk_size}")
         dataset.set_epoch(a["epoch"])

@@ -172,6 +172,16 @@ bible_system() {
     || { tail -20 $B/$arch.generate.log; return 1; }
 }
 
+# bible_pair: RNNSearch and CopyNet side by side on $BIN_DIR, then CopyNet bootstrapped against RNNSearch
+bible_pair() {
+  bible_system rnnsearch_bench & p1=$!
+  bible_system copynet_bench & p2=$!
+  wait $p1 && wait $p2
+  $PY -m fairseq_ext.tools.score compare --baseline $B/rnnsearch_bench/generate-test.txt \
+    --system $B/copynet_bench/generate-test.txt --ref data/bible_es_en/raw/test.en --remove-bpe sentencepiece \
+    --json $B/compare.json | tee $B/results.md
+}
+
 # ---- 2. Bible KJV -> WEB, word level ---------------------------------------------------------------------------
 if [[ " $PARTS " == *" bible "* ]]; then
   B=$RUNS/bible
@@ -185,12 +195,7 @@ if [[ " $PARTS " == *" bible "* ]]; then
     --vocab-size 10000 --name word10k --out data/bible_kjv_en
   SEG=data/bible_kjv_en/word10k
   BIN_DIR=$SEG/bin
-  bible_system rnnsearch_bench & p1=$!
-  bible_system copynet_bench & p2=$!
-  wait $p1 && wait $p2
-  $PY -m fairseq_ext.tools.score compare --baseline $B/rnnsearch_bench/generate-test.txt \
-    --system $B/copynet_bench/generate-test.txt --ref data/bible_es_en/raw/test.en --remove-bpe sentencepiece \
-    --json $B/compare.json | tee $B/results.md
+  bible_pair
   # accuracy on the reference's OOV words (outside the 10k dictionary), and on those the source also has
   $PY -m fairseq_ext.tools.score oov --hyp $B/rnnsearch_bench/generate-test.txt --hyp $B/copynet_bench/generate-test.txt \
     --ref $SEG/test.en --src $SEG/test.kjv --dict $BIN_DIR/dict.en.txt --json $B/oov.json | tee -a $B/results.md
@@ -205,10 +210,5 @@ if [[ " $PARTS " == *" es-en "* ]]; then
   SEG=data/bible_es_en/spm8000
   BIN_DIR=$SEG/bin
   [ -s $BIN_DIR/dict.es.txt ] || bible_data
-  bible_system rnnsearch_bench & p1=$!
-  bible_system copynet_bench & p2=$!
-  wait $p1 && wait $p2
-  $PY -m fairseq_ext.tools.score compare --baseline $B/rnnsearch_bench/generate-test.txt \
-    --system $B/copynet_bench/generate-test.txt --ref data/bible_es_en/raw/test.en --remove-bpe sentencepiece \
-    --json $B/compare.json | tee $B/results.md
+  bible_pair
 fi
