@@ -27,7 +27,14 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    ``checkpoint_utils.load_checkpoint_to_cpu`` so that it raises
    :class:`fairseq_ext.modules.checkpoint.CheckpointError` ("not a readable fairseq checkpoint: FILE
    (why)"), and an uncaught one ends the command with that one line and exit status 1.
-6. Quiet the harmless per-command warnings (hydra deprecations, pin_memory without accelerator).
+6. **A run that stops mid-epoch exits cleanly.**  fairseq prefetches batches in a daemon thread
+   (``BufferedIterator``, ``--data-buffer-size``).  When training stops at ``--max-update`` in the
+   middle of an epoch that thread is still collating; if it is inside a torch operation when the
+   interpreter finalizes, the process aborts with "terminate called without an active exception"
+   (exit -6) *after* the checkpoint was written, so a recipe under ``set -e`` fails.
+   :func:`patch_background_loader` lets the prefetcher stop between batches and stops every live
+   one at exit.
+7. Quiet the harmless per-command warnings (hydra deprecations, pin_memory without accelerator).
 """
 from __future__ import annotations
 
@@ -224,6 +231,64 @@ def patch_checkpoint_loading() -> None:
     sys.excepthook = excepthook
 
 
+def patch_background_loader() -> None:
+    """Stop fairseq's prefetch threads at interpreter exit (fix 6)."""
+    import atexit
+    import queue
+    import threading
+    import weakref
+
+    from fairseq.data import iterators
+
+    base = iterators.BackgroundConsumer
+    if getattr(base, "_fairseq_ext", False):
+        return
+    stopping = threading.Event()
+    live: weakref.WeakSet = weakref.WeakSet()
+
+    def put(q: queue.Queue, item) -> bool:
+        """``q.put(item)`` unless the process is exiting; False if it is."""
+        while not stopping.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    class StoppableConsumer(base):
+        _fairseq_ext = True
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            live.add(self)
+
+        def run(self):
+            if self.cuda_device is not None:
+                torch.cuda.set_device(self.cuda_device)
+            try:
+                for item in self._source:
+                    if not put(self._queue, item):
+                        return
+                    self.count += 1
+                    if self._max_len is not None and self.count >= self._max_len:
+                        break
+                    if stopping.is_set():
+                        return
+                put(self._queue, iterators._sentinel)
+            except Exception as e:  # handed to the consumer, as fairseq does
+                put(self._queue, e)
+
+    def stop_all() -> None:
+        stopping.set()
+        for thread in list(live):
+            if thread.is_alive():
+                thread.join(timeout=60)
+
+    atexit.register(stop_all)
+    iterators.BackgroundConsumer = StoppableConsumer
+
+
 def quiet_warnings() -> None:
     for pattern in (
         r".*hydra.experimental.*", r".*version_base.*", r".*deprecated keyword in package header.*",
@@ -246,4 +311,5 @@ def apply() -> None:
     patch_distributed()
     patch_training_time()
     patch_checkpoint_loading()
+    patch_background_loader()
     _APPLIED = True

@@ -49,6 +49,41 @@ def test_batch_by_size_keeps_the_tail():
     assert sorted(np.concatenate(fixed).tolist()) == list(range(1494))
 
 
+_PREFETCH_AT_EXIT = """
+import sys, torch
+if sys.argv[1] == "plugin":
+    import fairseq_ext  # noqa: F401
+from fairseq.data import iterators
+
+class Slow:  # a collater that is inside torch operations most of the time
+    def __len__(self):
+        return 1000
+    def __iter__(self):
+        for _ in range(1000):
+            a = torch.randn(300, 300)
+            for _ in range(50):
+                a = torch.tanh(a @ a)
+            yield a
+
+it = iterators.BufferedIterator(3, Slow())
+next(it)  # stop after one batch, as --max-update does mid-epoch
+print("stopped")
+"""
+
+
+def test_stopping_mid_epoch_exits_cleanly(tmp_path):
+    """fairseq's prefetch thread aborted the process at exit (-6) while it was collating; the compat
+    layer stops it between batches.  (Without ``import fairseq_ext`` this script aborts on this build.)"""
+    import subprocess
+    script = tmp_path / "prefetch.py"
+    script.write_text(_PREFETCH_AT_EXIT)
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    fixed = subprocess.run([sys.executable, str(script), "plugin"], capture_output=True, text=True, env=env,
+                           cwd=ROOT)
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    assert fixed.stdout.strip() == "stopped"
+
+
 def test_safe_globals_cover_fairseq_checkpoint_objects():
     import argparse
     import io
