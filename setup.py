@@ -26,6 +26,8 @@ setup(
         "uroman==1.3.1.1",  # transliteration of any script (Nguyen ch. 3)
         "entmax==1.3",  # sparsemax of the hierarchical selective attention (Maruf ch. 4)
         "nltk==3.9.1",  # METEOR (exact + stem matching, no WordNet download) for Maruf ch. 3-4
+        "tantivy==0.27.0",  # embedded BM25 translation-memory index (Gu ch. 4)
+        "rapidfuzz==3.14.6",  # token-level edit distance of the fuzzy re-ranking (Gu ch. 4)
     ],
     extras_require={"dev": ["pytest==9.2.0"]},
     entry_points={
@@ -45,6 +47,7 @@ setup(
             "fairseq-ext-synthetic-rules=fairseq_ext.tools.synthetic_rules:cli_main",
             "fairseq-ext-dialogue-patterns=fairseq_ext.tools.dialogue_patterns:cli_main",
             "fairseq-ext-contrastive=fairseq_ext.tools.contrastive:cli_main",
+            "fairseq-ext-tm=fairseq_ext.tools.retrieval:cli_main",
             "fairseq-ext-doc-consistency=fairseq_ext.tools.doc_consistency:cli_main",
             # fairseq's own CLIs with the plugin loaded
             "fairseq-ext-train=fairseq_ext.cli:train_main",

@@ -34,3 +34,25 @@ def test_speed_refuses_other_tasks(tiny_bin, tmp_path):
     p = run([sys.executable, SPEED, "--data", tiny_bin, "--configs", "concat_rand", "--rounds", "1",
              "--steps", "1", "--out", tmp_path / "j"], check=False)
     assert p.returncode != 0 and "concat_rand" in p.stderr and "plain translation" in p.stderr
+
+
+DECODE_SPEED = ROOT / "recipes" / "bench" / "decode_speed.py"
+
+
+def test_decode_speed_interleaved_ratios(tiny_bin, tmp_path):
+    from harness import USER_DIR, train
+    ckpt = train(tiny_bin, tmp_path / "m", max_update=2)
+    common = f"{tiny_bin} --user-dir {USER_DIR} --task translation_ext --path {ckpt} --cpu --max-len-b 20"
+    out = tmp_path / "decode.json"
+    p = run([sys.executable, DECODE_SPEED, "--rounds", "2", "--out", out,
+             "--system", f"greedy={common} --beam 1", "--system", f"beam4={common} --beam 4"])
+    res = json.loads(out.read_text())
+    assert list(res["summary"]) == ["greedy", "beam4"]  # the baseline first, as given
+    assert res["summary"]["greedy"]["ratio_median"] == 1.0
+    assert len(res["runs"]["beam4"]) == 2 and all(r["seconds"] > 0 for r in res["runs"]["beam4"])
+    assert res["summary"]["beam4"]["sentences"] == res["summary"]["greedy"]["sentences"] > 0
+    assert "| beam4 |" in p.stdout
+    # systems that translate different sets are refused
+    p = run([sys.executable, DECODE_SPEED, "--rounds", "1", "--system", f"test={common} --beam 1",
+             "--system", f"valid={common} --beam 1 --gen-subset valid"], check=False)
+    assert p.returncode != 0 and "different numbers of sentences" in p.stderr

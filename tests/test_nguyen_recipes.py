@@ -186,6 +186,7 @@ def test_tiny_ch3_transfer(runs):
     assert json.loads((data / "bpe300" / "overlap.json").read_text())["bpe"]["dev"]["types"] > 0
 
 
+@pytest.mark.slow
 def test_tiny_ch7_untied_pos(runs):
     recipe("ch7", RUNS=runs, **TINY_ENV)
     job = runs / "nguyen_tiny" / "job"
@@ -195,6 +196,7 @@ def test_tiny_ch7_untied_pos(runs):
     assert (job / "fig7_untied_pos.png").stat().st_size > 10000
 
 
+@pytest.mark.slow
 def test_tiny_ch5_lexical(runs):
     p = recipe("ch5", RUNS=runs, **TINY_ENV)
     job = runs / "nguyen_tiny" / "job"
@@ -204,6 +206,7 @@ def test_tiny_ch5_lexical(runs):
     assert "Table 5.8 lexicon of luong_fixnorm_lex" in p.stdout
 
 
+@pytest.mark.slow
 def test_tiny_ch4_concat(runs):
     recipe("ch4", RUNS=runs, **TINY_ENV)
     job = runs / "nguyen_tiny" / "job"

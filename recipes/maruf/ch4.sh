@@ -38,6 +38,9 @@
 #   hatt_enc_off    selattn_enc_hier_sparsesoft_bench, offline context (the whole chapter)
 #   hatt_enc_on     selattn_enc_hier_sparsesoft_bench, online context (earlier verses)
 #   zhang_enc       zhang2018_doc_transformer_bench (2 previous verses, sentence parameters frozen)
+#   concat          (in SYSTEMS only when named) the 2-to-1 concatenation model: the previous verse + <brk>
+#                   prepended to the source; its dictionary differs, so it is trained from scratch like stage 1
+#                   for as many updates as the stage-1 checkpoint (CONCAT_UPDATES) and compared with stage 1
 # then greedy decoding of test, sacreBLEU + paired bootstrap against `sentence`, the contrastive pronoun
 # accuracy (Table 4.4 layout) and the chapter-level consistency -> runs/maruf_ch4/results.md.
 # About 2 x (UPDATES x 2 s) + 10 min on an otherwise idle machine.
@@ -99,16 +102,17 @@ UPDATES=${UPDATES:-600}
 T=(--task doc_translation --doc-ids-dir $SEG --source-lang $SRC --target-lang $TGT)
 RUN_OPT=(--seed 1 --cpu --no-progress-bar --log-format simple --log-interval 50 --no-epoch-checkpoints)
 
+# stage 1 = the bench's sentence transformer and optimizer, trained from scratch on sentence batches
+STAGE1_TRAIN=(--doc-batching size --arch transformer_maruf_base_bench --optimizer adam --adam-betas '(0.9,0.98)'
+  --clip-norm 1.0 --lr 3e-3 --lr-scheduler inverse_sqrt --warmup-updates 300 --warmup-init-lr 1e-7
+  --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 2048)
 STAGE1=${STAGE1:-$OUT/stage1/checkpoint_best.pt}
 if [ ! -s "$STAGE1" ]; then
-  $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" --doc-batching size --arch transformer_maruf_base_bench \
-    --optimizer adam --adam-betas '(0.9,0.98)' --clip-norm 1.0 --lr 3e-3 --lr-scheduler inverse_sqrt \
-    --warmup-updates 300 --warmup-init-lr 1e-7 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
-    --max-tokens 2048 --seed 1 --cpu --no-progress-bar --log-format simple --log-interval 50 \
-    --no-epoch-checkpoints --stop-time-hours "$(echo "${STAGE1_MIN:-30} / 60" | bc -l)" \
-    --save-dir $OUT/stage1 > $OUT/stage1.log 2>&1
+  $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${STAGE1_TRAIN[@]}" "${RUN_OPT[@]}" \
+    --stop-time-hours "$(echo "${STAGE1_MIN:-30} / 60" | bc -l)" --save-dir $OUT/stage1 > $OUT/stage1.log 2>&1
   STAGE1=$OUT/stage1/checkpoint_best.pt
 fi
+GREEDY=(--beam 1 --max-len-a 1.2 --max-len-b 10 --batch-size 64 --post-process sentencepiece --cpu)
 
 # system NAME -> its stage-2 flags: configuration maruf_NAME of recipes/bench/configs.py (one place for them)
 system_flags() {
@@ -116,6 +120,7 @@ system_flags() {
 }
 ctx_flags() {  # the task flags a system also needs at decoding time (its --doc-context-mode)
   local f
+  case $1 in concat) echo "--doc-concat-prev 1"; return 0 ;; stage1) return 0 ;; esac
   eval "f=($(system_flags "$1"))"
   for ((k = 0; k < ${#f[@]}; k++)); do
     [ "${f[k]}" = --doc-context-mode ] && echo "--doc-context-mode ${f[k+1]}"
@@ -123,8 +128,25 @@ ctx_flags() {  # the task flags a system also needs at decoding time (its --doc-
   return 0
 }
 
+# concat: the 2-to-1 baseline (Tiedemann & Scherrer 2017), trained from scratch like stage 1 (its source
+# dictionary gains <brk>, so it cannot be warm-started) for as many updates as the stage-1 checkpoint made
+# (CONCAT_UPDATES), and compared with stage 1 decoded the same way.
+run_concat() {
+  local updates=${CONCAT_UPDATES:-$($PY -c "import sys, torch; print(torch.load(sys.argv[1], weights_only=True)['optimizer_history'][-1]['num_updates'])" "$STAGE1")}
+  if [ ! -s $OUT/concat/checkpoint_last.pt ]; then
+    $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${STAGE1_TRAIN[@]}" --doc-concat-prev 1 "${RUN_OPT[@]}" \
+      --max-update "$updates" --save-dir $OUT/concat > $OUT/concat.log 2>&1 || { tail -20 $OUT/concat.log; return 1; }
+  fi
+  [ -s $OUT/concat/generate-test.txt ] || $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" --doc-concat-prev 1 \
+    --path $OUT/concat/checkpoint_last.pt "${GREEDY[@]}" --results-path $OUT/concat > $OUT/concat.generate.log 2>&1 \
+    || { tail -20 $OUT/concat.generate.log; return 1; }
+  [ -s $OUT/stage1_greedy/generate-test.txt ] || $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" --path "$STAGE1" \
+    "${GREEDY[@]}" --results-path $OUT/stage1_greedy > $OUT/stage1_greedy.generate.log 2>&1
+}
+
 run_system() {
   local name=$1 flags
+  [ "$name" != concat ] || { run_concat; return; }
   eval "flags=($(system_flags "$name"))"
   if [ ! -s $OUT/$name/checkpoint_last.pt ]; then
     $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${flags[@]}" "${RUN_OPT[@]}" --max-update "$UPDATES" \
@@ -133,8 +155,7 @@ run_system() {
   if [ ! -s $OUT/$name/generate-test.txt ]; then
     # shellcheck disable=SC2046
     $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" $(ctx_flags "$name") --path $OUT/$name/checkpoint_last.pt \
-      --beam 1 --max-len-a 1.2 --max-len-b 10 --batch-size 64 --post-process sentencepiece --cpu \
-      --results-path $OUT/$name > $OUT/$name.generate.log 2>&1 || { tail -20 $OUT/$name.generate.log; return 1; }
+      "${GREEDY[@]}" --results-path $OUT/$name > $OUT/$name.generate.log 2>&1 || { tail -20 $OUT/$name.generate.log; return 1; }
   fi
 }
 
@@ -147,22 +168,34 @@ done
 
 # ---- scores ------------------------------------------------------------------------------------------------
 sys_args=()
-for s in "${SYSTEMS[@]}"; do [ "$s" = sentence ] || sys_args+=(--system $OUT/$s/generate-test.txt); done
-$PY -m fairseq_ext.tools.score compare --baseline $OUT/sentence/generate-test.txt "${sys_args[@]}" \
-  --ref $SEG/../raw/test.${TGT} --json $OUT/compare.json | tee $OUT/results.md
-$PY -m fairseq_ext.tools.score meteor --hyp $OUT/sentence/generate-test.txt "${sys_args[@]/--system/--hyp}" \
-  --ref $SEG/../raw/test.${TGT} --json $OUT/meteor.json | tee -a $OUT/results.md
+for s in "${SYSTEMS[@]}"; do [ "$s" = sentence ] || [ "$s" = concat ] || sys_args+=(--system $OUT/$s/generate-test.txt); done
+: > $OUT/results.md
+[ ${#sys_args[@]} = 0 ] || $PY -m fairseq_ext.tools.score compare --baseline $OUT/sentence/generate-test.txt \
+  "${sys_args[@]}" --ref $SEG/../raw/test.${TGT} --json $OUT/compare.json | tee -a $OUT/results.md
+SCORED=("${SYSTEMS[@]}")
+if [[ " ${SYSTEMS[*]} " == *" concat "* ]]; then  # the concatenation model against stage 1 (same updates)
+  $PY -m fairseq_ext.tools.score compare --baseline $OUT/stage1_greedy/generate-test.txt \
+    --system $OUT/concat/generate-test.txt --ref $SEG/../raw/test.${TGT} --json $OUT/compare_concat.json \
+    | tee -a $OUT/results.md
+  SCORED+=(stage1)
+fi
+hyp_of() { if [ "$1" = stage1 ]; then echo $OUT/stage1_greedy/generate-test.txt; else echo $OUT/$1/generate-test.txt; fi; }
+ckpt_of() { if [ "$1" = stage1 ]; then echo "$STAGE1"; else echo $OUT/$1/checkpoint_last.pt; fi; }
+hyps=()
+for s in "${SCORED[@]}"; do hyps+=(--hyp "$(hyp_of $s)"); done
+$PY -m fairseq_ext.tools.score meteor "${hyps[@]}" --ref $SEG/../raw/test.${TGT} --json $OUT/meteor.json \
+  | tee -a $OUT/results.md
 
 # contrastive pronoun test (Table 4.4 layout; built from the test split; the ambiguous pronouns are Spanish ones,
 # so es-en only) and chapter consistency
 [ "$PAIR" != es-en ] || [ -s $OUT/contrastive.test.jsonl ] || $PY -m fairseq_ext.tools.contrastive build \
   --raw $SEG/../raw --split test --src $SRC --ref $TGT --out $OUT/contrastive.test.jsonl \
   --stats-json $OUT/contrastive.stats.json
-for s in "${SYSTEMS[@]}"; do
+for s in "${SCORED[@]}"; do
   # shellcheck disable=SC2046
   [ "$PAIR" != es-en ] || $PY -m fairseq_ext.tools.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
-    --json $OUT/$s.contrastive.json $SEG/bin --path $OUT/$s/checkpoint_last.pt "${T[@]}" $(ctx_flags "$s") \
+    --json $OUT/$s.contrastive.json $SEG/bin --path "$(ckpt_of $s)" "${T[@]}" $(ctx_flags "$s") \
     --gen-subset test --cpu | tee -a $OUT/results.md
   $PY -m fairseq_ext.tools.doc_consistency --raw $SEG/../raw --split test --src-lang $SRC --tgt-lang $TGT \
-    --hyp $OUT/$s/generate-test.txt --json $OUT/$s.consistency.json | tee -a $OUT/results.md
+    --hyp "$(hyp_of $s)" --json $OUT/$s.consistency.json | tee -a $OUT/results.md
 done
