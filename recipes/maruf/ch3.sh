@@ -14,6 +14,7 @@
 # (fairseq_ext/generators/doc_bcd.py), tools fairseq_ext.tools.{doc_context,score,contrastive,doc_consistency}.
 #
 #   bash recipes/maruf/ch3.sh                # CPU: Bible es->en chapters (budget below)
+#   PAIR=fr-en bash recipes/maruf/ch3.sh     # the same on French->English (bible_multi fr -> en_web)
 #   DATA=tiny bash recipes/maruf/ch3.sh      # the committed tiny slice, tiny models, a few updates (~3-4 min)
 #   MODE=thesis bash recipes/maruf/ch3.sh    # print the thesis-setting commands (RUN=1: run them)
 #
@@ -192,11 +193,16 @@ if [ "${DATA:-bible}" = tiny ]; then
   BATCH=(--max-tokens 1024)
   N_BOOTSTRAP=${N_BOOTSTRAP:-100}
 else
-  OUT=$RUNS/maruf_ch3/es-en
-  SEG=data/bible_es_en/spm8000
+  PAIR=${PAIR:-es-en}
+  case $PAIR in
+    es-en) SEG=data/bible_es_en/spm8000; RAW=$SEG/../raw; [ -s $SEG/bin/dict.es.txt ] || bible_data ;;
+    fr-en) SEG=data/bible_multi/fr-en_web/spm8000; RAW=data/bible_multi/raw/fr-en_web; SRC=fr; TGT=en_web
+           [ -s $SEG/bin/dict.fr.txt ] || $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src fr \
+             --tgt en_web --method sentencepiece --vocab-size 8000 ;;
+    *) echo "error: PAIR must be es-en or fr-en" >&2; exit 2 ;;
+  esac
+  OUT=$RUNS/maruf_ch3/$PAIR
   BIN=$SEG/bin
-  RAW=$SEG/../raw
-  [ -s $BIN/dict.es.txt ] || bible_data
   SENT_FLAGS="--arch rnnsearch_bench"
   DOC_ARCH=""
   UPDATES=${UPDATES:-600}
@@ -316,7 +322,7 @@ done
 # contrastive pronoun test (Table 4.4 layout, built from the test split; target-memory models read the stage-1
 # translations of the test chapters) and chapter consistency
 printf '\n## Contrastive pronouns\n\n' >> $RES
-[ -s $OUT/contrastive.test.jsonl ] || $PY -m fairseq_ext.tools.contrastive build --raw $RAW --split test \
+[ "$SRC" != es ] || [ -s $OUT/contrastive.test.jsonl ] || $PY -m fairseq_ext.tools.contrastive build --raw $RAW --split test \
   --src $SRC --ref $TGT --out $OUT/contrastive.test.jsonl --stats-json $OUT/contrastive.stats.json
 if [ -s $OUT/contrastive.test.jsonl ]; then
   for s in "${SYSTEMS[@]}"; do

@@ -90,8 +90,8 @@ fi
 
 # ---- CPU mode ------------------------------------------------------------------------------------------------
 case $PAIR in
-  es-en) SEG=data/bible_es_en/spm8000; [ -s $SEG/bin/dict.es.txt ] || bible_data ;;
-  fr-en) SEG=data/bible_multi/fr-en_web/spm8000
+  es-en) SEG=data/bible_es_en/spm8000; RAW=$RAW; [ -s $SEG/bin/dict.es.txt ] || bible_data ;;
+  fr-en) SEG=data/bible_multi/fr-en_web/spm8000; RAW=data/bible_multi/raw/fr-en_web
          [ -s $SEG/bin/dict.fr.txt ] || $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src fr \
            --tgt en_web --method sentencepiece --vocab-size 8000 ; TGT=en_web ;;
   *) echo "error: PAIR must be es-en or fr-en" >&2; exit 2 ;;
@@ -171,11 +171,11 @@ sys_args=()
 for s in "${SYSTEMS[@]}"; do [ "$s" = sentence ] || [ "$s" = concat ] || sys_args+=(--system $OUT/$s/generate-test.txt); done
 : > $OUT/results.md
 [ ${#sys_args[@]} = 0 ] || $PY -m fairseq_ext.tools.score compare --baseline $OUT/sentence/generate-test.txt \
-  "${sys_args[@]}" --ref $SEG/../raw/test.${TGT} --json $OUT/compare.json | tee -a $OUT/results.md
+  "${sys_args[@]}" --ref $RAW/test.${TGT} --json $OUT/compare.json | tee -a $OUT/results.md
 SCORED=("${SYSTEMS[@]}")
 if [[ " ${SYSTEMS[*]} " == *" concat "* ]]; then  # the concatenation model against stage 1 (same updates)
   $PY -m fairseq_ext.tools.score compare --baseline $OUT/stage1_greedy/generate-test.txt \
-    --system $OUT/concat/generate-test.txt --ref $SEG/../raw/test.${TGT} --json $OUT/compare_concat.json \
+    --system $OUT/concat/generate-test.txt --ref $RAW/test.${TGT} --json $OUT/compare_concat.json \
     | tee -a $OUT/results.md
   SCORED+=(stage1)
 fi
@@ -183,19 +183,19 @@ hyp_of() { if [ "$1" = stage1 ]; then echo $OUT/stage1_greedy/generate-test.txt;
 ckpt_of() { if [ "$1" = stage1 ]; then echo "$STAGE1"; else echo $OUT/$1/checkpoint_last.pt; fi; }
 hyps=()
 for s in "${SCORED[@]}"; do hyps+=(--hyp "$(hyp_of $s)"); done
-$PY -m fairseq_ext.tools.score meteor "${hyps[@]}" --ref $SEG/../raw/test.${TGT} --json $OUT/meteor.json \
+$PY -m fairseq_ext.tools.score meteor "${hyps[@]}" --ref $RAW/test.${TGT} --json $OUT/meteor.json \
   | tee -a $OUT/results.md
 
 # contrastive pronoun test (Table 4.4 layout; built from the test split; the ambiguous pronouns are Spanish ones,
 # so es-en only) and chapter consistency
 [ "$PAIR" != es-en ] || [ -s $OUT/contrastive.test.jsonl ] || $PY -m fairseq_ext.tools.contrastive build \
-  --raw $SEG/../raw --split test --src $SRC --ref $TGT --out $OUT/contrastive.test.jsonl \
+  --raw $RAW --split test --src $SRC --ref $TGT --out $OUT/contrastive.test.jsonl \
   --stats-json $OUT/contrastive.stats.json
 for s in "${SCORED[@]}"; do
   # shellcheck disable=SC2046
   [ "$PAIR" != es-en ] || $PY -m fairseq_ext.tools.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
     --json $OUT/$s.contrastive.json $SEG/bin --path "$(ckpt_of $s)" "${T[@]}" $(ctx_flags "$s") \
     --gen-subset test --cpu | tee -a $OUT/results.md
-  $PY -m fairseq_ext.tools.doc_consistency --raw $SEG/../raw --split test --src-lang $SRC --tgt-lang $TGT \
+  $PY -m fairseq_ext.tools.doc_consistency --raw $RAW --split test --src-lang $SRC --tgt-lang $TGT \
     --hyp "$(hyp_of $s)" --json $OUT/$s.consistency.json | tee -a $OUT/results.md
 done
