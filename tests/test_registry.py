@@ -43,6 +43,9 @@ NAT_FAMILY = ["nat_fertility", "nat_fertility_bench", "nat_fertility_iwslt16", "
               "nat_fertility_tiny"]
 RNN_FAMILY = sorted(["rnnsearch", "rnnsearch_tiny", "rnnsearch_bench"] + list(RNNSEARCH_PRESETS))
 COPYNET_FAMILY = ["copynet", "copynet_bench", "copynet_lcsts", "copynet_syn", "copynet_tiny"]
+# Gu ch. 4: SEG-NMT and its COPYNET baseline over the retrieved target (need the task's tm_* inputs)
+SEG_FAMILY = ["seg_copynet", "seg_copynet_bench", "seg_copynet_tiny", "seg_nmt", "seg_nmt_bench", "seg_nmt_jrc",
+              "seg_nmt_tiny"]
 # Maruf ch. 3 (memory networks on rnnsearch) and ch. 4 (selective attention on the transformer): document models
 DOCMEM_FAMILY = ["ctx_jean2017_rnn", "ctx_jean2017_rnn_bench", "ctx_prevtgt_rnn", "ctx_prevtgt_rnn_bench", "docmem",
                  "docmem_m2c", "docmem_m2c_both", "docmem_m2c_both_bench", "docmem_m2c_src", "docmem_m2c_src_bench",
@@ -65,7 +68,7 @@ NARROW = dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=
 
 def test_every_registered_architecture_is_listed():
     assert sorted(TRANSFORMER_FAMILY + LSTM_FAMILY + NAT_FAMILY + RNN_FAMILY + COPYNET_FAMILY + DOCMEM_FAMILY
-                  + SELATTN_FAMILY + MARUF_SENTENCE) == registrations()["architectures"]
+                  + SELATTN_FAMILY + MARUF_SENTENCE + SEG_FAMILY) == registrations()["architectures"]
 
 
 def _lexicon(arch, tmp_path):
@@ -137,6 +140,29 @@ def test_rnnsearch_preset_builds_and_runs(arch):
         logits = model(src, lengths, prev)[0]
     # copynet's output also has the per-sentence copy slots after the 60 words
     assert logits.shape[:2] == (3, 6) and logits.shape[2] >= 60 and not torch.isnan(logits).any()
+
+
+def toy_memory_input(bsz=3):
+    """The seg_translation keys for a toy batch: two retrieved pairs, the first example has both, the
+    second one, the last none."""
+    src = torch.tensor([[1, 5, 6, 7, 2], [8, 9, 10, 11, 2]])
+    tgt = torch.tensor([[12, 13, 2, 1], [14, 15, 16, 2]])
+    prev = torch.cat([torch.full((2, 1), 2), tgt[:, :-1]], 1).masked_fill(tgt.eq(1), 1)
+    index = torch.full((bsz, 2), -1)
+    index[0], index[1, 0] = torch.tensor([0, 1]), 1
+    return dict(tm_src_tokens=src, tm_src_lengths=src.ne(1).sum(1), tm_prev_output_tokens=prev, tm_tgt_tokens=tgt,
+                tm_index=index)
+
+
+@pytest.mark.parametrize("arch", SEG_FAMILY)
+def test_seg_preset_builds_and_runs_with_memory(arch):
+    model = build_model(arch, vocab=60, encoder_embed_dim=16, decoder_embed_dim=16, encoder_hidden_size=16,
+                        decoder_hidden_size=16, decoder_out_embed_dim=16, attention_dim=16, gate_hidden_dim=16)
+    assert model.uses_translation_memory
+    src, lengths, prev = toy_batch()
+    with torch.no_grad():
+        lprobs = model(src, lengths, prev, **toy_memory_input())[0]
+    assert lprobs.shape == (3, 6, 60) and torch.allclose(lprobs.exp().sum(-1), torch.ones(3, 6), atol=1e-5)
 
 
 @pytest.mark.parametrize("old,new", sorted(LEGACY_NAMES.items()))

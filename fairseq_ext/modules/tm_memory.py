@@ -1,0 +1,153 @@
+"""The key–value translation memory of SEG-NMT (Gu 2019 ch. 4, §4.2.2, Eqs. 4.2–4.7), shared by the
+``seg_nmt`` model (:mod:`fairseq_ext.models.seg_nmt`) and its tests.
+
+Slots. Every retrieved pair (X', Y') is run teacher-forced through the *same* translation model; the step
+that predicts y'_τ gives the key c'_τ (its attention context, Eq. 2.7) and the value (z'_τ, y'_τ) (its top
+decoder state and the token). The slots of all pairs retrieved for one example are concatenated, pair by
+pair (the order of ``tm_index``), real slots first, then padding (:func:`gather_slots`); an example with
+no retrieved pair has only padding slots (possibly zero of them).
+
+* :class:`BilinearMetric` — c_tᵀ M c'_τ (Eq. 4.2 "A", Eq. 4.6 "M": the same matrix, §4.8), ``diagonal``
+  (default) or ``full``, initialised to the identity (§4.3.1).
+* :func:`memory_log_attention` — log q_{t,τ} = log softmax_τ(c_tᵀ M c'_τ − λ β_{t−1,τ}) over the real
+  slots (Eq. 4.6; Eq. 4.2 when λ = 0); −∞ at padding, and −∞ everywhere (no NaN) for an example without slots.
+* :class:`TMGate` — ζ_t = σ(f_gate([c_t; z_t; z̃_t])): an MLP with one tanh hidden layer (the thesis's
+  "feedforward network with a single hidden layer, just like the attention mechanism"), or linear with
+  hidden size 0 (REF-CODE); returns the logit, ζ = sigmoid(logit).
+* :func:`copy_probs` — p_copy(w | M) = Σ_{τ: y'_τ = w} q_{t,τ} (Eq. 4.3 scattered onto the vocabulary).
+* :func:`shallow_fusion` — log p = log(ζ p_copy + (1 − ζ) p_NMT) (Eq. 4.5), exact in log space: a word
+  that no slot holds gets log(1 − ζ) + log p_NMT bit for bit (so ζ = 0 is the NMT distribution itself).
+
+Coverage (Eq. 4.7) is the per-slot accumulator β_t = β_{t−1} + q_t ζ_t, kept by the decoder in its
+incremental state (so it follows the beam).
+
+References: Gu, Wang, Cho, Li, "Search Engine Guided Neural Machine Translation", AAAI 2018; Gu,
+"Efficient Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019.
+"""
+from typing import Dict, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from fairseq_ext.modules.copy_attention import copy_mixture
+from fairseq_ext.modules.rnn import front_order
+
+TM_METRICS = ("diagonal", "full")
+
+
+class BilinearMetric(nn.Module):
+    """score(c_t, c'_τ) = c_tᵀ M c'_τ with M diagonal (a vector m, init 1) or full (init I) (Eqs. 4.2/4.6)."""
+
+    def __init__(self, dim: int, kind: str = "diagonal"):
+        super().__init__()
+        if kind not in TM_METRICS:
+            raise ValueError(f"unknown --tm-metric {kind!r} ({', '.join(TM_METRICS)})")
+        self.kind = kind
+        self.weight = nn.Parameter(torch.ones(dim) if kind == "diagonal" else torch.eye(dim))
+
+    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
+        """query c_t (B, C), keys c' (B, M, C) → scores (B, M)."""
+        q = query * self.weight if self.kind == "diagonal" else query @ self.weight  # (Mᵀ c_t)ᵀ = c_tᵀ M
+        return torch.bmm(keys, q.unsqueeze(2)).squeeze(2)
+
+
+def memory_log_attention(scores: Tensor, padding_mask: Tensor, coverage: Optional[Tensor] = None,
+                         coverage_weight: Optional[Tensor] = None) -> Tensor:
+    """log q (B, M) = log softmax over the real slots of ``scores − λ β`` (Eq. 4.6), in float32; −∞ at
+    padding slots (``padding_mask`` True) and on every slot of a row without a real one."""
+    scores = scores.float()
+    if coverage is not None and coverage_weight is not None:
+        scores = scores - coverage_weight.float() * coverage.float()
+    empty = padding_mask.all(dim=1, keepdim=True)
+    scores = scores.masked_fill(padding_mask & ~empty, float("-inf")).masked_fill(empty, 0.0)
+    return torch.log_softmax(scores, dim=-1).masked_fill(padding_mask, float("-inf"))
+
+
+class TMGate(nn.Module):
+    """The gate logit of ζ_t = σ(f_gate(c_t, z_t, z̃_t)) (Eq. 4.5): wᵀ tanh(W x + b) + b' (``hidden`` > 0)
+    or wᵀ x + b (``hidden`` = 0), x = [c_t; z_t; z̃_t]."""
+
+    def __init__(self, input_dim: int, hidden: int):
+        super().__init__()
+        if hidden < 0:
+            raise ValueError(f"--gate-hidden-dim must be >= 0, got {hidden}")
+        self.hidden = nn.Linear(input_dim, hidden) if hidden > 0 else None
+        self.out = nn.Linear(hidden if hidden > 0 else input_dim, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, I) → the logit (B,)."""
+        if self.hidden is not None:
+            x = torch.tanh(self.hidden(x))
+        return self.out(x).squeeze(-1)
+
+
+def gate_log_probs(logit: Tensor, empty: Tensor):
+    """(log ζ, log(1 − ζ)) (B,) from the gate logit, float32; an example without memory (``empty``) gets
+    ζ = 0 exactly (log ζ = −∞, log(1 − ζ) = 0), without a gradient into the gate."""
+    logit = logit.float()
+    log_zeta = F.logsigmoid(logit).masked_fill(empty, float("-inf"))
+    log_rest = F.logsigmoid(-logit).masked_fill(empty, 0.0)
+    return log_zeta, log_rest
+
+
+def copy_probs(q: Tensor, slot_tokens: Tensor, vocab_size: int) -> Tensor:
+    """p_copy(w) = Σ_{τ: y'_τ = w} q_τ (Eq. 4.3 on the vocabulary): q (B, [T,] M), slot tokens (B, M)
+    → (B, [T,] V)."""
+    ids = slot_tokens if q.dim() == 2 else slot_tokens.unsqueeze(1).expand_as(q)
+    return q.new_zeros(*q.shape[:-1], vocab_size).scatter_add(-1, ids, q)
+
+
+def shallow_fusion(nmt_lprobs: Tensor, log_q: Tensor, log_zeta: Tensor, log_rest: Tensor,
+                   slot_tokens: Tensor) -> Tensor:
+    """log p(y_t) = log(ζ_t p_copy(y_t) + (1 − ζ_t) p_NMT(y_t)) (Eq. 4.5).
+
+    ``nmt_lprobs`` (B, T, V) = log p_NMT, ``log_q`` (B, T, M), ``log_zeta`` / ``log_rest`` (B, T) = log ζ,
+    log(1 − ζ), ``slot_tokens`` (B, M) the y'_τ of the slots (any id < V at padding slots, whose log q
+    is −∞). Computed as a log-space scatter (:func:`~fairseq_ext.modules.copy_attention.copy_mixture`)."""
+    gen = nmt_lprobs + log_rest.unsqueeze(-1)
+    copy = log_q + log_zeta.unsqueeze(-1)
+    return copy_mixture(gen, copy, slot_tokens, 0)
+
+
+def gather_slots(rows: Dict[str, Tensor], slot_mask: Tensor, tm_index: Tensor) -> Dict[str, Tensor]:
+    """The memory of every example from the per-pair slots.
+
+    ``rows``: per retrieved pair r, per position τ, e.g. ``keys`` (R, L, C), ``values`` (R, L, H),
+    ``tokens`` (R, L); ``slot_mask`` (R, L) True at real slots; ``tm_index`` (B, K) the pairs of each
+    example (rows of R, −1 = none). Returns each entry of ``rows`` as (B, M, ...) with the real slots of
+    pair k = 0, 1, ... in order, then padding (zeros), plus ``padding_mask`` (B, M), ``pair`` (B, M) (k,
+    −1 at padding) and ``position`` (B, M) (τ, −1 at padding). M = the largest number of real slots."""
+    B, K = tm_index.shape
+    R, L = slot_mask.shape
+    device = slot_mask.device
+    valid = tm_index.ge(0)
+    sel = tm_index.clamp(min=0)
+    if R == 0:
+        valid = torch.zeros_like(valid)
+        sel = torch.zeros_like(sel)
+        L = 0
+    real = (slot_mask[sel] if R > 0 else slot_mask.new_zeros(B, K, 0)) & valid.unsqueeze(-1)  # (B, K, L)
+    real = real.reshape(B, K * L)
+    M = int(real.sum(1).max()) if real.numel() else 0
+    order = front_order(~real)[:, :M]  # the real (k, τ) of each example first, in order
+    pad = ~real.gather(1, order)
+    k = torch.div(order, max(L, 1), rounding_mode="floor")
+    tau = order - k * L
+    flat = sel.gather(1, k) * L + tau  # (B, M) into R * L
+    out = {}
+    for name, t in rows.items():
+        table = t.reshape(R * L, *t.shape[2:])
+        if R == 0:
+            picked = t.new_zeros(B, M, *t.shape[2:])
+        else:
+            picked = table[flat.reshape(-1)].reshape(B, M, *t.shape[2:])
+        mask = pad.reshape(B, M, *([1] * (t.dim() - 2)))
+        out[name] = picked.masked_fill(mask, 0)
+    out["padding_mask"] = pad
+    out["pair"] = k.masked_fill(pad, -1)
+    out["position"] = tau.masked_fill(pad, -1)
+    if M == 0:  # keep shapes (B, 0) on the right device
+        out["padding_mask"] = torch.zeros(B, 0, dtype=torch.bool, device=device)
+    return out
