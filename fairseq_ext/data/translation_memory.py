@@ -54,8 +54,9 @@ class TMFormatError(ValueError):
 def write_tm(data_dir: str, split: str, entries, meta: dict) -> tuple[str, str]:
     """Write ``{split}.tm.jsonl`` and its meta file (each atomically: a temporary file renamed)."""
     jsonl, meta_path = tm_paths(data_dir, split)
+    os.makedirs(data_dir, exist_ok=True)
     n = 0
-    tmp = jsonl + ".tmp"
+    tmp = f"{jsonl}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         for e in entries:
             f.write(json.dumps({"ids": list(map(int, e.ids)), "fuzzy": [round(float(s), 6) for s in e.fuzzy],
@@ -63,9 +64,9 @@ def write_tm(data_dir: str, split: str, entries, meta: dict) -> tuple[str, str]:
             n += 1
     os.replace(tmp, jsonl)
     meta = dict(meta, split=split, split_lines=n, format=FORMAT_VERSION)
-    with open(meta_path + ".tmp", "w", encoding="utf-8") as f:
+    with open(f"{meta_path}.tmp-{os.getpid()}", "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=1, ensure_ascii=False)
-    os.replace(meta_path + ".tmp", meta_path)
+    os.replace(f"{meta_path}.tmp-{os.getpid()}", meta_path)
     return jsonl, meta_path
 
 

@@ -24,6 +24,8 @@ module                 console script                         what
 ``arthur_lexicon``     ``fairseq-ext-arthur-lexicon``         Nguyen ch. 5: the Arthur et al. discrete lexicon
 ``synthetic_rules``    ``fairseq-ext-synthetic-rules``        Gu ch. 3: the synthetic rule task, accuracy
 ``dialogue_patterns``  ``fairseq-ext-dialogue-patterns``      Gu ch. 3: DS-I/DS-II pattern-filling dialogue
+``retrieval``          ``fairseq-ext-tm``                     Gu ch. 4: translation-memory index (tantivy BM25),
+                                                              fuzzy re-rank, Alg. 1 selection, TM baseline
 ``score``              ``fairseq-ext-score``                  sacreBLEU BLEU/chrF, bootstrap, length buckets
 ``hypotheses``         —                                      reading fairseq-generate output
 ``plots``              —                                      matplotlib helpers
