@@ -90,7 +90,7 @@ fi
 
 # ---- CPU mode ------------------------------------------------------------------------------------------------
 case $PAIR in
-  es-en) SEG=data/bible_es_en/spm8000; RAW=$RAW; [ -s $SEG/bin/dict.es.txt ] || bible_data ;;
+  es-en) SEG=data/bible_es_en/spm8000; RAW=$SEG/../raw; [ -s $SEG/bin/dict.es.txt ] || bible_data ;;
   fr-en) SEG=data/bible_multi/fr-en_web/spm8000; RAW=data/bible_multi/raw/fr-en_web
          [ -s $SEG/bin/dict.fr.txt ] || $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src fr \
            --tgt en_web --method sentencepiece --vocab-size 8000 ; TGT=en_web ;;
