@@ -23,7 +23,7 @@ from fairseq_ext.data.documents import (
 )
 from fairseq_ext.tasks.doc_translation import DocTranslationConfig, DocTranslationTask
 from fairseq_ext.tools.common import ToolError
-from harness import TINY_TRANSFORMER, generate, hypotheses, make_dictionary, n_lines, train
+from harness import TINY_TRANSFORMER, fairseq, generate, hypotheses, make_dictionary, n_lines, train
 
 V = 700
 D = make_dictionary(V)
@@ -407,12 +407,37 @@ def test_doc_context_tool(tiny_bin, tmp_path):
         doc_context.main([str(out), "--data", str(tiny_bin), "--split", "valid", "--out", str(tmp_path / "g")])
 
 
+def test_grown_dictionary_rows_are_appended_to_a_sentence_checkpoint():
+    from fairseq_ext.modules.warm_start import accept_grown_dictionary
+    torch.manual_seed(0)
+    small = torch.nn.ModuleDict({"embed": torch.nn.Embedding(10, 4), "proj": torch.nn.Linear(4, 10),
+                                 "other": torch.nn.Linear(4, 3)})
+    grown = torch.nn.ModuleDict({"embed": torch.nn.Embedding(11, 4), "proj": torch.nn.Linear(4, 11),
+                                 "other": torch.nn.Linear(4, 3)})
+    accept_grown_dictionary(grown, 1)
+    new_rows = grown["embed"].weight[10:].detach().clone()
+    grown.load_state_dict(small.state_dict())
+    assert torch.equal(grown["embed"].weight[:10], small["embed"].weight)
+    assert torch.equal(grown["embed"].weight[10:], new_rows)  # the added symbol keeps its initialisation
+    assert torch.equal(grown["proj"].weight[:10], small["proj"].weight)
+    assert torch.equal(grown["proj"].bias[:10], small["proj"].bias)
+    assert torch.equal(grown["other"].weight, small["other"].weight)
+    full = {k: v.clone() + 1 for k, v in grown.state_dict().items()}  # a grown checkpoint loads unchanged
+    grown.load_state_dict(full)
+    assert torch.equal(grown["embed"].weight, full["embed.weight"])
+    two_fewer = torch.nn.ModuleDict({"embed": torch.nn.Embedding(9, 4), "proj": torch.nn.Linear(4, 9),
+                                     "other": torch.nn.Linear(4, 3)})
+    with pytest.raises(RuntimeError, match="size mismatch"):  # any other mismatch is still an error
+        grown.load_state_dict(two_fewer.state_dict())
+
+
 # ----------------------------------------------------------------------------- CLI
 def test_cli_sentence_model_trains_and_generates_online_and_concat(tiny_bin, tmp_path):
     n_test = n_lines(tiny_bin / "test.ids")
     small = ["--encoder-layers", "1", "--decoder-layers", "1"]
     ckpt = train(tiny_bin, tmp_path / "sent", TINY_TRANSFORMER + small, task="doc_translation", max_update=2,
                  extra=["--doc-target-context", "gold", "--doc-context-size", "3", "--disable-validation"])
+    sent_ckpt = ckpt
     out = generate(tiny_bin, ckpt, "--doc-context-mode", "online", "--decoding-algorithm", "greedy",
                    "--max-tokens", "400", task="doc_translation")
     assert sorted(hypotheses(out)) == list(range(n_test))
@@ -423,3 +448,9 @@ def test_cli_sentence_model_trains_and_generates_online_and_concat(tiny_bin, tmp
     out = generate(tiny_bin, ckpt, "--doc-concat-prev", "1", "--max-tokens", "400", task="doc_translation")
     assert sorted(hypotheses(out)) == list(range(n_test))
     assert sum("<brk>" in line for line in out.splitlines() if line.startswith("S-")) == n_test - 2
+
+    # the sentence checkpoint (no <brk>) warm-starts the concatenation model
+    p = fairseq("train", tiny_bin, "--task", "doc_translation", *TINY_TRANSFORMER, *small, "--doc-concat-prev", "1",
+                "--finetune-from-model", sent_ckpt, "--optimizer", "adam", "--lr", "1e-4", "--max-tokens", "1000",
+                "--max-update", "1", "--disable-validation", "--save-dir", tmp_path / "concat_warm", "--cpu")
+    assert "appended the new rows (initialised) to encoder.embed_tokens.weight" in p.stdout + p.stderr

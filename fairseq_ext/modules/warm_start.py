@@ -24,6 +24,8 @@ import logging
 from collections import OrderedDict
 from typing import Dict, List, Tuple
 
+import torch
+
 logger = logging.getLogger(__name__)
 
 
@@ -105,3 +107,29 @@ class SentenceWarmStartMixin:
                     f"initialised: {init or 'nothing'}")
         self.after_sentence_warm_start()
         return result
+
+
+def accept_grown_dictionary(model, added: int) -> None:
+    """Let ``model`` load a checkpoint made before ``added`` symbols were appended to its dictionaries
+    (the concatenation baseline's ``<brk>``): every tensor of the incoming state with ``added`` rows fewer
+    than the model's and the same trailing shape (the embeddings and the output projection) gets the
+    model's own initialised rows appended, and the growth is logged; anything else loads as usual
+    (a checkpoint of the grown model is untouched). Use: ``--finetune-from-model SENTENCE.pt``."""
+    if added <= 0:
+        return
+
+    def grow_rows(state_dict, prefix, *args):
+        own = model.state_dict()
+        grown = []
+        for key, mine in own.items():
+            theirs = state_dict.get(key)
+            if theirs is None or theirs.dim() == 0 or mine.dim() != theirs.dim():
+                continue
+            if theirs.size(0) + added == mine.size(0) and theirs.shape[1:] == mine.shape[1:]:
+                state_dict[key] = torch.cat([theirs.to(mine.dtype), mine[theirs.size(0):].to(theirs.device)], 0)
+                grown.append(key)
+        if grown:
+            logger.info(f"checkpoint from before the dictionary grew by {added}: appended the new rows "
+                        f"(initialised) to {', '.join(grown)}")
+
+    model._register_load_state_dict_pre_hook(grow_rows)

@@ -34,7 +34,9 @@ length and how many sentences the cap shortened.
 the target dictionary too when both dictionaries are equal (a joined dictionary, as
 ``--share-all-embeddings`` needs, stays joined); ``--share-all-embeddings`` with different dictionaries
 is one clear error. The flags must be given again to ``fairseq-generate`` (the dictionary sizes follow
-them).
+them). A sentence checkpoint of the same model without ``<brk>`` warm-starts the concatenation model
+(``--finetune-from-model``: its embedding and output rows are copied, the ``<brk>`` row keeps its
+initialisation; :func:`fairseq_ext.modules.warm_start.accept_grown_dictionary`).
 """
 import logging
 import os
@@ -49,6 +51,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
 from fairseq_ext.data.binarized import split_prefixes
+from fairseq_ext.modules.warm_start import accept_grown_dictionary
 from fairseq_ext.data.documents import (
     BRK,
     CONTEXT_MODES,
@@ -177,7 +180,10 @@ class DocTranslationTask(TranslationDecodingTask):
             raise ValueError(f"--doc-concat-prev adds {BRK} to the source dictionary; with different source and "
                              f"target dictionaries --share-all-embeddings is impossible (use a joined dictionary, "
                              f"then {BRK} is added to both, or drop --share-all-embeddings)")
-        return super().build_model(cfg, from_checkpoint)
+        model = super().build_model(cfg, from_checkpoint)
+        if self.cfg.doc_concat_prev > 0:  # a sentence checkpoint (without <brk>) can warm-start it
+            accept_grown_dictionary(model, 1)
+        return model
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         if self.cfg.decoding_algorithm != "doc_bcd" or getattr(args, "score_reference", False):
