@@ -23,6 +23,10 @@ Extension points (for CopyNet, the trainable-greedy actor of Gu ch. 7, document 
   previous decoder state z_{t−1} (the dict above) before each transition, t = 1, 2, ...; the identity,
   except that a generator may set ``decoder.state_perturbation`` (a callable ``(hidden, step) -> hidden``)
   for the duration of a decode: noisy parallel decoding adds n_t ~ N(0, σ0²/t²) this way (Eq. 2.14).
+* ``decoder.state_action`` ``(z_{t−1} (B, H), c_t (B, C), step, encoder_out) -> z'`` (first layer; c_t from the
+  unperturbed z_{t−1}, the step then continues from z' with that c_t) and ``decoder.output_action``
+  ``(z_t (B, H), c_t, step, encoder_out) -> z̃_t`` (top layer, before the readout; also the next state):
+  the two sites of the trainable-greedy actor (:mod:`fairseq_ext.models.trainable_greedy`); None: off.
 * :meth:`RNNSearchDecoder.initial_state` (add entries), :meth:`RNNSearchDecoder.step_input` (the cell's
   input from ε_I[y_{t−1}] and the state: CopyNet's [ε_I; ζ(y_{t−1})], Eq. 3.6),
   :meth:`RNNSearchDecoder.decoder_step` (one step; returns the readout features and the next state), and
@@ -111,6 +115,9 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
     #: ``(hidden (B, L, H), step) -> hidden``, set by a generator for one decode (NPD's noise, Eq. 2.14)
     #: and cleared afterwards; None: no perturbation.
     state_perturbation: Optional[Callable[[Tensor, int], Tensor]] = None
+    #: the actor sites of the module doc (``(z, c_t, step, encoder_out) -> z'``); None: no action.
+    state_action: Optional[Callable] = None
+    output_action: Optional[Callable] = None
 
     def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding, context_dim: int):
         super().__init__(dictionary)
@@ -187,12 +194,16 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
                   "padding_mask": encoder_out["encoder_padding_mask"][0], "proj_keys": state.get("proj_keys")}
         hidden, cells = state["hidden"], state.get("cell")
         c0 = cells[:, 0] if cells is not None else None
-        h, c, ctx, weights = self.transition(x, hidden[:, 0], c0, memory, encoder_out["encoder_final"][0])
+        act = self.state_action
+        h, c, ctx, weights = self.transition(x, hidden[:, 0], c0, memory, encoder_out["encoder_final"][0],
+                                             None if act is None else (lambda z, ct: act(z, ct, step, encoder_out)))
         new_h, new_c = [h], [c]
         for i, cell in enumerate(self.layers, start=1):
             h, c = run_cell(cell, self.dropout(h), hidden[:, i], cells[:, i] if cells is not None else None)
             new_h.append(h)
             new_c.append(c)
+        if self.output_action is not None:
+            h = new_h[-1] = self.output_action(h, ctx, step, encoder_out)
         new_state = dict(state, hidden=torch.stack(new_h, 1))
         if cells is not None:
             new_state["cell"] = torch.stack(new_c, 1)

@@ -15,7 +15,7 @@ References: Bahdanau, Cho, Bengio, "Neural Machine Translation by Jointly Learni
 Translate", ICLR 2015; Gu, "Efficient Neural Machine Translation", PhD thesis, The University of Hong
 Kong, 2019 (§2.1, Eqs. 2.5–2.7).
 """
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -132,15 +132,23 @@ class AttentionalTransition(nn.Module):
             return context, None
         return self.attention(query, memory["proj_keys"], memory["values"], memory["padding_mask"])
 
-    def forward(self, x: Tensor, h: Tensor, c: Optional[Tensor], memory: dict, context: Optional[Tensor] = None
+    def forward(self, x: Tensor, h: Tensor, c: Optional[Tensor], memory: dict, context: Optional[Tensor] = None,
+                action: Optional[Callable[[Tensor, Tensor], Tensor]] = None
                 ) -> Tuple[Tensor, Optional[Tensor], Tensor, Optional[Tensor]]:
         """x (B, I), h / c (B, H) the previous state, memory = {proj_keys, values, padding_mask} →
-        (h_t, c_t (LSTM memory cell or None), context (B, C), attention weights (B, S) or None)."""
+        (h_t, c_t (LSTM memory cell or None), context (B, C), attention weights (B, S) or None).
+
+        ``action`` ``(h, ctx) -> h'``: once c_t is known from the unperturbed state, the step continues from h'
+        with that same c_t (``conditional`` re-runs RNN₁ from h'): the trainable-greedy actor's site."""
         if self.variant == "plain":
             ctx, weights = self.attend(h, memory, context)
+            if action is not None:
+                h = action(h, ctx)
             h, c = run_cell(self.cell, torch.cat([x, ctx], dim=-1), h, c)
         else:
-            h, c = run_cell(self.cell, x, h, c)
-            ctx, weights = self.attend(h, memory, context)
-            h, c = run_cell(self.cell_context, ctx, h, c)
+            h1, c1 = run_cell(self.cell, x, h, c)
+            ctx, weights = self.attend(h1, memory, context)
+            if action is not None:
+                h1, c1 = run_cell(self.cell, x, action(h, ctx), c)
+            h, c = run_cell(self.cell_context, ctx, h1, c1)
         return h, c, ctx, weights

@@ -1,0 +1,232 @@
+"""``trainable_greedy``: trainable greedy decoding (Gu 2019, ch. 7) — an actor that steers a frozen ``rnnsearch``
+NMT by adding a_t to its decoder state, and the critic that teaches it.
+
+The model is the frozen NMT (``--nmt-path``, loaded with :func:`fairseq_ext.modules.checkpoint.load_ensemble`,
+eval mode, every parameter ``requires_grad=False``; its encoder and decoder are this model's
+``encoder``/``decoder``), the actor π_φ and the critic R^c_ψ (:mod:`fairseq_ext.modules.actor_critic`).
+With the actor installed the model is an ordinary fairseq encoder–decoder, so every decoder of the
+plugin (``--decoding-algorithm greedy|beam|shrinking_beam|npd``) and fairseq's beam search decode *with*
+the actor (§7.4.1: "greedy decoding and beam search"); :meth:`set_actor_enabled` (the task's
+``--tg-actor off``) decodes with the plain NMT for comparison.
+
+Where a_t enters (``--tg-action-site``; the spec's §2.8.1, the thesis §7.2.2 "replaces the noise ε_t" of
+Eq. 2.14):
+
+* ``state`` (default): a_t = π_φ([z_{t−1}; c_t]) with c_t the context of the *unperturbed* step (Eq. 2.7:
+  attention from z_{t−1} for the ``plain`` decoder, from RNN₁(ε_I[ŷ_{t−1}], z_{t−1}) for the dl4mt
+  ``conditional`` GRU), then z_t = f^DEC(ε_I[ŷ_{t−1}], z_{t−1} + a_t, c_t) with that same c_t (the
+  decoder's ``state_action`` hook, first decoder layer);
+* ``output``: z̃_t = z_t + π_φ([z_t; c_t]), used by the readout at step t and as the recurrent state
+  (the decoder's ``output_action`` hook, top decoder layer).
+
+Training noise (Eq. 7.4, ã_t = π_φ(·) + σ·n): the criterion puts a per-row, per-step noise tensor in the
+encoder output (:meth:`with_action_noise`); it follows every batch re-ordering of the decoders and is added
+to a_t at step t. Without it the actor is deterministic (test time).
+
+Checkpoints: the saved ``model`` state holds the NMT's tensors too (the frozen copy the actor was trained
+with; it wins over the file at ``--nmt-path``, which is read again for the NMT's architecture when the
+checkpoint is loaded, so ``fairseq-generate --path ACTOR.pt`` needs only that file to exist; the path is
+stored absolute). The NMT's parameters never reach the optimiser (fairseq optimises ``requires_grad``
+parameters only), so they are neither updated nor in the optimiser state. The actor's and the critic's
+parameters carry ``param_group = "actor" | "critic"`` (the attribute fairseq's ``composite`` optimiser
+reads), which :mod:`fairseq_ext.optim.rmsprop` uses for its two learning rates. The NMT stays in eval mode
+whatever ``train()`` is asked.
+
+Influence (Fig. 7.5): :meth:`influence` teacher-forces a hypothesis with the actor and, at every step,
+compares the output distribution with and without the action from the same previous state and symbol:
+KL(p_with ‖ p_without) per token.
+
+Architectures: ``trainable_greedy`` (thesis: actor 32 tanh units; critic embeddings and GRU of the NMT's
+sizes) and ``trainable_greedy_tiny`` (tests: actor 8, critic 16).
+
+References: Gu, Cho, Li, "Trainable Greedy Decoding for Neural Machine Translation", EMNLP 2017; Gu,
+"Efficient Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019 (ch. 7).
+"""
+import contextlib
+import os
+from typing import Dict, List
+
+import torch
+from torch import Tensor
+from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
+
+from fairseq_ext.models.rnnsearch import RNNSearchDecoder
+from fairseq_ext.modules.actor_critic import Actor, Critic
+from fairseq_ext.modules.arch_utils import set_default
+from fairseq_ext.modules.checkpoint import load_ensemble
+
+ACTION_SITES = ("state", "output")
+NOISE_KEY = "tg_action_noise"
+
+
+@register_model("trainable_greedy")
+class TrainableGreedyModel(FairseqEncoderDecoderModel):
+    """Frozen NMT + actor + critic (module doc)."""
+
+    def __init__(self, encoder, decoder, actor: Actor, critic: Critic, site: str = "state"):
+        super().__init__(encoder, decoder)
+        if site not in ACTION_SITES:
+            raise ValueError(f"--tg-action-site must be one of {ACTION_SITES}, got {site!r}")
+        self.actor = actor
+        self.critic = critic
+        self.site = site
+        for p in actor.parameters():
+            p.param_group = "actor"
+        for p in critic.parameters():
+            p.param_group = "critic"
+        self.num_updates = 0
+        self.actor_enabled = True
+        self.install_actor()
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--nmt-path", metavar="CKPT",
+                            help="the frozen rnnsearch NMT checkpoint the actor steers (required)")
+        parser.add_argument("--tg-action-site", choices=ACTION_SITES,
+                            help="state: a_t added to z_{t-1} before the transition, c_t from the unperturbed "
+                                 "state (default); output: added to z_t before the readout")
+        parser.add_argument("--actor-hidden-dim", type=int, metavar="N", help="tanh units of the actor (32)")
+        parser.add_argument("--critic-embed-dim", type=int, metavar="N",
+                            help="critic embeddings (0: the NMT's decoder embedding size)")
+        parser.add_argument("--critic-hidden-size", type=int, metavar="N",
+                            help="critic GRU units per direction and in its decoder (0: the NMT's decoder size)")
+        parser.add_argument("--critic-attention-dim", type=int, metavar="N",
+                            help="critic attention MLP (0: --critic-hidden-size)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        trainable_greedy(args)
+        if not args.nmt_path:
+            raise ValueError("trainable_greedy needs the frozen NMT: --nmt-path CKPT (an rnnsearch checkpoint)")
+        args.nmt_path = os.path.abspath(args.nmt_path)
+        models, _, _ = load_ensemble([args.nmt_path], task=task, frozen=True)
+        nmt = models[0]
+        if not isinstance(nmt.decoder, RNNSearchDecoder):
+            raise ValueError(f"--nmt-path {args.nmt_path}: trainable greedy decoding steers an rnnsearch decoder, "
+                             f"got {type(nmt.decoder).__name__}")
+        dec = nmt.decoder
+        H, C, E = dec.hidden_size, dec.context_dim, dec.embed_tokens.embedding_dim
+        actor = Actor(H, C, args.actor_hidden_dim)
+        hid = args.critic_hidden_size or H
+        critic = Critic(len(task.target_dictionary), task.target_dictionary.pad(), H, args.critic_embed_dim or E,
+                        hid, args.critic_attention_dim or hid)
+        return cls(nmt.encoder, dec, actor, critic, args.tg_action_site)
+
+    # ------------------------------------------------------------------ the actor in the decoder
+    def act(self, z: Tensor, ctx: Tensor, step: int, encoder_out: Dict[str, List[Tensor]]) -> Tensor:
+        """z + a_t (the decoder's hooks call this at step t = 1, 2, ...): a_t = π_φ([z; c_t]) plus the row's
+        exploration noise of step t when the encoder output carries it (Eq. 7.4)."""
+        a = self.actor(z, ctx)
+        noise = encoder_out.get(NOISE_KEY) if isinstance(encoder_out, dict) else None
+        if noise is not None and step <= noise[0].size(1):
+            a = a + noise[0][:, step - 1].type_as(a)
+        return z + a
+
+    def install_actor(self) -> None:
+        on = self.actor_enabled
+        self.decoder.state_action = self.act if on and self.site == "state" else None
+        self.decoder.output_action = self.act if on and self.site == "output" else None
+
+    def set_actor_enabled(self, enabled: bool) -> None:
+        """Decode with (True) or without (False: the plain frozen NMT) the actor."""
+        self.actor_enabled = bool(enabled)
+        self.install_actor()
+
+    @contextlib.contextmanager
+    def using_actor(self, enabled: bool):
+        """The actor on (True) or off (False: the plain NMT) for the duration of the block."""
+        saved = self.actor_enabled
+        self.set_actor_enabled(enabled)
+        try:
+            yield
+        finally:
+            self.set_actor_enabled(saved)
+
+    def actor_disabled(self):
+        """The plain NMT for the duration of the block."""
+        return self.using_actor(False)
+
+    @staticmethod
+    def with_action_noise(encoder_out: Dict[str, List[Tensor]], noise: Tensor) -> Dict[str, List[Tensor]]:
+        """``encoder_out`` whose rows carry ``noise`` (rows, steps, dim z): σ·n of Eq. 7.4, added to a_t at step
+        t ≤ steps (re-ordered with the rows by ``reorder_encoder_out``)."""
+        return dict(encoder_out, **{NOISE_KEY: [noise]})
+
+    @property
+    def state_dim(self) -> int:
+        return self.decoder.hidden_size
+
+    # ------------------------------------------------------------------ passes the criterion uses
+    def trajectory(self, encoder_out, prev_output_tokens: Tensor) -> Tensor:
+        """z_{1:T} (N, T, H): the top-layer decoder states of a teacher-forced pass over ``prev_output_tokens``
+        (with the actor when it is enabled; gradients reach the actions through the frozen recurrence)."""
+        _, extra = self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=True)
+        return extra["states"][0]
+
+    def nmt_log_probs(self, encoder_out, prev_output_tokens: Tensor) -> Tensor:
+        """(N, T, V) log p_θ of the plain frozen NMT (no actor), teacher-forced."""
+        with self.actor_disabled():
+            out = self.decoder(prev_output_tokens, encoder_out=encoder_out)
+            return self.get_normalized_probs(out, log_probs=True)
+
+    @torch.no_grad()
+    def influence(self, src_tokens: Tensor, src_lengths: Tensor, tokens: Tensor) -> Tensor:
+        """(B, T) KL(p_with ‖ p_without) at every step of the hypotheses ``tokens`` (B, T: ending in ⟨eos⟩,
+        right-padded): both distributions from the actor trajectory's previous state z_{t−1} and symbol
+        ŷ_{t−1}, one step with the action and one without (Fig. 7.5), whether or not the actor is enabled
+        for decoding; 0 at pads."""
+        dec = self.decoder
+        pad, eos = dec.dictionary.pad(), dec.dictionary.eos()
+        enc = self.encoder(src_tokens, src_lengths=src_lengths)
+        prev = torch.cat([tokens.new_full((tokens.size(0), 1), eos), tokens[:, :-1]], 1).masked_fill(
+            tokens.eq(pad), pad)
+        embedded = dec.embed_tokens(prev)
+        state = dec.initial_state(enc)
+        with_act, without = [], []
+        for t in range(1, tokens.size(1) + 1):
+            state = dec.transform_state(state, t)
+            with self.using_actor(False):
+                f0, _, _ = dec.decoder_step(embedded[:, t - 1], state, enc, t)
+            with self.using_actor(True):
+                f1, state, _ = dec.decoder_step(embedded[:, t - 1], state, enc, t)
+            with_act.append(f1)
+            without.append(f0)
+        lp1 = self.get_normalized_probs((dec.output_layer(torch.stack(with_act, 1)), None), log_probs=True).float()
+        lp0 = self.get_normalized_probs((dec.output_layer(torch.stack(without, 1)), None), log_probs=True).float()
+        kl = (lp1.exp() * (lp1 - lp0)).sum(-1).clamp(min=0.0)
+        return kl.masked_fill(tokens.eq(pad), 0.0)
+
+    # ------------------------------------------------------------------ fairseq plumbing
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.encoder.eval()
+        self.decoder.eval()
+        return self
+
+    def set_num_updates(self, num_updates):
+        self.num_updates = num_updates
+        super().set_num_updates(num_updates)
+
+    def max_positions(self):
+        return self.encoder.max_positions(), self.decoder.max_positions()
+
+
+@register_model_architecture("trainable_greedy", "trainable_greedy")
+def trainable_greedy(args):
+    """Gu §7.4.1: actor with one hidden layer of 32 tanh units; critic GRU and embeddings of the NMT's sizes."""
+    set_default(args, "nmt_path", None)
+    set_default(args, "tg_action_site", "state")
+    set_default(args, "actor_hidden_dim", 32)
+    set_default(args, "critic_embed_dim", 0)
+    set_default(args, "critic_hidden_size", 0)
+    set_default(args, "critic_attention_dim", 0)
+
+
+@register_model_architecture("trainable_greedy", "trainable_greedy_tiny")
+def trainable_greedy_tiny(args):
+    """Unit and command-line tests: actor 8 units, critic 16."""
+    set_default(args, "actor_hidden_dim", 8)
+    set_default(args, "critic_embed_dim", 16)
+    set_default(args, "critic_hidden_size", 16)
+    set_default(args, "critic_attention_dim", 16)
+    trainable_greedy(args)
