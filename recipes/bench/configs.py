@@ -193,7 +193,9 @@ for _name, _desc, _flags in [
          ["--arch", "selattn_enc_hier_sparsesoft_bench", "--doc-context-mode", "online"]),
         ("maruf_zhang_enc", "Zhang et al. 2018 (2 previous verses, sentence parameters frozen), encoder",
          ["--arch", "zhang2018_doc_transformer_bench", "--ctx-integration", "encoder", "--doc-context-mode",
-          "online"])]:
+          "online"]),
+        ("maruf_concat_warm", "concatenation 2-to-1 (previous verse + <brk>), warm-started: <brk> row added",
+         ["--arch", "transformer_maruf_base_bench", "--doc-concat-prev", "1"])]:
     CONFIGS[_name] = {"desc": _desc, "task": "doc_translation", "train": _flags + MARUF_STAGE2,
                       "generate": GREEDY}
 

@@ -38,9 +38,10 @@
 #   hatt_enc_off    selattn_enc_hier_sparsesoft_bench, offline context (the whole chapter)
 #   hatt_enc_on     selattn_enc_hier_sparsesoft_bench, online context (earlier verses)
 #   zhang_enc       zhang2018_doc_transformer_bench (2 previous verses, sentence parameters frozen)
-#   concat          (in SYSTEMS only when named) the 2-to-1 concatenation model: the previous verse + <brk>
-#                   prepended to the source; its dictionary differs, so it is trained from scratch like stage 1
-#                   for as many updates as the stage-1 checkpoint (CONCAT_UPDATES) and compared with stage 1
+#   concat_warm     (in SYSTEMS only when named) the 2-to-1 concatenation model (the previous verse + <brk>
+#                   prepended to the source), warm-started like the others (the <brk> embedding row added)
+#   concat          (in SYSTEMS only when named) the same model trained from scratch like stage 1 for as many
+#                   updates as the stage-1 checkpoint (CONCAT_UPDATES) and compared with stage 1
 # then greedy decoding of test, sacreBLEU + paired bootstrap against `sentence`, the contrastive pronoun
 # accuracy (Table 4.4 layout) and the chapter-level consistency -> runs/maruf_ch4/results.md.
 # About 2 x (UPDATES x 2 s) + 10 min on an otherwise idle machine.
@@ -118,12 +119,12 @@ GREEDY=(--beam 1 --max-len-a 1.2 --max-len-b 10 --batch-size 64 --post-process s
 system_flags() {
   $PY recipes/bench/configs.py "maruf_$1"
 }
-ctx_flags() {  # the task flags a system also needs at decoding time (its --doc-context-mode)
+ctx_flags() {  # the task flags a system also needs at decoding time (--doc-context-mode, --doc-concat-prev)
   local f
   case $1 in concat) echo "--doc-concat-prev 1"; return 0 ;; stage1) return 0 ;; esac
   eval "f=($(system_flags "$1"))"
   for ((k = 0; k < ${#f[@]}; k++)); do
-    [ "${f[k]}" = --doc-context-mode ] && echo "--doc-context-mode ${f[k+1]}"
+    case ${f[k]} in --doc-context-mode|--doc-concat-prev) echo "${f[k]} ${f[k+1]}" ;; esac
   done
   return 0
 }
@@ -132,7 +133,7 @@ ctx_flags() {  # the task flags a system also needs at decoding time (its --doc-
 # dictionary gains <brk>, so it cannot be warm-started) for as many updates as the stage-1 checkpoint made
 # (CONCAT_UPDATES), and compared with stage 1 decoded the same way.
 run_concat() {
-  local updates=${CONCAT_UPDATES:-$($PY -c "import sys, torch; print(torch.load(sys.argv[1], weights_only=True)['optimizer_history'][-1]['num_updates'])" "$STAGE1")}
+  local updates=${CONCAT_UPDATES:-$($PY -c "import sys, torch, fairseq_ext; print(torch.load(sys.argv[1], weights_only=True)['optimizer_history'][-1]['num_updates'])" "$STAGE1")}
   if [ ! -s $OUT/concat/checkpoint_last.pt ]; then
     $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${STAGE1_TRAIN[@]}" --doc-concat-prev 1 "${RUN_OPT[@]}" \
       --max-update "$updates" --save-dir $OUT/concat > $OUT/concat.log 2>&1 || { tail -20 $OUT/concat.log; return 1; }
@@ -166,7 +167,9 @@ for ((i = 0; i < ${#SYSTEMS[@]}; i += 2)); do   # two single-thread runs side by
   wait $p1
 done
 
-# ---- scores ------------------------------------------------------------------------------------------------
+# ---- scores (SCORE=0: train and decode only; the per-system contrastive / consistency JSONs are kept and
+# reused when a later run scores again) -------------------------------------------------------------------
+[ "${SCORE:-1}" = 1 ] || exit 0
 sys_args=()
 for s in "${SYSTEMS[@]}"; do [ "$s" = sentence ] || [ "$s" = concat ] || sys_args+=(--system $OUT/$s/generate-test.txt); done
 : > $OUT/results.md
@@ -193,9 +196,17 @@ $PY -m fairseq_ext.tools.score meteor "${hyps[@]}" --ref $RAW/test.${TGT} --json
   --stats-json $OUT/contrastive.stats.json
 for s in "${SCORED[@]}"; do
   # shellcheck disable=SC2046
-  [ "$PAIR" != es-en ] || $PY -m fairseq_ext.tools.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
-    --json $OUT/$s.contrastive.json $SEG/bin --path "$(ckpt_of $s)" "${T[@]}" $(ctx_flags "$s") \
-    --gen-subset test --cpu | tee -a $OUT/results.md
-  $PY -m fairseq_ext.tools.doc_consistency --raw $RAW --split test --src-lang $SRC --tgt-lang $TGT \
-    --hyp "$(hyp_of $s)" --json $OUT/$s.consistency.json | tee -a $OUT/results.md
+  if [ "$PAIR" = es-en ] && [ ! -s $OUT/$s.contrastive.json ]; then
+    $PY -m fairseq_ext.tools.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
+      --json $OUT/$s.contrastive.json $SEG/bin --path "$(ckpt_of $s)" "${T[@]}" $(ctx_flags "$s") \
+      --gen-subset test --cpu | tee -a $OUT/results.md
+  elif [ "$PAIR" = es-en ]; then
+    echo "contrastive ($s): $OUT/$s.contrastive.json (kept from an earlier run)" | tee -a $OUT/results.md
+  fi
+  if [ ! -s $OUT/$s.consistency.json ]; then
+    $PY -m fairseq_ext.tools.doc_consistency --raw $RAW --split test --src-lang $SRC --tgt-lang $TGT \
+      --hyp "$(hyp_of $s)" --json $OUT/$s.consistency.json | tee -a $OUT/results.md
+  else
+    echo "consistency ($s): $OUT/$s.consistency.json (kept from an earlier run)" | tee -a $OUT/results.md
+  fi
 done
