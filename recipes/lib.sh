@@ -51,3 +51,13 @@ es_en_set() {
     *) echo "error: unknown set '$1' (full, low)" >&2; return 2 ;;
   esac
 }
+
+# tiny_slice OUT: the committed tiny es-en slice (tests/data/bible_tiny), sentencepiece 300, binarized once
+# -> OUT/data/seg, OUT/data/bin (the DATA=tiny mode of the recipes)
+tiny_slice() {
+  if [ ! -s "$1/data/bin/dict.en.txt" ]; then
+    .venv/bin/python -m fairseq_ext.tools.corpora bpe tests/data/bible_tiny "$1/data/seg" --src es --tgt en \
+      --method sentencepiece --vocab-size 300
+    .venv/bin/python -m fairseq_ext.tools.corpora binarize "$1/data/seg" --out "$1/data" --src es --tgt en
+  fi
+}

@@ -203,10 +203,7 @@ if [ "${DATA:-bible}" = tiny ]; then
   SEG=$OUT/data/seg
   BIN=$OUT/data/bin
   INDEX=$OUT/data/tm_index
-  if [ ! -s $BIN/dict.en.txt ]; then
-    $PY -m fairseq_ext.tools.corpora bpe $RAW $SEG --src es --tgt en --method sentencepiece --vocab-size 300
-    $PY -m fairseq_ext.tools.corpora binarize $SEG --out $OUT/data --src es --tgt en
-  fi
+  tiny_slice $OUT
   NMT_ARCH=rnnsearch_tiny SEG_ARCH=seg_nmt_tiny COPY_ARCH=seg_copynet_tiny
   UPDATES=${UPDATES:-6}
   STAGE1_LIMIT=(--max-update "${STAGE1_UPDATES:-12}")

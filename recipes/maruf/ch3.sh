@@ -181,10 +181,7 @@ if [ "${DATA:-bible}" = tiny ]; then
   RAW=tests/data/bible_tiny
   SEG=$OUT/data/seg
   BIN=$OUT/data/bin
-  if [ ! -s $BIN/dict.en.txt ]; then
-    $PY -m fairseq_ext.tools.corpora bpe $RAW $SEG --src es --tgt en --method sentencepiece --vocab-size 300
-    $PY -m fairseq_ext.tools.corpora binarize $SEG --out $OUT/data --src es --tgt en
-  fi
+  tiny_slice $OUT
   # rnnsearch_tiny with docmem_tiny's decoder (2-layer plain GRU): the sentence model of docmem_tiny
   SENT_FLAGS="--arch rnnsearch_tiny --decoder-layers 2 --decoder-variant plain"
   DOC_ARCH=docmem_tiny
