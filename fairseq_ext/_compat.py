@@ -35,6 +35,14 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    :func:`patch_background_loader` lets the prefetcher stop between batches and stops every live
    one at exit.
 7. Quiet the harmless per-command warnings (hydra deprecations, pin_memory without accelerator).
+8. **``--quantize {none,int8}``: the CPU fast path of fairseq-generate / fairseq-interactive.**  The
+   plugin cannot add options to fairseq's own parsers, so :func:`patch_quantize_option` adds a field
+   ``quantize`` to fairseq's ``GenerationConfig`` (the *Generation* argument group and
+   ``cfg.generation`` are both built from that dataclass; hydra's schema is re-stored) and wraps
+   ``BaseFairseqModel.prepare_for_inference_``, which both CLIs (and fairseq's hub interface) call on
+   every model right after ``checkpoint_utils.load_model_ensemble``: with ``--quantize int8`` the
+   loaded model gets :func:`fairseq_ext.modules.fast_inference.optimize_for_inference_` (int8 dynamic
+   quantisation of every ``nn.Linear``), for every architecture.  Documented in that module.
 """
 from __future__ import annotations
 
@@ -289,6 +297,48 @@ def patch_background_loader() -> None:
     iterators.BackgroundConsumer = StoppableConsumer
 
 
+# ------------------------------------------------------------------------------------------------
+# fix 8: --quantize {none,int8} (the CPU fast path; fairseq_ext.modules.fast_inference)
+def patch_quantize_option() -> None:
+    """Add ``--quantize`` to fairseq's generation options and apply it when a model is prepared for
+    inference (fix 8)."""
+    import dataclasses
+
+    from fairseq.dataclass import ChoiceEnum, configs
+    from fairseq.models import BaseFairseqModel
+
+    from fairseq_ext.modules import fast_inference
+
+    gen = configs.GenerationConfig
+    if "quantize" not in gen.__dataclass_fields__:
+        typ = ChoiceEnum(list(fast_inference.QUANTIZE_CHOICES))
+        f = dataclasses.field(default="none", metadata={"help": fast_inference.QUANTIZE_HELP})
+        f.name, f.type, f._field_type = "quantize", typ, dataclasses._FIELD
+        gen.__dataclass_fields__["quantize"] = f
+        gen.__annotations__["quantize"] = typ
+        gen.quantize = "none"
+        from fairseq.dataclass.initialize import hydra_init
+
+        hydra_init()  # re-store the schema that fairseq stored at import, now with the field
+
+    orig = BaseFairseqModel.prepare_for_inference_
+    if getattr(orig, "_fairseq_ext", False):
+        return
+
+    def prepare_for_inference_(self, cfg):
+        orig(self, cfg)
+        generation = cfg.get("generation") if hasattr(cfg, "get") else getattr(cfg, "generation", None)
+        quantize = getattr(generation, "quantize", None) if generation is not None else None
+        quantize = getattr(quantize, "value", quantize)  # a ChoiceEnum member or its string
+        if quantize and str(quantize) != "none":
+            fast_inference.optimize_for_inference_(self, str(quantize))
+
+    prepare_for_inference_._fairseq_ext = True
+    prepare_for_inference_.__wrapped__ = orig
+    BaseFairseqModel.prepare_for_inference_ = prepare_for_inference_
+# ------------------------------------------------------------------------------------ end of fix 8
+
+
 def quiet_warnings() -> None:
     for pattern in (
         r".*hydra.experimental.*", r".*version_base.*", r".*deprecated keyword in package header.*",
@@ -312,4 +362,5 @@ def apply() -> None:
     patch_training_time()
     patch_checkpoint_loading()
     patch_background_loader()
+    patch_quantize_option()  # fix 8
     _APPLIED = True
