@@ -29,7 +29,7 @@ setup(
         "tantivy==0.27.0",  # embedded BM25 translation-memory index (Gu ch. 4)
         "rapidfuzz==3.14.6",  # token-level edit distance of the fuzzy re-ranking (Gu ch. 4)
     ],
-    extras_require={"dev": ["pytest==9.2.0"]},
+    extras_require={"dev": ["pytest==9.2.0", "pytest-xdist==3.8.0"]},
     entry_points={
         "console_scripts": [
             # the offline tools (fairseq_ext/tools/, one CLI convention: fairseq_ext.tools.common)
