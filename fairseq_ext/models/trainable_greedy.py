@@ -43,24 +43,23 @@ References: Gu, Cho, Li, "Trainable Greedy Decoding for Neural Machine Translati
 "Efficient Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019 (ch. 7).
 """
 import contextlib
-import os
 from typing import Dict, List
 
 import torch
 from torch import Tensor
-from fairseq.models import FairseqEncoderDecoderModel, register_model, register_model_architecture
+from fairseq.models import register_model, register_model_architecture
 
 from fairseq_ext.models.rnnsearch import RNNSearchDecoder
 from fairseq_ext.modules.actor_critic import Actor, Critic
 from fairseq_ext.modules.arch_utils import set_default
-from fairseq_ext.modules.checkpoint import load_ensemble
+from fairseq_ext.modules.frozen_nmt import FrozenNMTModel, add_nmt_path_arg, load_frozen_nmt
 
 ACTION_SITES = ("state", "output")
 NOISE_KEY = "tg_action_noise"
 
 
 @register_model("trainable_greedy")
-class TrainableGreedyModel(FairseqEncoderDecoderModel):
+class TrainableGreedyModel(FrozenNMTModel):
     """Frozen NMT + actor + critic (module doc)."""
 
     def __init__(self, encoder, decoder, actor: Actor, critic: Critic, site: str = "state"):
@@ -74,14 +73,12 @@ class TrainableGreedyModel(FairseqEncoderDecoderModel):
             p.param_group = "actor"
         for p in critic.parameters():
             p.param_group = "critic"
-        self.num_updates = 0
         self.actor_enabled = True
         self.install_actor()
 
     @staticmethod
     def add_args(parser):
-        parser.add_argument("--nmt-path", metavar="CKPT",
-                            help="the frozen rnnsearch NMT checkpoint the actor steers (required)")
+        add_nmt_path_arg(parser, "the frozen rnnsearch NMT checkpoint the actor steers (required)")
         parser.add_argument("--tg-action-site", choices=ACTION_SITES,
                             help="state: a_t added to z_{t-1} before the transition, c_t from the unperturbed "
                                  "state (default); output: added to z_t before the readout")
@@ -96,11 +93,7 @@ class TrainableGreedyModel(FairseqEncoderDecoderModel):
     @classmethod
     def build_model(cls, args, task):
         trainable_greedy(args)
-        if not args.nmt_path:
-            raise ValueError("trainable_greedy needs the frozen NMT: --nmt-path CKPT (an rnnsearch checkpoint)")
-        args.nmt_path = os.path.abspath(args.nmt_path)
-        models, _, _ = load_ensemble([args.nmt_path], task=task, frozen=True)
-        nmt = models[0]
+        nmt = load_frozen_nmt(args, task, "trainable_greedy")
         if not isinstance(nmt.decoder, RNNSearchDecoder):
             raise ValueError(f"--nmt-path {args.nmt_path}: trainable greedy decoding steers an rnnsearch decoder, "
                              f"got {type(nmt.decoder).__name__}")
@@ -195,20 +188,6 @@ class TrainableGreedyModel(FairseqEncoderDecoderModel):
         lp0 = self.get_normalized_probs((dec.output_layer(torch.stack(without, 1)), None), log_probs=True).float()
         kl = (lp1.exp() * (lp1 - lp0)).sum(-1).clamp(min=0.0)
         return kl.masked_fill(tokens.eq(pad), 0.0)
-
-    # ------------------------------------------------------------------ fairseq plumbing
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self.encoder.eval()
-        self.decoder.eval()
-        return self
-
-    def set_num_updates(self, num_updates):
-        self.num_updates = num_updates
-        super().set_num_updates(num_updates)
-
-    def max_positions(self):
-        return self.encoder.max_positions(), self.decoder.max_positions()
 
 
 @register_model_architecture("trainable_greedy", "trainable_greedy")

@@ -1,0 +1,623 @@
+"""Simultaneous NMT with a learned READ/WRITE agent (Gu 2019 ch. 9): the environment on a frozen uni-directional
+``rnnsearch`` (``rnnsearch_gu_wmt15_uni``), the ``simul_agent`` model, the ``simul_policy_gradient`` criterion, the
+``simul_rl_translation`` task with its ``simul_greedy`` / ``simul_beam`` generators and baselines, the latency
+metrics and the ``simul_latency`` scorer — the math in-process on a tiny NMT trained in a fixture, and the
+fairseq command lines (training, kill + resume, decoding)."""
+import json
+import math
+import random
+
+import pytest
+import torch
+from fairseq import optim, options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+import fairseq_ext  # noqa: F401  (registrations)
+from fairseq_ext.__main__ import registrations
+from fairseq_ext.generators.decoding import GreedyGenerator
+from fairseq_ext.generators.simultaneous import SimultaneousGenerator
+from fairseq_ext.modules.actor_critic import sentence_bleu_plus1
+from fairseq_ext.modules.checkpoint import load_ensemble
+from fairseq_ext.modules.simultaneous import (
+    READ,
+    WRITE,
+    AdvantageNormalizer,
+    RewardConfig,
+    SimulAgent,
+    SimulEnvironment,
+    StreamingSimulTranslator,
+    UnitMapper,
+    WaitIfWorse,
+    average_lagging,
+    average_proportion,
+    build_policy,
+    consecutive_wait,
+    delays_from_actions,
+    differentiable_average_lagging,
+    latency,
+    prefix_bleu,
+    returns_to_go,
+    run_episode,
+    sentence_bleu0,
+    simultaneous_beam_search,
+    trajectory_rewards,
+)
+from fairseq_ext.tools import simul_latency
+from fairseq_ext.tools.common import cli_status
+from harness import TINY, build_model, fairseq, hypotheses, make_dictionary, n_lines, toy_batch, train
+
+UNI_NMT = ["--arch", "rnnsearch_tiny", "--encoder-unidirectional"]
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def nmt_ckpt(tiny_bin, tmp_path_factory):
+    """The frozen environment: rnnsearch_tiny --encoder-unidirectional (uni-GRU encoder), 30 MLE updates on the tiny slice."""
+    return train(tiny_bin, tmp_path_factory.mktemp("simul_nmt"), UNI_NMT, task="translation_decoding",
+                 criterion="cross_entropy", max_update=30)
+
+
+def agent_args(tiny_bin, nmt, *extra, arch="simul_agent_tiny"):
+    return [str(tiny_bin), "--task", "simul_rl_translation", "--arch", arch, "--nmt-path", str(nmt),
+            "--criterion", "simul_policy_gradient", "--optimizer", "adam", "--lr", "2e-3", "--lr-scheduler", "fixed",
+            "--simul-max-len-a", "0.5", "--simul-max-len-b", "5", "--cpu", "--seed", "1", *extra]
+
+
+def build(tiny_bin, nmt, *extra, arch="simul_agent_tiny"):
+    """(cfg, task, model, criterion) exactly as fairseq-train builds them."""
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, agent_args(tiny_bin, nmt, *extra, arch=arch))
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    return cfg, task, model, task.build_criterion(cfg.criterion)
+
+
+def batch(task, n=6, split="test", start=0):
+    task.load_dataset(split)
+    ds = task.dataset(split)
+    return ds.collater([ds[i] for i in range(start, start + n)])
+
+
+def randomise_agent(model, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.agent.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+
+def nmt_tensors(model):
+    return {k: v.clone() for k, v in model.state_dict().items() if k.startswith(("encoder.", "decoder."))}
+
+
+@pytest.fixture(scope="module")
+def built(tiny_bin, nmt_ckpt):
+    return build(tiny_bin, nmt_ckpt)
+
+
+# ------------------------------------------------------------------------------------------ registrations
+def test_registrations():
+    regs = registrations()
+    assert {"simul_agent", "simul_agent_tiny"} <= set(regs["architectures"])
+    assert "simul_agent" in regs["models"]
+    assert "simul_policy_gradient" in regs["criterions"]
+    assert "simul_rl_translation" in regs["tasks"]
+
+
+def test_environment_presets():
+    thesis = build_model("rnnsearch_gu_wmt15_uni", device="meta")
+    assert thesis.encoder.rnn.directions == 1 and thesis.decoder.hidden_size == 1028
+    assert thesis.decoder.embed_tokens.embedding_dim == 512 and thesis.decoder.transition.variant == "conditional"
+    tiny = build_model("rnnsearch_tiny", encoder_unidirectional=True)
+    assert tiny.encoder.rnn.directions == 1 and tiny.decoder.hidden_size == 16
+
+
+# ------------------------------------------------------------------------------------------ latency metrics
+def test_delays_ap_cw_on_hand_made_action_sequences():
+    # |X| = 4 (x_1 pre-read): W R W R R W W  -> delays 1, 2, 4, 4
+    acts = "WRWRRWW"
+    assert delays_from_actions(acts, 4) == [1, 2, 4, 4]
+    assert delays_from_actions([WRITE, READ, WRITE, READ, READ, WRITE, WRITE], 4) == [1, 2, 4, 4]
+    assert average_proportion([1, 2, 4, 4], 4) == pytest.approx(11 / 16)
+    assert consecutive_wait(acts) == pytest.approx((1 + 2) / 2)  # READ runs of 1 and 2 before WRITEs
+    # WUE on |X| = 5, 3 words: 4 READs then 3 WRITEs: AP = 5*3/(5*3) = 1, CW = 4
+    wue = "RRRRWWW"
+    assert delays_from_actions(wue, 5) == [5, 5, 5]
+    assert average_proportion(delays_from_actions(wue, 5), 5) == 1.0 and consecutive_wait(wue) == 4.0
+    # WOS: W R W R ... -> g(τ) = τ; CW = 1; no READ at all -> CW 0
+    assert delays_from_actions("WRWRW", 3) == [1, 2, 3] and consecutive_wait("WRWRW") == 1.0
+    assert consecutive_wait("WWW") == 0.0
+    # READs after the end are no-ops for the delays
+    assert delays_from_actions("RRRRW", 2) == [2]
+    with pytest.raises(ValueError):
+        delays_from_actions("WXR", 3)
+
+
+def test_al_and_dal_follow_their_published_definitions():
+    # SimulEval's own example: delays 1 1 2 3 5 7 7 9, |X| = 9, |Y| = 8 (γ = 8/9)
+    d, src = [1, 1, 2, 3, 5, 7, 7, 9], 9
+    gamma = 8 / 9
+    # AL (Ma et al. 2019): τ_g = 8 (first g(τ) = |X|), (1/τ_g) Σ_{τ≤τ_g} g(τ) − (τ−1)/γ
+    al = sum(g - t / gamma for t, g in enumerate(d)) / 8
+    assert average_lagging(d, src) == pytest.approx(al)
+    assert average_lagging(d, src) == pytest.approx((35 - 28 * 9 / 8) / 8)
+    # with the reference length (SimulEval's γ = |Y*|/|X|)
+    assert average_lagging(d, src, tgt_len=10) == pytest.approx(sum(g - t * 9 / 10 for t, g in enumerate(d)) / 8)
+    # the sum stops at the first τ with g(τ) = |X|: later words do not count
+    assert average_lagging([2, 4, 4, 4], 4) == pytest.approx(((2 - 0) + (4 - 1)) / 2)
+    # wait-k on equal lengths: AL = k - ... : |X| = |Y| = 6, k = 2 -> g = 2,3,4,5,6,6, τ_g = 5, AL = 2
+    assert average_lagging([2, 3, 4, 5, 6, 6], 6) == pytest.approx(2.0)
+    # DAL (Cherry & Foster 2019): g'(τ) = max(g(τ), g'(τ−1) + 1/γ)
+    gp, total = [], 0.0
+    for t, g in enumerate(d):
+        gp.append(g if t == 0 else max(g, gp[-1] + 1 / gamma))
+        total += gp[-1] - t / gamma
+    assert differentiable_average_lagging(d, src) == pytest.approx(total / 8)
+    # WUE: every word after the whole source: DAL = |X| + (|Y|−1)/2 · (1/γ) ... by hand for |X| = 4, |Y| = 2
+    # g' = 4, 4 + 2 = 6 (1/γ = 2); DAL = ((4 − 0) + (6 − 2))/2 = 4
+    assert differentiable_average_lagging([4, 4], 4) == pytest.approx(4.0)
+    assert average_lagging([4, 4], 4) == pytest.approx(4.0)
+    assert average_lagging([6], 4) == 6.0  # g(1) > |X|: SimulEval's convention
+    lat = latency("WRWRRWW", 4)
+    assert lat["delays"] == [1, 2, 4, 4] and lat["ap"] == pytest.approx(11 / 16) and lat["cw"] == 1.5
+
+
+# ------------------------------------------------------------------------------------------ rewards
+def test_bleu0_times_bp_is_the_sibling_bleu_plus1():
+    rng = random.Random(0)
+    pairs = [([rng.randint(4, 9) for _ in range(rng.randint(0, 10))],
+              [rng.randint(4, 9) for _ in range(rng.randint(1, 10))]) for _ in range(40)]
+    pairs += [([5, 6, 7], [5, 6, 7]), ([], [5]), ([5, 6], [5, 6, 7, 8, 9])]
+    T = 12
+    hyp, ref = torch.full((len(pairs), T), 1), torch.full((len(pairs), T), 1)
+    for i, (h, r) in enumerate(pairs):
+        hyp[i, : len(h)] = torch.tensor(h, dtype=torch.long)
+        ref[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    hl, rl = torch.tensor([len(h) for h, _ in pairs]), torch.tensor([len(r) for _, r in pairs])
+    b0, bp = sentence_bleu0(hyp, hl, ref, rl)
+    assert torch.allclose((b0 * bp).float(), sentence_bleu_plus1(hyp, hl, ref, rl), atol=1e-6)
+    # by hand: "a b" vs "a b c d e": p1 = 1, p2 = (1+1)/(1+1), p3 = 1/1, p4 = 1/1 -> BLEU⁰ = 1, BP = exp(1 − 5/2)
+    assert float(b0[-1]) == pytest.approx(1.0) and float(bp[-1]) == pytest.approx(math.exp(1 - 5 / 2))
+    assert float(b0[-2]) == 0.0  # empty hypothesis
+
+
+def test_bleu0_increments_sum_to_the_final_sentence_bleu():
+    rng = random.Random(1)
+    cfg = RewardConfig(delay_type="ap", beta=0.0)
+    for _ in range(20):
+        ref = [rng.randint(4, 9) for _ in range(rng.randint(2, 9))]
+        words = [rng.randint(4, 9) for _ in range(rng.randint(1, 9))] + [2]  # ends in </s>
+        actions = [READ] * rng.randint(0, 3)
+        for _w in words:
+            actions += [WRITE] + [READ] * rng.randint(0, 2)
+        while actions[-1] == READ:
+            actions.pop()
+        mapper = UnitMapper(make_dictionary(12))
+        b0, final = prefix_bleu([mapper.prefixes(words)], [mapper.units(ref)])
+        rew = trajectory_rewards(actions, b0[0], final[0], 10, cfg)
+        expected = float(sentence_bleu_plus1(torch.tensor([words[:-1]]), torch.tensor([len(words) - 1]),
+                                             torch.tensor([ref]), torch.tensor([len(ref)])))
+        b0_full, bp_full = sentence_bleu0(torch.tensor([words[:-1]]), torch.tensor([len(words) - 1]),
+                                          torch.tensor([ref]), torch.tensor([len(ref)]))
+        assert final[0] == pytest.approx(float(b0_full * bp_full), abs=1e-12)
+        for tau in range(1, len(words)):  # the incremental BLEU⁰ of every prefix = the batched one
+            b0_tau, _ = sentence_bleu0(torch.tensor([words[:tau]]), torch.tensor([tau]), torch.tensor([ref]),
+                                       torch.tensor([len(ref)]))
+            assert b0[0][tau] == pytest.approx(float(b0_tau), abs=1e-12)
+        assert sum(rew["quality"]) == pytest.approx(final[0], abs=1e-12)  # Σ_t r^Q_t = BLEU(Y, Y*)
+        assert sum(rew["quality"]) == pytest.approx(expected, abs=1e-6)  # = the sibling's BLEU+1
+        assert sum(rew["rewards"]) == pytest.approx(final[0], abs=1e-12)  # β = 0
+        assert all(q == 0.0 for q, a in zip(rew["quality"], actions) if a == READ)
+        # before the last step the increments are those of BLEU⁰ (no brevity penalty)
+        assert sum(rew["quality"][:-1]) == pytest.approx(b0[0][-2], abs=1e-9)
+    # literal Eq. 9.6: r_T = BLEU(Y)
+    lit = trajectory_rewards([WRITE, WRITE], [0.0, 0.5, 0.5], 0.3, 3, RewardConfig(quality="literal"))
+    assert lit["quality"] == [0.5, 0.3]
+
+
+def test_word_level_reward_units_merge_sentencepiece():
+    d = make_dictionary(8)
+    for s in ["▁the", "▁ca", "t", "▁sat"]:
+        d.add_symbol(s)
+    ids = [d.index(s) for s in ["▁the", "▁ca", "t", "▁sat"]] + [d.eos()]
+    words = UnitMapper(d, "sentencepiece")
+    prefixes = words.prefixes(ids)
+    assert len(prefixes) == 5 and prefixes[-1] == prefixes[-2]  # </s> adds no unit
+    assert prefixes[1][1] != prefixes[2][1]  # "ca" (partial) then "cat"
+    assert words.units(ids) == prefixes[-1] and len(prefixes[-1]) == 3
+    assert UnitMapper(d).units(ids) == ids[:-1]  # subword units, </s> dropped
+
+
+def test_delay_rewards_ap_at_the_end_and_the_cw_step_penalty():
+    acts = [READ, READ, WRITE, READ, WRITE, WRITE]  # |X| = 4: delays 3, 4, 4; AP = 11/12
+    b0 = [0.0, 0.0, 0.0, 0.0]
+    ap = trajectory_rewards(acts, b0, 0.0, 4, RewardConfig(delay_type="ap", target_ap=0.5, beta=-2.0))
+    assert ap["ap"] == pytest.approx(11 / 12)
+    assert ap["delay"][:-1] == [0.0] * 5 and ap["delay"][-1] == pytest.approx(-2.0 * (11 / 12 - 0.5))
+    assert trajectory_rewards(acts, b0, 0.0, 4, RewardConfig(target_ap=0.95))["delay"][-1] == 0.0
+    # Eq. 9.9, CW: α[sgn(c_t − c*) + 1]: c = 1, 2, 0, 1, 0, 0 with c* = 1 -> 1, 2, 0, 1, 0, 0 times α
+    cw = trajectory_rewards(acts, b0, 0.0, 4, RewardConfig(delay_type="cw", target_cw=1, alpha=-0.1))
+    assert cw["delay"] == pytest.approx([-0.1, -0.2, 0.0, -0.1, 0.0, 0.0])
+    lin = trajectory_rewards(acts, b0, 0.0, 4, RewardConfig(delay_type="cw", target_cw=1, alpha=-0.1,
+                                                           cw_penalty="linear"))
+    assert lin["delay"] == pytest.approx([0.0, -0.1, 0.0, 0.0, 0.0, 0.0])
+    with pytest.raises(ValueError):
+        RewardConfig(alpha=0.1)
+
+
+def test_returns_to_go_and_running_advantage_normalisation():
+    r = torch.tensor([[1.0, 0.0, 2.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    assert torch.equal(returns_to_go(r, mask), torch.tensor([[3.0, 2.0, 2.0, 0.0], [1.0, 0.5, 0.0, 0.0]]))
+    norm = AdvantageNormalizer(momentum=0.5)
+    a = torch.tensor([[1.0, 3.0], [5.0, 7.0]])
+    m = torch.ones(2, 2, dtype=torch.bool)
+    out = norm(a, m)  # first batch: its own statistics
+    assert float(norm.mean) == pytest.approx(4.0) and float(norm.var) == pytest.approx(5.0)
+    assert torch.allclose(out, (a - 4.0) / math.sqrt(5.0 + 1e-8))
+    norm(a + 2.0, m)  # EMA: mean 0.5*4 + 0.5*6
+    assert float(norm.mean) == pytest.approx(5.0) and int(norm.count) == 2
+    assert torch.allclose(norm(a, m, mode="batch", update=False), (a - 4.0) / math.sqrt(5.0 + 1e-8))
+    assert float(norm.mean) == pytest.approx(5.0)
+
+
+# ------------------------------------------------------------------------------------------ environment
+def test_prefix_encoder_is_causal_and_bidirectional_encoders_are_refused():
+    model = build_model("rnnsearch_tiny", encoder_unidirectional=True)
+    src, lengths, _ = toy_batch(bsz=3, src_len=7)
+    with torch.no_grad():
+        full = model.encoder(src, src_lengths=lengths)["encoder_out"][0].transpose(0, 1)
+        env = SimulEnvironment(model, src, lengths)
+        for eta in range(1, 6):
+            states = env.prefix_states(eta)
+            for r in range(3):
+                real = src[r][src[r].ne(1)]
+                alone = model.encoder(real[:eta].unsqueeze(0))["encoder_out"][0][:, 0]  # the prefix on its own
+                assert torch.allclose(states[r], alone, atol=1e-6)
+                assert torch.equal(states[r], full[r][src[r].ne(1)][:eta])
+        # a later source word never changes an earlier state
+        changed = src.clone()
+        changed[:, -2] = 7
+        other = model.encoder(changed, src_lengths=lengths)["encoder_out"][0].transpose(0, 1)
+        assert torch.equal(other[:, :-2], full[:, :-2]) and not torch.equal(other[:, -2], full[:, -2])
+    with pytest.raises(ValueError, match="uni-directional"):
+        SimulEnvironment(build_model("rnnsearch_tiny"), src, lengths)
+
+
+def test_attention_covers_the_read_prefix_and_a_prefix_is_decoded_like_a_short_sentence():
+    """Before the first WRITE the candidate with η words read is the first step of the NMT on x_{1:η} alone
+    (φ_INIT recomputed from the prefix, attention over it only)."""
+    model = build_model("rnnsearch_tiny", encoder_unidirectional=True)
+    src, lengths, _ = toy_batch(bsz=2, src_len=6)
+    with torch.no_grad():
+        env = SimulEnvironment(model, src, lengths)
+        for eta in (1, 3):
+            cand = env.observe(torch.full((2,), eta))
+            for r in range(2):
+                real = src[r][src[r].ne(1)][:eta].unsqueeze(0)
+                enc = model.encoder(real)
+                out, extra = model.decoder(torch.tensor([[2]]), encoder_out=enc)
+                lp = model.get_normalized_probs((out, None), log_probs=True)[0, 0]
+                lp[1] = -math.inf
+                lp[2] = -math.inf  # min_len 1
+                assert torch.allclose(cand.lprobs[r], lp, atol=1e-5)
+                assert int(cand.token[r]) == int(lp.argmax())
+            enc_eta = env.prefix_encoder_out(torch.full((2,), eta))
+            mask = enc_eta["encoder_padding_mask"][0]
+            assert mask.logical_not().sum(1).tolist() == [eta, eta]
+
+
+def test_wue_equals_full_sentence_greedy_of_the_uni_directional_nmt(built, nmt_ckpt):
+    _, task, model, _ = built
+    nmt = load_ensemble([str(nmt_ckpt)], task=task, frozen=True)[0][0]
+    sample = batch(task, n=8)
+    greedy = GreedyGenerator([nmt], task.target_dictionary, max_len_a=0, max_len_b=12).generate([nmt], sample)
+    for m in (nmt, model):  # the plain NMT checkpoint and the agent's frozen copy
+        wue = SimultaneousGenerator([m], task.target_dictionary, policy="wue", max_len_a=0,
+                                    max_len_b=12).generate([m], sample)
+        for g, w in zip(greedy, wue):
+            assert torch.equal(g[0]["tokens"], w[0]["tokens"])
+            assert torch.allclose(g[0]["positional_scores"], w[0]["positional_scores"], atol=1e-5)
+            assert set(w[0]["delays"]) == {w[0]["src_len"]} and w[0]["latency"]["ap"] == 1.0
+
+
+def test_wait_k_and_wos_delays(built):
+    _, task, model, _ = built
+    sample = batch(task, n=6)
+    for policy, k in (("wos", 1), ("waitk", 3)):
+        hyps = SimultaneousGenerator([model], task.target_dictionary, policy=policy, waitk=k, max_len_b=20
+                                     ).generate([model], sample)
+        for h in hyps:
+            d, s = h[0]["delays"], h[0]["src_len"]
+            assert d == [min(k + t, s) for t in range(len(d))]
+            assert int(h[0]["tokens"][-1]) == 2 and int((h[0]["tokens"] == 2).sum()) == 1
+
+
+def peaky_model(seed=0, scale=4.0):
+    """A random uni-directional rnnsearch_tiny whose weights are scaled up: its outputs depend on the source."""
+    model = build_model("rnnsearch_tiny", seed=seed, encoder_unidirectional=True)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+    return model
+
+
+@pytest.mark.parametrize("diff", [False, True])
+def test_wiw_and_wid_pre_read_and_compare(diff):
+    """WIW: READ when the pre-READ lowers the candidate's probability; WID: when it changes the argmax."""
+    model = peaky_model()
+    src, lengths, _ = toy_batch(bsz=6, src_len=9, seed=2)
+    with torch.no_grad():
+        env = SimulEnvironment(model, src, lengths, max_len_b=20)
+        policy = WaitIfWorse(diff=diff)
+        n_read = 0
+        while not bool(env.done.all()):
+            cand = env.observe()
+            peek = env.observe(env.eta + 1)
+            if diff:
+                wait = peek.token.ne(cand.token)
+            else:
+                wait = peek.lprobs.gather(1, cand.token[:, None])[:, 0] < cand.score
+            expected = ~(wait & ~env.source_done)
+            write = policy.act(env, cand)
+            assert torch.equal(write, expected)
+            n_read += int((~write & ~env.done).sum())
+            env.step(write, cand)
+    assert n_read > 0 and sum(r.count(WRITE) for r in env.actions) > 0
+
+
+def test_agent_never_writes_past_eos_and_forced_write_after_the_end(built):
+    _, task, model, _ = built
+    randomise_agent(model, seed=3)
+    sample = batch(task, n=6)
+    net = sample["net_input"]
+    torch.manual_seed(0)
+    for force in (False, True):
+        env = SimulEnvironment(model, net["src_tokens"].repeat(3, 1), net["src_lengths"].repeat(3),
+                               max_len_b=8, force_write_at_end=force)
+        with torch.no_grad():
+            results = run_episode(env, build_policy("agent", model, rows=env.rows, sample=True))
+        for res in results:
+            toks = res["tokens"].tolist()
+            assert 2 not in toks[:-1]  # nothing after </s>
+            assert len(toks) <= int(env.tau_max.max()) + 1
+            assert sum(res["actions"]) == len(toks) == len(res["delays"])
+            if force:
+                assert toks[-1] == 2
+                assert len(res["actions"]) <= res["src_len"] - 1 + len(toks)  # no READ after the source end
+        # the rows whose trajectory ended take no more actions
+        steps = torch.stack([h["active"] for h in env.history], 1).sum(1).tolist()
+        assert steps == [len(r["actions"]) for r in results]
+
+
+def test_simultaneous_beam_collapses_on_read_and_beam_one_is_greedy(built):
+    _, task, model, _ = built
+    randomise_agent(model, seed=5)
+    sample = batch(task, n=5)
+    net = sample["net_input"]
+    greedy = SimultaneousGenerator([model], task.target_dictionary, policy="agent", max_len_b=15).generate(
+        [model], sample)
+    one = SimultaneousGenerator([model], task.target_dictionary, policy="agent", beam_size=1, max_len_b=15)
+    wide_sizes = []
+    for i in range(5):
+        src, lengths = net["src_tokens"][i: i + 1], net["src_lengths"][i: i + 1]
+        env = SimulEnvironment(model, src, lengths, max_len_b=15)
+        res1 = simultaneous_beam_search(env, build_policy("agent", model, rows=1), 1)
+        assert res1["tokens"].tolist() == greedy[i][0]["tokens"].tolist()
+        assert res1["actions"] == [WRITE if a == "W" else READ for a in greedy[i][0]["actions"]]
+        trace = []
+        env = SimulEnvironment(model, src, lengths, max_len_b=15)
+        res = simultaneous_beam_search(env, build_policy("agent", model, rows=1), 3, trace=trace)
+        assert [a for a, _ in trace] == res["actions"]
+        assert all(size == 1 for a, size in trace if a == READ)  # collapsed on every READ
+        assert all(1 <= size <= 3 for _, size in trace)
+        wide_sizes += [size for a, size in trace if a == WRITE]
+        assert res["tokens"].tolist()[-1] == 2 and 2 not in res["tokens"].tolist()[:-1]
+        assert len(res["delays"]) == len(res["tokens"])
+    assert max(wide_sizes) == 3
+    assert one.beam_size == 1
+    # a policy that ignores the words (wait-k) gives the beam the same delays as greedy decoding
+    for i in range(3):
+        src, lengths = net["src_tokens"][i: i + 1], net["src_lengths"][i: i + 1]
+        g = run_episode(SimulEnvironment(model, src, lengths, max_len_b=15), build_policy("waitk", waitk=2))[0]
+        b = simultaneous_beam_search(SimulEnvironment(model, src, lengths, max_len_b=15),
+                                     build_policy("waitk", waitk=2), 4)
+        n = min(len(g["delays"]), len(b["delays"]))
+        assert g["delays"][:n] == b["delays"][:n]
+
+
+# ------------------------------------------------------------------------------------------ learning
+def test_agent_update_leaves_the_nmt_bit_identical(tiny_bin, nmt_ckpt):
+    cfg, task, model, criterion = build(tiny_bin, nmt_ckpt, "--traj-per-sent", "3")
+    model.train()
+    assert not model.encoder.training and not model.decoder.training and model.agent.training
+    assert not any(p.requires_grad for p in [*model.encoder.parameters(), *model.decoder.parameters()])
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert len(params) == len(list(model.agent.parameters()))
+    optimizer = optim.build_optimizer(cfg.optimizer, params)
+    frozen = nmt_tensors(model)
+    before = {k: v.clone() for k, v in model.agent.state_dict().items()}
+    sample = batch(task, n=4, split="train")
+    optimizer.zero_grad()
+    loss, sample_size, log = task.train_step(sample, model, criterion, optimizer, 0)
+    assert sample_size == 12 and log["traj"] == 12
+    optimizer.step()
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in frozen.items())
+    moved = [k for k, v in model.agent.state_dict().items() if not torch.equal(v, before[k])]
+    assert any(k.startswith("rnn.") for k in moved) and any(k.startswith("baseline.") for k in moved)
+    assert int(model.agent.adv_norm.count) == 1
+
+
+def test_policy_gradient_loss_pieces(tiny_bin, nmt_ckpt):
+    """The baseline gets gradient only from its regression, the policy only from −log π R̃ − κ𝓗."""
+    _, task, model, criterion = build(tiny_bin, nmt_ckpt, "--traj-per-sent", "2", "--entropy-coef", "0",
+                                      "--baseline-coef", "0")
+    model.train()
+    torch.manual_seed(1)
+    loss, _, log = criterion(model, batch(task, n=3, split="train"))
+    loss.backward()
+    assert all(p.grad is None or float(p.grad.abs().sum()) == 0 for p in model.agent.baseline.parameters())
+    assert float(model.agent.out.weight.grad.abs().sum()) > 0
+    assert log["writes"] > 0 and 0 <= log["bleu"] <= 100 * log["traj"]
+
+
+def test_validation_decodes_with_the_argmax_agent(built):
+    _, task, model, criterion = built
+    model.eval()
+    sample = batch(task, n=4, split="valid")
+    with torch.no_grad():
+        loss, n, log = criterion(model, sample)
+        again = criterion(model, sample)[2]
+    assert n == 4 and log["traj"] == 4 and log == again  # deterministic
+    assert loss.item() == pytest.approx(log["loss"]) and not loss.requires_grad
+
+
+# ------------------------------------------------------------------------------------------ command lines
+AGENT_TRAIN = ["--traj-per-sent", "2", "--batch-size", "4", "--no-progress-bar", "--log-format", "simple",
+               "--log-interval", "1", "--no-epoch-checkpoints", "--disable-validation"]
+
+
+def train_agent(tiny_bin, nmt, save_dir, max_update, *extra, arch="simul_agent"):
+    fairseq("train", *agent_args(tiny_bin, nmt, *AGENT_TRAIN, "--max-update", max_update, "--save-dir", save_dir,
+                                 *extra, arch=arch), user_dir=True)
+    return save_dir / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="module")
+def agent_ckpt(tiny_bin, nmt_ckpt, tmp_path_factory):
+    """fairseq-train the thesis-size agent (``--arch simul_agent``: 512 GRU units) 4 updates from the tiny
+    uni-directional NMT, with the default rewards (AP target 0.5) and running advantage normalisation."""
+    return train_agent(tiny_bin, nmt_ckpt, tmp_path_factory.mktemp("simul_agent"), 4, arch="simul_agent")
+
+
+def test_cli_training_never_optimises_the_nmt(nmt_ckpt, agent_ckpt):
+    state = torch.load(agent_ckpt, map_location="cpu", weights_only=False)
+    nmt = torch.load(nmt_ckpt, map_location="cpu", weights_only=False)["model"]
+    model = state["model"]
+    assert model["agent.rnn.weight_hh"].shape == (3 * 512, 512)
+    assert state["cfg"]["model"].nmt_path == str(nmt_ckpt)
+    assert all(torch.equal(model[k], v) for k, v in nmt.items())
+    n_opt = sum(len(g["params"]) for g in state["last_optimizer_state"]["param_groups"])
+    assert n_opt == sum(1 for k in model if k.startswith("agent.") and "adv_norm" not in k)
+    assert state["optimizer_history"][-1]["num_updates"] == 4
+    assert int(model["agent.adv_norm.count"]) == 4
+
+
+def test_cli_kill_and_resume_equals_an_uninterrupted_run(tiny_bin, nmt_ckpt, agent_ckpt, tmp_path):
+    save = tmp_path / "resumed"
+    train_agent(tiny_bin, nmt_ckpt, save, 2)
+    resumed = train_agent(tiny_bin, nmt_ckpt, save, 4)
+    a = torch.load(agent_ckpt, map_location="cpu", weights_only=False)
+    b = torch.load(resumed, map_location="cpu", weights_only=False)
+    assert a["optimizer_history"][-1]["num_updates"] == b["optimizer_history"][-1]["num_updates"] == 4
+    assert a["model"].keys() == b["model"].keys()
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    sa, sb = a["last_optimizer_state"]["state"], b["last_optimizer_state"]["state"]
+    for i in sa:
+        for key in sa[i]:
+            assert torch.equal(torch.as_tensor(sa[i][key]), torch.as_tensor(sb[i][key]))
+
+
+def test_cli_generate_agent_greedy_beam_and_baselines_with_latency_file(tiny_bin, nmt_ckpt, agent_ckpt, tmp_path):
+    n = n_lines(TINY / "test.es")
+    common = ["--task", "simul_rl_translation", "--cpu", "--max-len-b", "20", "--batch-size", "16"]
+    out = tmp_path / "actions.jsonl"
+    p = fairseq("generate", tiny_bin, "--path", agent_ckpt, *common, "--simul-actions-out", out)
+    assert sorted(hypotheses(p.stdout)) == list(range(n))
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == list(range(n))
+    for r in records:
+        assert r["actions"].count("W") == r["tgt_len"] == len(r["delays"])
+        lat = latency(r["actions"], r["src_len"])
+        assert lat["delays"] == r["delays"] and r["ap"] == pytest.approx(lat["ap"], abs=1e-6)
+    # simul_beam with a baseline, on the plain NMT checkpoint
+    beam = fairseq("generate", tiny_bin, "--path", nmt_ckpt, *common, "--simul-decoding", "simul_beam",
+                   "--simul-beam", "3", "--simul-policy", "wiw")
+    assert sorted(hypotheses(beam.stdout)) == list(range(n))
+    # the scorer
+    summary = tmp_path / "latency.json"
+    assert simul_latency.main([str(out), "--json", str(summary)]) == 0
+    corpus = json.loads(summary.read_text())
+    assert corpus["sentences"] == n
+    assert corpus["ap"] == pytest.approx(sum(r["ap"] for r in records) / n, abs=1e-6)
+    assert corpus["dal"] == pytest.approx(sum(r["dal"] for r in records) / n, abs=1e-6)
+
+
+def test_cw_reward_words_forced_writes_and_batch_normalisation(tiny_bin, nmt_ckpt):
+    """The other reward settings through one update: CW delay (linear penalty), word-level BLEU rewards,
+    forced WRITEs in training (no gradient on them), per-batch advantage normalisation (no statistics kept)."""
+    cfg, task, model, criterion = build(tiny_bin, nmt_ckpt, "--delay-type", "cw", "--target-cw", "2",
+                                        "--cw-penalty", "linear", "--reward-bpe", "sentencepiece",
+                                        "--train-force-write", "--adv-norm", "batch", "--traj-per-sent", "2")
+    assert criterion.reward_cfg.delay_type == "cw" and criterion.units.bpe == "sentencepiece"
+    optimizer = optim.build_optimizer(cfg.optimizer, [p for p in model.parameters() if p.requires_grad])
+    frozen = nmt_tensors(model)
+    loss, n, log = task.train_step(batch(task, n=3, split="train"), model, criterion, optimizer, 0)
+    optimizer.step()
+    assert n == 6 and torch.isfinite(torch.tensor(log["loss"]))
+    assert int(model.agent.adv_norm.count) == 0
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in frozen.items())
+    with pytest.raises(ValueError, match="simul_agent"):  # the agent policy needs an agent
+        nmt = load_ensemble([str(nmt_ckpt)], task=task, frozen=True)[0][0]
+        SimultaneousGenerator([nmt], task.target_dictionary, policy="agent")
+
+
+def test_simul_latency_tool_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": 0, "src_len": 3, "actions": "WW"}) + "\n" + "{not json\n")
+    assert cli_status(simul_latency.main, [str(bad)]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"error: {bad}:2:")
+    for i, record in enumerate([{"src_len": 3, "actions": "WRX"}, {"src_len": 0, "actions": "W"},
+                                {"src_len": 3, "actions": "RR"}, {"src_len": 3, "actions": "RW", "delays": [1]}]):
+        wrong = tmp_path / f"wrong{i}.jsonl"
+        wrong.write_text(json.dumps({"id": 0, "src_len": 3, "actions": "W"}) + "\n" + json.dumps(record) + "\n")
+        assert cli_status(simul_latency.main, [str(wrong)]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {wrong}:2:")
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"src_len": 4, "actions": "WRWRRWW"}) + "\n"
+                    + json.dumps({"src_len": 5, "actions": "RRRRWWW", "ref_len": 3}) + "\n")
+    assert cli_status(simul_latency.main, [str(good), "--json", str(tmp_path / "out.json")]) == 0
+    res = json.loads((tmp_path / "out.json").read_text())
+    assert res["ap"] == pytest.approx((11 / 16 + 1.0) / 2) and res["cw"] == pytest.approx((1.5 + 4) / 2)
+    assert res["cw_pooled"] == pytest.approx((1 + 2 + 4) / 3)
+    assert res["al"] == pytest.approx((average_lagging([1, 2, 4, 4], 4) + 5.0) / 2)
+    assert "AP 0.8438" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("policy", ["agent", "wue", "wos", "waitk"])
+def test_streaming_translator_equals_offline_simultaneous_decoding(policy):
+    """The source arriving token by token (the SimulEval agent's core) gives the offline decisions and words."""
+    model = peaky_model(seed=1)
+    model.agent = SimulAgent(16 + 16 + 16, hidden_size=8, baseline_hidden=4)  # an agent on the random NMT
+    randomise_agent(model, seed=2)
+    src, lengths, _ = toy_batch(bsz=4, src_len=8, seed=4)
+    with torch.no_grad():
+        offline = run_episode(SimulEnvironment(model, src, lengths, max_len_b=12),
+                              build_policy(policy, model, rows=4, waitk=2))
+    stream = StreamingSimulTranslator(model, policy, waitk=2, max_len=12)
+    for r in range(4):
+        stream.reset()
+        words = src[r][src[r].ne(1)].tolist()[:-1]  # the source words; </s> comes with `finished`
+        out = stream.pop()
+        assert out == []  # nothing read yet
+        for w in words:
+            stream.push([w])
+            out += stream.pop()
+        stream.push([], finished=True)
+        out += stream.pop()
+        assert stream.finished and out == offline[r]["tokens"].tolist() == stream.tokens
+        assert stream.actions == offline[r]["actions"] and stream.delays == offline[r]["delays"]
+    with pytest.raises(ValueError, match="pre-reads"):
+        StreamingSimulTranslator(model, "wiw")
+
+
+def test_simuleval_adapter_is_optional():
+    from fairseq_ext.tools import simuleval_agent
+
+    if simuleval_agent.simuleval_available():
+        assert simuleval_agent.SimulAgentText is not None
+    else:
+        with pytest.raises(ImportError, match="pip install simuleval"):
+            simuleval_agent.require_simuleval()
