@@ -29,7 +29,10 @@ setup(
         "tantivy==0.27.0",  # embedded BM25 translation-memory index (Gu ch. 4)
         "rapidfuzz==3.14.6",  # token-level edit distance of the fuzzy re-ranking (Gu ch. 4)
     ],
-    extras_require={"dev": ["pytest==9.2.0", "pytest-xdist==3.8.0"]},
+    extras_require={
+        "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "ctranslate2==4.8.5"],
+        "ctranslate2": ["ctranslate2==4.8.5"],  # fairseq-ext-export, recipes/bench/cpu_inference.py
+    },
     entry_points={
         "console_scripts": [
             # the offline tools (fairseq_ext/tools/, one CLI convention: fairseq_ext.tools.common)
@@ -48,6 +51,9 @@ setup(
             "fairseq-ext-dialogue-patterns=fairseq_ext.tools.dialogue_patterns:cli_main",
             "fairseq-ext-contrastive=fairseq_ext.tools.contrastive:cli_main",
             "fairseq-ext-tm=fairseq_ext.tools.retrieval:cli_main",
+            "fairseq-ext-export=fairseq_ext.tools.export:cli_main",
+            "fairseq-ext-simul-latency=fairseq_ext.tools.simul_latency:cli_main",
+            "fairseq-ext-conversations=fairseq_ext.tools.conversations:cli_main",
             "fairseq-ext-doc-consistency=fairseq_ext.tools.doc_consistency:cli_main",
             # fairseq's own CLIs with the plugin loaded
             "fairseq-ext-train=fairseq_ext.cli:train_main",

@@ -8,7 +8,9 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    a fairseq_ext checkpoint) and may hold numpy scalars in ``extra_state`` (best metric values).  Instead of switching safety off we allow-list exactly those globals with
    :func:`torch.serialization.add_safe_globals`; unknown globals still fail loudly.
 2. **numpy aliases** ``np.float`` / ``np.int`` (removed in numpy 1.24) used by
-   ``fairseq/modules/dynamic_crf_layer.py`` and ``fairseq/data/data_utils.py``.
+   ``fairseq/modules/dynamic_crf_layer.py`` and ``fairseq/data/data_utils.py``, and ``np.compat.long``
+   (``np.compat`` was removed in numpy 2.0) used by ``TokenBlockDataset`` (``--task language_modeling``) and
+   ``LanguagePairDataset.num_tokens_vec``.
 3. **No sentence is dropped by batching.**  ``fairseq-generate`` with the default
    ``--required-batch-size-multiple 8`` lost the tail of the test set (1,488 of 1,494 printed,
    1494 = 186*8 + 6) because the fast batcher in this fairseq build discards a final
@@ -59,10 +61,14 @@ _APPLIED = False
 
 
 def apply_numpy_aliases() -> None:
-    """``np.float``/``np.int`` were removed in numpy 1.24; fairseq still uses them in two places."""
+    """``np.float``/``np.int`` were removed in numpy 1.24 and ``np.compat`` in 2.0; fairseq still uses them."""
     for name, typ in (("float", float), ("int", int)):
         if name not in np.__dict__:
             setattr(np, name, typ)
+    if "compat" not in np.__dict__:
+        import types
+
+        np.compat = types.SimpleNamespace(long=int)  # numpy < 2: np.compat.long is int on Python 3
 
 
 def safe_globals() -> list:
@@ -328,7 +334,8 @@ def patch_quantize_option() -> None:
     def prepare_for_inference_(self, cfg):
         orig(self, cfg)
         generation = cfg.get("generation") if hasattr(cfg, "get") else getattr(cfg, "generation", None)
-        quantize = getattr(generation, "quantize", None) if generation is not None else None
+        # a DictConfig's generation group, or a legacy flat argparse.Namespace
+        quantize = getattr(generation if generation is not None else cfg, "quantize", None)
         quantize = getattr(quantize, "value", quantize)  # a ChoiceEnum member or its string
         if quantize and str(quantize) != "none":
             fast_inference.optimize_for_inference_(self, str(quantize))

@@ -224,3 +224,16 @@ def test_finetune_from_model_restarts_the_training_clock(tiny_bin, tiny_ckpt, tm
     log = p.stderr + p.stdout
     assert "Stopping training due to cumulative_training_time" not in log
     assert "num_updates 3" in log
+
+
+def test_language_modeling_task_trains(tmp_path):
+    """fairseq's TokenBlockDataset used ``np.compat.long`` (gone in numpy 2): ``--task language_modeling`` (the
+    sentence RNNLMs of Maruf ch. 3/5) crashed before the compat alias."""
+    fairseq("preprocess", "--only-source", "--trainpref", ROOT / "tests/data/bible_tiny/train.en",
+            "--validpref", ROOT / "tests/data/bible_tiny/valid.en", "--destdir", tmp_path / "bin", "--workers", "1",
+            user_dir=False)
+    fairseq("train", tmp_path / "bin", "--task", "language_modeling", "--arch", "lstm_lm", "--decoder-embed-dim",
+            "16", "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16", "--sample-break-mode", "eos",
+            "--tokens-per-sample", "128", "--max-tokens", "512", "--optimizer", "adam", "--lr", "1e-3",
+            "--max-update", "2", "--save-dir", tmp_path / "ckpt", "--cpu", "--no-progress-bar")
+    assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()

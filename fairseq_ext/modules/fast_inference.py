@@ -1,0 +1,119 @@
+"""The CPU fast path of ``fairseq-generate`` / ``fairseq-interactive``: ``--quantize int8``.
+
+One option, added to fairseq's *Generation* argument group by :mod:`fairseq_ext._compat` (fix 8), and
+applied to every model of the ensemble right after it is loaded (in ``prepare_for_inference_``, which
+``fairseq-generate``, ``fairseq-interactive`` and fairseq's hub interface call), so it works for every
+architecture of the plugin, including those CTranslate2 cannot represent (``fairseq-ext-export``)::
+
+    fairseq-generate DATA --user-dir fairseq_ext --path ckpt.pt --cpu --beam 5 --quantize int8
+
+``--quantize int8`` replaces every ``nn.Linear`` of the model by :class:`Int8Linear`: int8 weights
+(symmetric, one scale per output row) and activations quantized per call (dynamic quantisation,
+fbgemm/x86 ``quantized::linear_dynamic``, as ``torch.ao.quantization.quantize_dynamic`` does).  Unlike
+``quantize_dynamic``, the module stays an ``nn.Linear`` and keeps its float32 ``weight`` parameter, so
+code that reads ``linear.weight`` directly (fairseq's ``F.multi_head_attention_forward`` fast path of
+the encoder, tied output projections, the plugin's own layers) still works, unchanged, in float32;
+every *call* of the module runs in int8.  Inputs that are not float32 CPU tensors (``--cpu-bf16``
+autocast, CUDA) fall back to the float32 ``F.linear``.
+
+What it buys (``recipes/bench/cpu_inference.py``, quickstart model, beam 5, one thread): see the
+issue report / RESULTS.md; the Linear layers (the output projection over the vocabulary above all) are
+about half of a CPU beam-search step in float32, and int8 roughly halves their time.
+
+Nothing else is changed: the search, the length rules, the outputs' format.  Only what measurably
+helped is kept here (``torch.inference_mode`` instead of fairseq's ``no_grad`` made no difference
+measurable under the interleaved timing and is not applied).
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+QUANTIZE_CHOICES = ("none", "int8")
+QUANTIZE_HELP = ("CPU fast path: 'int8' = dynamic int8 quantisation of every nn.Linear at load time "
+                 "(int8 weights with per-row scales, activations quantized per call; fbgemm), for "
+                 "every architecture; 'none' (default) decodes in float32 "
+                 "(fairseq_ext.modules.fast_inference)")
+
+
+def int8_engine_available() -> bool:
+    return any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
+
+
+def _pack_int8(weight: torch.Tensor, bias) -> object:
+    """Prepacked fbgemm int8 weights: symmetric per-output-row scales (zero point 0)."""
+    w = weight.detach().float().contiguous()
+    scales = (w.abs().amax(dim=1).clamp_min(1e-8) / 127.0).double()
+    zero_points = torch.zeros(w.size(0), dtype=torch.long)
+    with warnings.catch_warnings():  # torch >= 2.10 marks quantized tensor creation deprecated
+        warnings.simplefilter("ignore")
+        qweight = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
+        return torch.ops.quantized.linear_prepack(
+            qweight, None if bias is None else bias.detach().float().contiguous())
+
+
+class Int8Linear(nn.Linear):
+    """An ``nn.Linear`` whose calls run in int8 (dynamic quantisation); ``weight``/``bias`` remain the
+    original float32 parameters (shared, e.g. tied with an embedding) for code that reads them."""
+
+    def __init__(self, linear: nn.Linear):  # noqa: super().__init__ would allocate new weights
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight
+        self.bias = linear.bias
+        self._packed = _pack_int8(linear.weight, linear.bias)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> "Int8Linear":
+        return cls(linear)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or x.device.type != "cpu" or x.numel() == 0:
+            return F.linear(x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+        # reduce_range: 7-bit activations, as fbgemm's dynamic Linear uses, so that the AVX2 int8
+        # multiply-add (u8 x s8 -> s16) cannot saturate.
+        return torch.ops.quantized.linear_dynamic(x, self._packed, True)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, int8 dynamic"
+
+
+def quantize_linears_(model: nn.Module) -> int:
+    """Replace every ``nn.Linear`` (exact type) in ``model`` by an :class:`Int8Linear`, in place;
+    returns how many were replaced."""
+    n = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear and child.weight.device.type == "cpu" \
+                    and child.weight.dtype == torch.float32:
+                setattr(parent, name, Int8Linear.from_linear(child))
+                n += 1
+    return n
+
+
+def optimize_for_inference_(model: nn.Module, quantize: str = "none") -> nn.Module:
+    """Apply the fast path ``quantize`` (one of :data:`QUANTIZE_CHOICES`) to ``model`` in place, once."""
+    quantize = (quantize or "none").lower()
+    if quantize not in QUANTIZE_CHOICES:
+        raise ValueError(f"--quantize {quantize!r}: expected one of {', '.join(QUANTIZE_CHOICES)}")
+    if quantize == "none" or getattr(model, "_fairseq_ext_quantized", None) == quantize:
+        return model
+    if quantize == "int8":
+        if not int8_engine_available():
+            raise RuntimeError("--quantize int8 needs torch's fbgemm/x86 quantized engine "
+                               f"(this build has {torch.backends.quantized.supported_engines})")
+        param = next(model.parameters(), None)
+        if param is not None and param.device.type != "cpu":
+            logger.warning("--quantize int8 is a CPU fast path; the model is on %s: left as is", param.device)
+            return model
+        n = quantize_linears_(model)
+        logger.info("fairseq_ext: --quantize int8: %d Linear layers of %s run in int8",
+                    n, type(model).__name__)
+    model._fairseq_ext_quantized = quantize
+    return model

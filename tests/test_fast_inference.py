@@ -1,0 +1,272 @@
+"""CPU inference: the CTranslate2 export (``fairseq-ext-export``) and the plugin's own fast path
+(``fairseq-generate/-interactive --quantize int8``, :mod:`fairseq_ext.modules.fast_inference`).
+
+* export: greedy outputs of the exported model (CTranslate2 float32) equal fairseq's (its
+  SequenceGenerator, as fairseq-generate runs it), token for token, on the tiny slice, and so do the
+  log-probabilities of every reference token, for PostNorm and PreNorm transformers; an unsupported
+  architecture is refused with one ``error:`` line and exit status 2;
+* ``--quantize int8``: the model loads through ``--user-dir``, its Linear layers run in int8, and every
+  input is decoded exactly once by fairseq-generate and fairseq-interactive, also for an architecture
+  CTranslate2 cannot represent (ScaleNorm/FixNorm ``twt``).
+
+ctranslate2 is part of the ``dev`` extra (what scripts/run_tests.sh installs), so nothing here is skipped.
+"""
+import re
+import sys
+
+import pytest
+import torch
+
+from harness import TINY_TRANSFORMER, build_model, fairseq, n_lines, run, train
+
+import ctranslate2  # noqa: E402,I001  (the dev extra: a missing extra fails the module, not skips it)
+
+PRENORM = ["--encoder-normalize-before", "--decoder-normalize-before"]
+TWT_TINY = ["--arch", "twt_prenorm_fixnorm_scalenorm", "--encoder-layers", "2", "--decoder-layers", "2",
+            "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+            "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
+            "--decoder-attention-heads", "4", "--dropout", "0.1"]
+
+
+@pytest.fixture(scope="module")
+def postnorm_ckpt(tiny_bin, tmp_path_factory):
+    return train(tiny_bin, tmp_path_factory.mktemp("postnorm"), TINY_TRANSFORMER)
+
+
+@pytest.fixture(scope="module")
+def prenorm_ckpt(tiny_bin, tmp_path_factory):
+    return train(tiny_bin, tmp_path_factory.mktemp("prenorm"), TINY_TRANSFORMER + PRENORM)
+
+
+@pytest.fixture(scope="module")
+def twt_ckpt(tiny_bin, tmp_path_factory):
+    return train(tiny_bin, tmp_path_factory.mktemp("twt"), TWT_TINY, max_update=8)
+
+
+def export_cli(*args, check=True):
+    return run([sys.executable, "-m", "fairseq_ext.tools.export", *args], check=check)
+
+
+# ------------------------------------------------------------------------------------------- export
+def fairseq_greedy_and_scores(ckpt, data_bin):
+    """fairseq's own decoding of the test split, in this process: ``{id: source pieces}``, greedy
+    hypotheses (SequenceGenerator, beam 1, max_len 50, as ``fairseq-generate --beam 1 --max-len-b 50``)
+    and the natural-log probability of every reference token and EOS (SequenceScorer, as
+    ``--score-reference``)."""
+    import fairseq_ext  # noqa: F401
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.sequence_scorer import SequenceScorer
+
+    from fairseq_ext.modules.checkpoint import load_ensemble
+
+    args = options.parse_args_and_arch(options.get_generation_parser(), [
+        str(data_bin), "--task", "translation_ext", "--path", str(ckpt), "--cpu", "--beam", "1",
+        "--max-len-a", "0", "--max-len-b", "50"])
+    cfg = convert_namespace_to_omegaconf(args)
+    models, _, task = load_ensemble([str(ckpt)], arg_overrides={"data": str(data_bin)}, frozen=True)
+    for m in models:
+        m.prepare_for_inference_(cfg)
+    task.load_dataset("test")
+    ds, sd, td = task.dataset("test"), task.source_dictionary, task.target_dictionary
+    itr = task.get_batch_iterator(dataset=ds, max_sentences=8).next_epoch_itr(shuffle=False)
+    generator, scorer = task.build_generator(models, cfg.generation), SequenceScorer(td)
+    src, hyp, pos, tgt = {}, {}, {}, {}
+    for sample in itr:
+        greedy = task.inference_step(generator, models, sample)
+        with torch.no_grad():
+            scored = scorer.generate(models, sample)
+        for k, i in enumerate(sample["id"].tolist()):
+            src[i] = [sd[t] for t in ds.src[i].tolist()[:-1]]
+            tgt[i] = [td[t] for t in ds.tgt[i].tolist()[:-1]]
+            hyp[i] = [td[t] for t in greedy[k][0]["tokens"].tolist()[:-1]]
+            pos[i] = scored[k][0]["positional_scores"].tolist()
+    return src, hyp, tgt, pos
+
+
+@pytest.mark.parametrize("norm", ["postnorm", "prenorm"])
+def test_export_is_equivalent_to_fairseq(tiny_bin, request, tmp_path, norm):
+    """Greedy outputs identical token for token, and the log-probability of every reference token
+    (fairseq's SequenceScorer against CTranslate2's score_batch) equal to 1e-3: a tiny model trained
+    20 updates repeats one piece greedily, so the scores are what tell two networks apart."""
+    from fairseq_ext.tools.export import main as export_main
+
+    ckpt = request.getfixturevalue(f"{norm}_ckpt")
+    out_dir = tmp_path / "ct2"
+    assert export_main([str(ckpt), "--out", str(out_dir), "--data", str(tiny_bin)]) == 0
+    assert (out_dir / "model.bin").exists()
+    tr = ctranslate2.Translator(str(out_dir), device="cpu", intra_threads=1)
+    src, hyp, tgt, pos = fairseq_greedy_and_scores(ckpt, tiny_bin)
+    ids = sorted(src)
+    assert ids == list(range(n_lines(tiny_bin / "test.ids")))
+    # fairseq: at most max_len = 50 tokens, EOS forbidden before the first token (min_len 1)
+    res = tr.translate_batch([src[i] for i in ids], beam_size=1, max_decoding_length=50,
+                             min_decoding_length=1)
+    differ = [i for i, r in zip(ids, res) if r.hypotheses[0] != hyp[i]]
+    assert not differ, f"{len(differ)} of {len(ids)} differ, e.g. {hyp[differ[0]]} vs {res[differ[0]].hypotheses[0]}"
+    scored = tr.score_batch([src[i] for i in ids], [tgt[i] for i in ids])
+    for i, r in zip(ids, scored):
+        assert len(r.log_probs) == len(pos[i]) == len(tgt[i]) + 1  # every token and EOS
+        assert max(abs(a - b) for a, b in zip(r.log_probs, pos[i])) < 1e-3, i
+    assert len({round(x, 2) for i in ids for x in pos[i]}) > 50  # scores that discriminate
+
+
+def test_export_int8_model_translates_every_input(tiny_bin, prenorm_ckpt, tmp_path):
+    from fairseq_ext.tools.export import main as export_main
+
+    # --data defaults to the folder recorded in the checkpoint
+    assert export_main([str(prenorm_ckpt), "--out", str(tmp_path / "ct2"), "--quantization", "int8"]) == 0
+    assert '"quantization": "int8"' in (tmp_path / "ct2" / "fairseq_ext_export.json").read_text()
+    lines = (tiny_bin.parent / "seg" / "test.es").read_text(encoding="utf-8").splitlines()
+    tr = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    res = tr.translate_batch([ln.split() for ln in lines], beam_size=5, max_batch_size=16,
+                             max_decoding_length=20)
+    assert len(res) == len(lines) and all(r.hypotheses for r in res)
+
+
+UNSUPPORTED = {  # arch -> words the one-line reason must contain
+    "twt_prenorm_fixnorm_scalenorm": "ScaleNorm/FixNorm",
+    "transformer_jas": "joint attention",
+    "transformer_dc": "dual contextual",
+    "transformer_lex": "lexical",
+    "nat_fertility": "non-autoregressive",
+    "rnnsearch": "RNN",
+}
+
+
+@pytest.fixture(scope="module")
+def relabelled(postnorm_ckpt, tmp_path_factory):
+    """A transformer checkpoint whose recorded architecture is replaced: the refusal is decided from
+    the configuration, before any weight is read."""
+    d = tmp_path_factory.mktemp("relabel")
+    ckpt = postnorm_ckpt
+
+    def make(arch):
+        import fairseq_ext  # noqa: F401  (safe globals for torch.load)
+
+        state = torch.load(ckpt, weights_only=True)
+        state["cfg"]["model"].arch = arch
+        path = d / f"{arch}.pt"
+        torch.save(state, path)
+        return path
+    return make
+
+
+def test_export_refuses_an_unsupported_architecture_in_one_line(relabelled, tmp_path):
+    ckpt = relabelled("twt_prenorm_fixnorm_scalenorm")
+    p = export_cli(ckpt, "--out", tmp_path / "ct2", check=False)
+    assert p.returncode == 2
+    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert err[-1].startswith(f"error: {ckpt}: architecture 'twt_prenorm_fixnorm_scalenorm' cannot be "
+                              f"exported to CTranslate2: (model transformer_twt) ")
+    assert "ScaleNorm/FixNorm" in err[-1] and "--quantize int8" in err[-1]
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "ct2").exists()
+
+
+@pytest.mark.parametrize("arch", sorted(UNSUPPORTED))
+def test_export_says_why_each_family_cannot_be_exported(relabelled, tmp_path, arch):
+    from fairseq_ext.tools.common import ToolError
+    from fairseq_ext.tools.export import main
+
+    with pytest.raises(ToolError, match=f"architecture '{arch}' cannot be exported .*{UNSUPPORTED[arch]}"):
+        main([str(relabelled(arch)), "--out", str(tmp_path / "ct2")])
+
+
+def test_list_archs_marks_the_transformer_presets_exportable():
+    from fairseq_ext.tools.export import list_archs
+
+    verdict = {a: r for a, _, r in list_archs()}
+    for arch in ("transformer", "transformer_iwslt_de_en", "transformer_iwslt_small", "transformer_maruf_base"):
+        assert verdict[arch] is None, arch
+    for arch in ("transformer_twt", "transformer_jas", "nat_fertility", "rnnsearch_tiny", "transformer_lex"):
+        assert verdict[arch], arch
+
+
+def test_export_rejects_options_ctranslate2_cannot_represent():
+    import argparse
+
+    from fairseq_ext.tools.export import unsupported_reason
+
+    base = dict(encoder_normalize_before=True, decoder_normalize_before=True, encoder_attention_heads=4,
+                decoder_attention_heads=4, decoder_embed_dim=32, activation_fn="relu")
+    assert unsupported_reason("transformer", argparse.Namespace(**base)) is None
+    for extra, words in [({"cross_self_attention": True}, "cross-self-attention"),
+                         ({"decoder_normalize_before": False}, "normalize-before"),
+                         ({"no_decoder_final_norm": True}, "final-norm"),
+                         ({"activation_fn": "tanh"}, "activation")]:
+        assert words in unsupported_reason("transformer", argparse.Namespace(**{**base, **extra}))
+
+
+# -------------------------------------------------------------------------------- --quantize int8
+def test_int8_linear_keeps_the_float_weights_and_approximates_the_layer():
+    from fairseq_ext.modules.fast_inference import Int8Linear, optimize_for_inference_
+
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(50, 16)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 50))
+    model[2].weight = torch.nn.Parameter(torch.randn(50, 32) * 0.1)
+    x = emb(torch.arange(7)).detach().view(7, 16)
+    ref = model(x)
+    w = model[0].weight
+    optimize_for_inference_(model, "int8")
+    assert isinstance(model[0], Int8Linear) and isinstance(model[0], torch.nn.Linear)
+    assert model[0].weight is w  # the float parameter is kept (tied weights, direct readers)
+    out = model(x)
+    assert out.shape == ref.shape and not torch.equal(out, ref)
+    assert (out - ref).abs().max() < 0.05 * ref.abs().max()
+    optimize_for_inference_(model, "int8")  # once only
+    assert isinstance(model[0], Int8Linear) and not isinstance(model[0].weight, Int8Linear)
+    assert model(x.bfloat16()).dtype == torch.bfloat16  # non-float32 inputs take the float path
+    with pytest.raises(ValueError, match="--quantize"):
+        optimize_for_inference_(model, "int4")
+
+
+def test_quantize_is_a_generation_option_applied_when_the_model_is_prepared():
+    """``--quantize`` parses into ``cfg.generation.quantize`` (default ``none``), and fairseq's
+    ``prepare_for_inference_(cfg)`` -- what fairseq-generate/-interactive call right after loading --
+    applies it; an unknown value is an argparse error."""
+    import fairseq_ext  # noqa: F401
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from fairseq_ext.modules.fast_inference import Int8Linear
+
+    def cfg(*flags):
+        return convert_namespace_to_omegaconf(
+            options.parse_args_and_arch(options.get_generation_parser(), ["/nonexistent", *flags]))
+
+    assert cfg().generation.quantize == "none" and cfg("--quantize", "int8").generation.quantize == "int8"
+    kw = dict(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
+              encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
+              decoder_attention_heads=2)
+    plain, fast = build_model("transformer", **kw), build_model("transformer", **kw)
+    plain.prepare_for_inference_(cfg())
+    fast.prepare_for_inference_(cfg("--quantize", "int8"))
+    assert not any(isinstance(m, Int8Linear) for m in plain.modules())
+    n = sum(isinstance(m, Int8Linear) for m in fast.modules())
+    assert n == sum(type(m) is torch.nn.Linear for m in plain.modules()) > 0
+    with pytest.raises(SystemExit):
+        options.parse_args_and_arch(options.get_generation_parser(), ["/nonexistent", "--quantize", "int4"])
+
+
+def quantized_ids(out: str, err: str):
+    assert re.search(r"--quantize int8: \d+ Linear layers of \w+ run in int8", err), err[-2000:]
+    return [int(m.group(1)) for m in re.finditer(r"^H-(\d+)\t", out, re.M)]
+
+
+def test_quantized_generate_decodes_every_input_once(tiny_bin, twt_ckpt):
+    """ScaleNorm/FixNorm twt: an architecture CTranslate2 cannot represent."""
+    p = fairseq("generate", tiny_bin, "--task", "translation_ext", "--path", twt_ckpt, "--cpu", "--beam", "5",
+                "--batch-size", "8", "--max-len-b", "30", "--quantize", "int8")
+    ids = quantized_ids(p.stdout, p.stderr)
+    assert sorted(ids) == list(range(n_lines(tiny_bin / "test.ids")))  # each exactly once
+
+
+def test_quantized_interactive_decodes_every_input_once(tiny_bin, prenorm_ckpt):
+    lines = (tiny_bin.parent / "seg" / "test.es").read_text(encoding="utf-8").splitlines()
+    p = fairseq("interactive", tiny_bin, "--task", "translation_ext", "--path", prenorm_ckpt, "--cpu",
+                "--beam", "5", "--buffer-size", "8", "--batch-size", "8", "--max-len-b", "30",
+                "--quantize", "int8", input_text="\n".join(lines) + "\n")
+    ids = quantized_ids(p.stdout, p.stderr)
+    assert sorted(ids) == list(range(len(lines)))
