@@ -144,6 +144,59 @@ class DocTranslationConfig(TranslationDecodingConfig):
                                           "first when two models are given)"})
 
 
+def group_batch_iterator(task, dataset, a: dict, train: bool, n_updates: int, make_batches_of, n_groups: int,
+                         what: str) -> "DocumentBatchIterator":
+    """fairseq's epoch iterator over batches of whole groups (documents, conversations) of ``dataset``.
+
+    ``make_batches_of(index, num_tokens, keep, order=None, cut_long=False, max_tokens=, max_sentences=)`` packs the
+    groups of ``dataset.index`` (in ``order``, a permutation of its ``n_groups`` groups) into batches of the kept
+    (``keep``: within ``a["max_positions"]``) sentences. Training: a new group order per epoch (fairseq's seed
+    and the epoch), groups longer than a batch cut into chunks, virtual epochs for ``--max-update`` budgets
+    (:class:`~fairseq_ext.data.batching.VirtualEpochs`); inference (and any unshuffled pass): whole groups in
+    corpus order, never cut. ``a``: the bound arguments of :meth:`get_batch_iterator`."""
+    dataset.set_epoch(a["epoch"])
+    seed = a["seed"]
+    indices = np.arange(len(dataset), dtype=np.int64)
+    if a["max_positions"] is not None:
+        indices = task.filter_indices_by_size(indices, dataset, a["max_positions"], a["ignore_invalid_inputs"])
+    keep = np.zeros(len(dataset), dtype=bool)
+    keep[indices] = True
+    num_tokens = dataset.num_tokens_vec(np.arange(len(dataset), dtype=np.int64))
+    index = dataset.index
+    pack = dict(max_tokens=a["max_tokens"], max_sentences=a["max_sentences"])
+
+    def inference_batches() -> list:
+        return make_batches_of(index, num_tokens, keep, cut_long=False, **pack)
+
+    if train:
+        def make_pass(p: int) -> list:
+            rng = np.random.default_rng([seed, p])
+            return make_batches_of(index, num_tokens, keep, order=rng.permutation(n_groups), cut_long=True, **pack)
+
+        passes = VirtualEpochs(make_pass, n_updates * task._update_freq() * a["num_shards"]) \
+            if n_updates > 0 else None
+
+        def make_batches(epoch: int, training: bool) -> list:
+            if not training:  # fairseq-generate --gen-subset train, or any unshuffled pass
+                return inference_batches()
+            return passes(dataset, epoch) if passes is not None else make_pass(epoch)
+        logger.info("%s batches (whole %ss, shuffled per epoch; long ones cut into chunks)", what, what)
+    else:
+        fixed = inference_batches()
+        big = sum(1 for b in fixed if a["max_tokens"] and len(b) * int(num_tokens[b].max()) > a["max_tokens"])
+        logger.info("%s batches: %d batches of whole %ss%s", what, len(fixed), what,
+                    f" ({big} above --max-tokens: a {what} is never cut at inference)" if big else "")
+
+        def make_batches(epoch: int, training: bool) -> list:
+            return fixed
+    return DocumentBatchIterator(
+        make_batches, dataset=dataset, collate_fn=dataset.collater, seed=seed,
+        num_shards=a["num_shards"], shard_id=a["shard_id"], num_workers=a["num_workers"],
+        epoch=a["epoch"], buffer_size=a["data_buffer_size"], skip_remainder_batch=a["skip_remainder_batch"],
+        grouped_shuffling=a["grouped_shuffling"], reuse_dataloader=getattr(task.cfg, "reuse_dataloader", True),
+        persistent_workers=getattr(task.cfg, "persistent_workers", True))
+
+
 @register_task("doc_translation", dataclass=DocTranslationConfig)
 class DocTranslationTask(TranslationDecodingTask):
     """Document-level translation (module doc)."""
@@ -280,48 +333,8 @@ class DocTranslationTask(TranslationDecodingTask):
         if train and batching != "sorted":
             raise ValueError("--batching chunked applies to --doc-batching size only (document batches are "
                              "whole documents)")
-        dataset.set_epoch(a["epoch"])
-        seed = a["seed"]
-        indices = np.arange(len(dataset), dtype=np.int64)
-        if a["max_positions"] is not None:
-            indices = self.filter_indices_by_size(indices, dataset, a["max_positions"], a["ignore_invalid_inputs"])
-        keep = np.zeros(len(dataset), dtype=bool)
-        keep[indices] = True
-        num_tokens = dataset.num_tokens_vec(np.arange(len(dataset), dtype=np.int64))
-        index = dataset.index
-        pack = dict(max_tokens=a["max_tokens"], max_sentences=a["max_sentences"])
-
-        def inference_batches() -> list:
-            return document_batches(index, num_tokens, keep, cut_long=False, **pack)
-
-        if train:
-            def make_pass(p: int) -> list:
-                rng = np.random.default_rng([seed, p])
-                return document_batches(index, num_tokens, keep, order=rng.permutation(index.n_docs),
-                                        cut_long=True, **pack)
-
-            passes = VirtualEpochs(make_pass, n_updates * self._update_freq() * a["num_shards"]) \
-                if n_updates > 0 else None
-
-            def make_batches(epoch: int, training: bool) -> list:
-                if not training:  # fairseq-generate --gen-subset train, or any unshuffled pass
-                    return inference_batches()
-                return passes(dataset, epoch) if passes is not None else make_pass(epoch)
-            logger.info("document batches (whole documents, shuffled per epoch; long ones cut into chunks)")
-        else:
-            fixed = inference_batches()
-            big = sum(1 for b in fixed if a["max_tokens"] and len(b) * int(num_tokens[b].max()) > a["max_tokens"])
-            logger.info("document batches: %d batches of whole documents%s", len(fixed),
-                        f" ({big} above --max-tokens: a document is never cut at inference)" if big else "")
-
-            def make_batches(epoch: int, training: bool) -> list:
-                return fixed
-        epoch_iter = DocumentBatchIterator(
-            make_batches, dataset=dataset, collate_fn=dataset.collater, seed=seed,
-            num_shards=a["num_shards"], shard_id=a["shard_id"], num_workers=a["num_workers"],
-            epoch=a["epoch"], buffer_size=a["data_buffer_size"], skip_remainder_batch=a["skip_remainder_batch"],
-            grouped_shuffling=a["grouped_shuffling"], reuse_dataloader=getattr(self.cfg, "reuse_dataloader", True),
-            persistent_workers=getattr(self.cfg, "persistent_workers", True))
+        epoch_iter = group_batch_iterator(self, dataset, a, train, n_updates, document_batches,
+                                          dataset.index.n_docs, "document")
         if reuse:
             self.dataset_to_epoch_iter[dataset] = epoch_iter
         return epoch_iter

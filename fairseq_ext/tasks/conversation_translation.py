@@ -1,0 +1,203 @@
+"""``conversation_translation``: bilingual multi-speaker conversation translation (Maruf 2019 ch. 5,
+Bi-MSMT; data contract: :mod:`fairseq_ext.data.conversations`).
+
+``translation_ext`` whose data is one language pair ``src``/``tgt`` of *mixed* directions (each line's source
+is in one of the two languages, its target in the other), binarized with one joint dictionary, plus the
+line-aligned conversation file ``{split}.conv`` (``CONV<TAB>LANG<TAB>SPEAKER[<TAB>ID]``; looked up next to
+the binarized data, then in ``--conv-dir``)::
+
+    --conv-langs en,es                 the two language tags: the first is "English" (En->F), the second
+                                       "Foreign" (F->En)
+    --conv-context all                 the history of a sentence: all earlier sentences (default), or the
+                                       evaluation switches prev_sent | current_turn | same_lang_prev_turns |
+                                       other_lang_prev_turns (Tables 5.4, 5.5)
+    --conv-target-history {none,reference,generated}
+                                       the translations of the history in training/validation (target
+                                       context): the references, or a base model's output read from
+                                       --conv-generated-dir DIR/{split}.tgt (one line per example); at test
+                                       time the conversation_online generator uses its own translations and
+                                       this side of the batch is dropped before decoding
+    --conv-allow-monolingual           accept conversations with one language only (default: an error
+                                       naming the file and line)
+
+The generated target history of the thesis (§5.3: a base model's translations of the training set, §10.30)::
+
+    fairseq-generate DATA --user-dir fairseq_ext --task conversation_translation --path BASE.pt \\
+        --gen-subset train --beam 1 > gen.train.txt          # (and the same for valid)
+    python -m fairseq_ext.tools.doc_context gen.train.txt --data DATA --split train --out DIR
+    fairseq-train DATA ... --conv-target-history generated --conv-generated-dir DIR
+
+Each sentence is translated in its own direction: the model routes a row by ``direction`` (its source
+language). Batches hold whole conversations (shuffled per epoch in training, a long training conversation
+cut into chunks whose earlier sentences come as history rows; never cut at inference). The task logs per
+split the number of conversations, sentences per direction, turns; the criterion
+``conversation_cross_entropy`` reports the loss per direction, and ``python -m fairseq_ext.tools.conversations
+score`` the BLEU per direction.
+
+Decoding: ``fairseq-generate`` with a ``bimsmt_rnn*`` model uses the ``conversation_online`` generator
+(greedy, online, own translations as target history, Turn-RNN cache). A sentence model (e.g. ``rnnsearch``)
+trains and decodes on this task too: the conversation keys are removed for models that do not opt in
+(``uses_conversation_history``), so it is the one-model-for-both-directions sentence baseline.
+"""
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq import utils
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import register_task
+
+from fairseq_ext.data.conversations import (
+    HISTORY_CONTEXTS,
+    HISTORY_NET_INPUT_KEYS,
+    TARGET_HISTORY,
+    ConversationDataError,
+    ConversationIndex,
+    ConversationPairDataset,
+    conversation_batches,
+    find_conv_file,
+    parse_langs,
+)
+from fairseq_ext.data.documents import read_generated_context
+from fairseq_ext.generators.conversation_online import ConversationOnlineGenerator
+from fairseq_ext.tasks.doc_translation import group_batch_iterator
+from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_KEYS = ("conv_index", "conv_pos", "hist_id")
+
+
+def uses_history(obj) -> bool:
+    seen = 0
+    while obj is not None and not getattr(obj, "uses_conversation_history", False) and hasattr(obj, "module") \
+            and seen < 4:
+        obj, seen = obj.module, seen + 1
+    return bool(getattr(obj, "uses_conversation_history", False))
+
+
+def strip_history(sample, keep_direction: bool = False):
+    """A shallow copy of ``sample`` without the conversation keys (for sentence models)."""
+    if not isinstance(sample, dict) or "net_input" not in sample:
+        return sample
+    out = {k: v for k, v in sample.items() if k not in SAMPLE_KEYS}
+    out["net_input"] = {k: v for k, v in sample["net_input"].items()
+                        if k not in HISTORY_NET_INPUT_KEYS or (keep_direction and k == "direction")}
+    return out
+
+
+def without_target_history(sample):
+    """The sample without the target side of the history (never given to the generator)."""
+    out = dict(sample)
+    out["net_input"] = {k: v for k, v in sample["net_input"].items() if k not in ("hist_tgt_tokens", "hist_tgt_lengths")}
+    return out
+
+
+@dataclass
+class ConversationTranslationConfig(TranslationExtConfig):
+    conv_langs: str = field(default="en,es", metadata={"help": "the two language tags of the .conv files: the "
+                                                                "first is 'English' (En->F), the second 'Foreign'"})
+    conv_dir: Optional[str] = field(default=None, metadata={"help": "folder of {split}.conv when not next to the "
+                                                                     "binarized data"})
+    conv_context: ChoiceEnum(HISTORY_CONTEXTS) = field(
+        default="all", metadata={"help": "the history of a sentence: all earlier sentences, or an evaluation "
+                                         "restriction (prev_sent, current_turn, same/other_lang_prev_turns)"})
+    conv_target_history: ChoiceEnum(TARGET_HISTORY) = field(
+        default="reference", metadata={"help": "translations of the history in training/validation: reference, "
+                                               "generated (--conv-generated-dir DIR/{split}.tgt) or none"})
+    conv_generated_dir: Optional[str] = field(default=None, metadata={"help": "folder of {split}.tgt: a base "
+                                                                               "model's translations"})
+    conv_allow_monolingual: bool = field(default=False, metadata={"help": "accept one-language conversations"})
+
+
+@register_task("conversation_translation", dataclass=ConversationTranslationConfig)
+class ConversationTranslationTask(TranslationExtTask):
+    """Bilingual multi-speaker conversation translation (module doc)."""
+
+    cfg: ConversationTranslationConfig
+
+    def __init__(self, cfg, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        self.langs = parse_langs(cfg.conv_langs)
+        self.direction_names = (f"{self.langs[0]}-{self.langs[1]}", f"{self.langs[1]}-{self.langs[0]}")
+        if cfg.conv_target_history == "generated" and not cfg.conv_generated_dir:
+            raise ValueError("--conv-target-history generated needs --conv-generated-dir DIR (with {split}.tgt)")
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        base = self.datasets[split]
+        cfg = self.cfg
+        paths = utils.split_paths(cfg.data)
+        data_path = paths[(epoch - 1) % len(paths)] if split == cfg.train_subset else paths[0]
+        path = find_conv_file(split, data_path, cfg.conv_dir)
+        index = ConversationIndex.from_file(path, self.langs, cfg.conv_allow_monolingual)
+        if len(index) != len(base):
+            raise ConversationDataError(f"{path} has {len(index)} lines, but the binarized split {split} has "
+                                        f"{len(base)} examples: the conversation file must be line-aligned")
+        index.check_sources(base.src.sizes, f"{data_path}/{split}")
+        target = None
+        if cfg.conv_target_history == "reference" and base.tgt is not None:
+            target = "reference"
+        elif cfg.conv_target_history == "generated":
+            target = read_generated_context(os.path.join(cfg.conv_generated_dir, f"{split}.{cfg.target_lang}"),
+                                            self.tgt_dict, len(base), f"{data_path}/{split}")
+        self.datasets[split] = ConversationPairDataset(base, index, cfg.conv_context, target,
+                                                       cfg.max_source_positions)
+        st = index.stats()
+        logger.info("conversation_translation %s: %d conversations, %d sentences (%s %d, %s %d), %.2f turns per "
+                    "conversation (max %d), history %s, target history %s", split, st["conversations"],
+                    st["sentences"], self.direction_names[0], st["first_lang_sentences"], self.direction_names[1],
+                    st["sentences"] - st["first_lang_sentences"], st["mean_turns_per_conversation"],
+                    st["max_turns"], cfg.conv_context, target if isinstance(target, str) or target is None
+                    else "generated")
+
+    # -- batches: whole conversations
+    def get_batch_iterator(self, dataset, *args, **kwargs):
+        if not isinstance(dataset, ConversationPairDataset):
+            return super().get_batch_iterator(dataset, *args, **kwargs)
+        a, reuse, cached = self.bind_batch_iterator(dataset, args, kwargs)
+        if cached is not None:
+            return cached
+        train = dataset is self.datasets.get(getattr(self.cfg, "train_subset", "train"))
+        _, n_updates = self._train_batching()
+        epoch_iter = group_batch_iterator(self, dataset, a, train, n_updates, conversation_batches,
+                                          dataset.index.n_convs, "conversation")
+        if reuse:
+            self.dataset_to_epoch_iter[dataset] = epoch_iter
+        return epoch_iter
+
+    # -- steps
+    def train_step(self, sample, model, *args, **kwargs):
+        if not uses_history(model):
+            sample = strip_history(sample)
+        return super().train_step(sample, model, *args, **kwargs)
+
+    def valid_step(self, sample, model, *args, **kwargs):
+        if not uses_history(model):
+            sample = strip_history(sample)
+        return super().valid_step(sample, model, *args, **kwargs)
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        if not all(uses_history(m) for m in models) or getattr(args, "score_reference", False):
+            if any(uses_history(m) for m in models):
+                raise ValueError("conversation_translation: a bimsmt model decodes with conversation_online only "
+                                 "(no --score-reference, no ensembles with sentence models)")
+            return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
+                                           extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
+        if getattr(args, "nbest", 1) > 1:
+            raise ValueError("conversation_online is greedy (the thesis decodes greedily): --nbest must be 1")
+        if getattr(args, "beam", 1) != 1:
+            logger.info("conversation_online decodes greedily (beam 1, §5.3.4); --beam %s is ignored", args.beam)
+        return ConversationOnlineGenerator(
+            models, self.target_dictionary, max_len_a=getattr(args, "max_len_a", 0.0),
+            max_len_b=getattr(args, "max_len_b", 200), max_len=getattr(args, "max_len", 0),
+            min_len=getattr(args, "min_len", 1), lenpen=getattr(args, "lenpen", 1.0),
+            normalize_scores=not getattr(args, "unnormalized", False))
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        if isinstance(generator, ConversationOnlineGenerator):
+            return generator.generate(models, without_target_history(sample), prefix_tokens=prefix_tokens,
+                                      constraints=constraints)
+        return super().inference_step(generator, models, strip_history(sample), prefix_tokens=prefix_tokens,
+                                      constraints=constraints)
