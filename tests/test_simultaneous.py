@@ -532,9 +532,10 @@ def test_cli_generate_agent_greedy_beam_and_baselines_with_latency_file(tiny_bin
         assert r["actions"].count("W") == r["tgt_len"] == len(r["delays"])
         lat = latency(r["actions"], r["src_len"])
         assert lat["delays"] == r["delays"] and r["ap"] == pytest.approx(lat["ap"], abs=1e-6)
-    # simul_beam with a baseline, on the plain NMT checkpoint
+    # simul_beam with a baseline, on the plain NMT checkpoint; --post-process grows the dictionary object while
+    # decoding (fairseq re-encodes each hypothesis), which must not change the beam's vocabulary size
     beam = fairseq("generate", tiny_bin, "--path", nmt_ckpt, *common, "--simul-decoding", "simul_beam",
-                   "--simul-beam", "3", "--simul-policy", "wiw")
+                   "--simul-beam", "3", "--simul-policy", "wiw", "--post-process", "sentencepiece")
     assert sorted(hypotheses(beam.stdout)) == list(range(n))
     # the scorer
     summary = tmp_path / "latency.json"

@@ -740,7 +740,6 @@ def simultaneous_beam_search(env: SimulEnvironment, policy: Policy, beam_size: i
         raise ValueError("simultaneous beam search decodes one sentence at a time")
     if beam_size < 1:
         raise ValueError(f"--simul-beam must be >= 1, got {beam_size}")
-    V = len(env.dec.dictionary)
     device = env.device
     one = torch.ones(1, dtype=torch.bool, device=device)
     beam_states: Optional[Dict[str, Tensor]] = None  # decoder states of the hypotheses (best first)
@@ -765,6 +764,7 @@ def simultaneous_beam_search(env: SimulEnvironment, policy: Policy, beam_size: i
             ext = env.candidates(beam_states, beam_prev, env.tau.expand(k), env.eta.expand(k),
                                  rows=torch.zeros(k, dtype=torch.long, device=device))
             lprobs, new_state = ext.lprobs, ext.state
+        V = lprobs.size(-1)  # the model's vocabulary (fairseq's --post-process may grow the dictionary object)
         total = (beam_cost.unsqueeze(1) - lprobs).view(-1)  # cumulative −log p of every extension
         order = torch.argsort(total, stable=True).tolist()
         if order[0] % V == env.eos or beam_size == 1:

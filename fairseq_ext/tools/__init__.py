@@ -26,6 +26,12 @@ module                 console script                         what
 ``dialogue_patterns``  ``fairseq-ext-dialogue-patterns``      Gu ch. 3: DS-I/DS-II pattern-filling dialogue
 ``retrieval``          ``fairseq-ext-tm``                     Gu ch. 4: translation-memory index (tantivy BM25),
                                                               fuzzy re-rank, Alg. 1 selection, TM baseline
+``simul_latency``      ``fairseq-ext-simul-latency``          Gu ch. 9: AP / CW / AL / DAL of READ/WRITE actions
+``simuleval_agent``    — (optional: SimulEval installed)      Gu ch. 9: the agent as a SimulEval text agent
+``conversations``      ``fairseq-ext-conversations``          Maruf ch. 5: speaker conversations from the SWORD
+                                                              markup, Table 5.1 statistics, per-direction BLEU
+``export``             ``fairseq-ext-export``                 a checkpoint -> CTranslate2 (transformer archs;
+                                                              ``--list-archs`` says which cannot and why)
 ``score``              ``fairseq-ext-score``                  sacreBLEU BLEU/chrF, bootstrap, length buckets
 ``hypotheses``         —                                      reading fairseq-generate output
 ``plots``              —                                      matplotlib helpers
