@@ -160,15 +160,8 @@ class BiMSMTDecoder(RNNSearchDecoder):
         B = hidden.size(0)
         ctx = self.context_of(encoder_out, B, hidden)
         if self.initdec and ctx is not None:
-            states = encoder_out["encoder_out"][0].transpose(0, 1)
-            mask = encoder_out["encoder_padding_mask"][0]
-            if self.attention is None:
-                summary = encoder_out["encoder_final"][0]
-            else:
-                real = (~mask).unsqueeze(-1).type_as(states)
-                summary = (states * real).sum(1) / real.sum(1).clamp(min=1.0)
             o = torch.tanh(self.init_dual(ctx)) if hasattr(self, "init_dual") else ctx
-            pre = self.init_proj(summary) + self.init_ctx(o)  # s_0 = tanh(W_init mean h + b + U o)
+            pre = self.initial_preactivation(encoder_out) + self.init_ctx(o)  # s_0 = tanh(W_init mean h + b + U o)
             state["hidden"] = torch.tanh(pre).view(B, self.num_layers, self.hidden_size)
         if self.adddec:
             state["conv_context"] = ctx if ctx is not None else hidden.new_zeros(B, self.ctx_dim)

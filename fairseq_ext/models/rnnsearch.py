@@ -27,7 +27,8 @@ Extension points (for CopyNet, the trainable-greedy actor of Gu ch. 7, document 
   unperturbed z_{t−1}, the step then continues from z' with that c_t) and ``decoder.output_action``
   ``(z_t (B, H), c_t, step, encoder_out) -> z̃_t`` (top layer, before the readout; also the next state):
   the two sites of the trainable-greedy actor (:mod:`fairseq_ext.models.trainable_greedy`); None: off.
-* :meth:`RNNSearchDecoder.initial_state` (add entries), :meth:`RNNSearchDecoder.step_input` (the cell's
+* :meth:`RNNSearchDecoder.initial_state` (add entries), :meth:`RNNSearchDecoder.initial_preactivation` (terms
+  inside z_0's tanh: Maruf's InitDec), :meth:`RNNSearchDecoder.step_input` (the cell's
   input from ε_I[y_{t−1}] and the state: CopyNet's [ε_I; ζ(y_{t−1})], Eq. 3.6),
   :meth:`RNNSearchDecoder.decoder_step` (one step; returns the readout features and the next state), and
   fairseq's ``output_layer`` / ``get_normalized_probs`` (the output distribution, e.g. Eqs. 3.1–3.5).
@@ -158,18 +159,23 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         """x_t from ε_I[y_{t−1}] (B, E) and z_{t−1}'s state: the embedding itself."""
         return embedded
 
-    def initial_state(self, encoder_out: Dict[str, List[Tensor]]) -> Dict[str, Tensor]:
-        """The state before step 1, batch-first: ``hidden`` (B, L, H) = tanh(W_init · mean_τ h_τ) (the fixed
-        context without attention), ``cell`` (B, L, H) zeros (LSTM), ``proj_keys`` (B, S, A) = U h + b."""
-        states = encoder_out["encoder_out"][0].transpose(0, 1)  # (B, S, C)
-        mask = encoder_out["encoder_padding_mask"][0]
+    def initial_preactivation(self, encoder_out: Dict[str, List[Tensor]]) -> Tensor:
+        """(B, L·H) W_init · mean_τ h_τ + b (the fixed context without attention): z_0 before its tanh, where a
+        subclass adds its own terms (e.g. Maruf's InitDec context, Eq. 5.5)."""
         if self.attention is None:
             summary = encoder_out["encoder_final"][0]
         else:
-            real = (~mask).unsqueeze(-1).type_as(states)
+            states = encoder_out["encoder_out"][0].transpose(0, 1)  # (B, S, C)
+            real = (~encoder_out["encoder_padding_mask"][0]).unsqueeze(-1).type_as(states)
             summary = (states * real).sum(1) / real.sum(1).clamp(min=1.0)
+        return self.init_proj(summary)
+
+    def initial_state(self, encoder_out: Dict[str, List[Tensor]]) -> Dict[str, Tensor]:
+        """The state before step 1, batch-first: ``hidden`` (B, L, H) = tanh(:meth:`initial_preactivation`),
+        ``cell`` (B, L, H) zeros (LSTM), ``proj_keys`` (B, S, A) = U h + b."""
+        states = encoder_out["encoder_out"][0].transpose(0, 1)  # (B, S, C)
         B = states.size(0)
-        hidden = torch.tanh(self.init_proj(summary)).view(B, self.num_layers, self.hidden_size)
+        hidden = torch.tanh(self.initial_preactivation(encoder_out)).view(B, self.num_layers, self.hidden_size)
         state = {"hidden": hidden}
         if self.rnn_type == "lstm":
             state["cell"] = torch.zeros_like(hidden)
