@@ -192,3 +192,14 @@ def toy_arthur_lexicon(path, vocab: int = 60, k: int = 3, seed: int = 0) -> str:
     probs = (0.9 * probs / probs.sum(1, keepdim=True)).flatten()
     save_lexicon(str(path), torch.stack([rows, cols]), probs, d, d)
     return str(path)
+
+
+def recipe_script(relpath: str):
+    """A recipe's Python helper (e.g. ``recipes/gu/ch7_report.py``, not a package module) imported by path."""
+    import importlib.util
+
+    path = ROOT / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -2,24 +2,20 @@
 bootstrap of a difference of means, the validation-curve parser, sentencepiece detokenisation), the thesis-mode
 printout of ``recipes/gu/ch7.sh`` (every command parses with fairseq's own parser and carries the §7.4.1
 settings) and, marked slow, the recipe's ``DATA=tiny`` run end to end."""
-import importlib.util
 import json
 import os
 
 import numpy as np
 import pytest
 
-from harness import ROOT, n_lines, run
+from harness import ROOT, n_lines, recipe_script, run
 
 RECIPE = ROOT / "recipes" / "gu" / "ch7.sh"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def report_module():
-    spec = importlib.util.spec_from_file_location("ch7_report", ROOT / "recipes" / "gu" / "ch7_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return recipe_script("recipes/gu/ch7_report.py")
 
 
 # ============================================================================ report statistics

@@ -3,23 +3,19 @@
 < 50-subword filter, the validation-curve parser, a whole report on hand-written decodes), the thesis-mode printout
 of ``recipes/gu/ch9.sh`` (every fairseq command parses with fairseq's own parser and carries the §9.5 settings), bad
 options refused, and, marked slow, the recipe's ``DATA=tiny`` run end to end."""
-import importlib.util
 import json
 import os
 
 import pytest
 
-from harness import ROOT, n_lines, run
+from harness import ROOT, n_lines, recipe_script, run
 
 RECIPE = ROOT / "recipes" / "gu" / "ch9.sh"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def report_module():
-    spec = importlib.util.spec_from_file_location("ch9_report", ROOT / "recipes" / "gu" / "ch9_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return recipe_script("recipes/gu/ch9_report.py")
 
 
 # ============================================================================ dominance, curves, table

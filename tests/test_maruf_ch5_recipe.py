@@ -3,24 +3,20 @@ parses with fairseq's own parser and carries the §5.7 settings; the helper comm
 parsers), the Bi-MSMT release converter of recipes/maruf/ch5_report.py, a bad SYSTEMS name refused, and, marked
 slow, the ``DATA=tiny`` run end to end (stage 1, generated target history, six stage-2 systems in two lanes,
 online decoding, the Table 5.3 layout report)."""
-import importlib.util
 import json
 import os
 import re
 
 import pytest
 
-from harness import ROOT, n_lines, run
+from harness import ROOT, n_lines, recipe_script, run
 
 RECIPE = ROOT / "recipes" / "maruf" / "ch5.sh"
 DOC_CONTEXT_FLAGS = {"--data", "--split", "--src", "--tgt", "--out"}
 
 
 def report_module():
-    spec = importlib.util.spec_from_file_location("ch5_report", ROOT / "recipes" / "maruf" / "ch5_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return recipe_script("recipes/maruf/ch5_report.py")
 
 
 def thesis_lines(**env):
