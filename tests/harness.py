@@ -203,3 +203,27 @@ def recipe_script(relpath: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def thesis_commands(recipe, **env) -> list:
+    """The commands a recipe prints in ``MODE=thesis`` (its ``+ `` lines; every other line is a ``# `` comment)."""
+    p = run(["bash", recipe], timeout=120, MODE="thesis", **env)
+    assert all(ln.startswith(("+ ", "# ")) for ln in p.stdout.splitlines())
+    return [ln for ln in p.stdout.splitlines() if ln.startswith("+ ")]
+
+
+def parse_fairseq_command(line: str):
+    """(tool, parsed args) of a printed ``+ fairseq-{train,generate,preprocess} ...`` line with fairseq's own
+    parser (``--user-dir fairseq_ext`` resolved to the repository's plugin); None for any other tool."""
+    from fairseq import options
+
+    toks = line[2:].split()
+    tool = os.path.basename(toks[0])
+    args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
+    if tool == "fairseq-train":
+        return tool, options.parse_args_and_arch(options.get_training_parser(), args)
+    if tool == "fairseq-generate":
+        return tool, options.parse_args_and_arch(options.get_generation_parser(), args)
+    if tool == "fairseq-preprocess":
+        return tool, options.get_preprocessing_parser().parse_args(args)
+    return None

@@ -3,12 +3,11 @@ bootstrap of a difference of means, the validation-curve parser, sentencepiece d
 printout of ``recipes/gu/ch7.sh`` (every command parses with fairseq's own parser and carries the §7.4.1
 settings) and, marked slow, the recipe's ``DATA=tiny`` run end to end."""
 import json
-import os
 
 import numpy as np
 import pytest
 
-from harness import ROOT, n_lines, recipe_script, run
+from harness import ROOT, n_lines, parse_fairseq_command, recipe_script, run, thesis_commands
 
 RECIPE = ROOT / "recipes" / "gu" / "ch7.sh"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -49,19 +48,10 @@ def test_validation_curve_and_detok(tmp_path):
 
 # ============================================================================ thesis printout
 def thesis_lines(**env):
-    p = run(["bash", RECIPE], timeout=120, MODE="thesis", **env)
-    assert all(ln.startswith(("+ ", "# ")) for ln in p.stdout.splitlines())
-    return [ln for ln in p.stdout.splitlines() if ln.startswith("+ ")]
+    return thesis_commands(RECIPE, **env)
 
 
-def parse_fairseq(line):
-    from fairseq import options
-
-    toks = line[2:].split()
-    tool = os.path.basename(toks[0])
-    args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
-    parser = options.get_training_parser() if tool == "fairseq-train" else options.get_generation_parser()
-    return tool, options.parse_args_and_arch(parser, args)
+parse_fairseq = parse_fairseq_command
 
 
 def test_thesis_mode_prints_parsable_commands():

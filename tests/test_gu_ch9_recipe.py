@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from harness import ROOT, n_lines, recipe_script, run
+from harness import ROOT, n_lines, parse_fairseq_command, recipe_script, run, thesis_commands
 
 RECIPE = ROOT / "recipes" / "gu" / "ch9.sh"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -167,21 +167,10 @@ def test_report_on_hand_written_decodes(tmp_path):
 
 # ============================================================================ thesis printout
 def thesis_lines(**env):
-    p = run(["bash", RECIPE], timeout=120, MODE="thesis", **env)
-    assert all(ln.startswith(("+ ", "# ")) for ln in p.stdout.splitlines())
-    return [ln for ln in p.stdout.splitlines() if ln.startswith("+ ")]
+    return thesis_commands(RECIPE, **env)
 
 
-def parse_fairseq(line):
-    from fairseq import options
-
-    toks = line[2:].split()
-    tool = os.path.basename(toks[0])
-    args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
-    if tool == "fairseq-preprocess":
-        return tool, options.get_preprocessing_parser().parse_args(args)
-    parser = options.get_training_parser() if tool == "fairseq-train" else options.get_generation_parser()
-    return tool, options.parse_args_and_arch(parser, args)
+parse_fairseq = parse_fairseq_command
 
 
 def test_thesis_mode_prints_parsable_commands():

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from harness import ROOT, n_lines, recipe_script, run
+from harness import ROOT, n_lines, parse_fairseq_command, recipe_script, run, thesis_commands
 
 RECIPE = ROOT / "recipes" / "maruf" / "ch5.sh"
 DOC_CONTEXT_FLAGS = {"--data", "--split", "--src", "--tgt", "--out"}
@@ -20,26 +20,19 @@ def report_module():
 
 
 def thesis_lines(**env):
-    p = run(["bash", RECIPE], timeout=120, MODE="thesis", **env)
-    assert all(ln.startswith(("+ ", "# ")) for ln in p.stdout.splitlines())
-    return [ln for ln in p.stdout.splitlines() if ln.startswith("+ ")]
+    return thesis_commands(RECIPE, **env)
 
 
 def parse_line(line):
     """(tool, parsed args) of one printed command, with the parser of its tool (None: cp)."""
-    from fairseq import options
-
     from fairseq_ext.tools import conversations, corpora
 
+    parsed = parse_fairseq_command(line)
+    if parsed is not None:
+        return parsed
     toks = line[2:].split()
     tool = os.path.basename(toks[0])
     args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
-    if tool == "fairseq-train":
-        return tool, options.parse_args_and_arch(options.get_training_parser(), args)
-    if tool == "fairseq-generate":
-        return tool, options.parse_args_and_arch(options.get_generation_parser(), args)
-    if tool == "fairseq-preprocess":
-        return tool, options.get_preprocessing_parser().parse_args(args)
     if tool == "python" and args[0] == "-m":
         module = args[1].rsplit(".", 1)[-1]
         if module == "doc_context":
