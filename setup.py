@@ -28,6 +28,7 @@ setup(
         "nltk==3.9.1",  # METEOR (exact + stem matching, no WordNet download) for Maruf ch. 3-4
         "tantivy==0.27.0",  # embedded BM25 translation-memory index (Gu ch. 4)
         "rapidfuzz==3.14.6",  # token-level edit distance of the fuzzy re-ranking (Gu ch. 4)
+        "gensim==4.4.0",  # monolingual skip-gram embeddings of the universal lexical representation (Gu ch. 5)
     ],
     extras_require={
         "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "ctranslate2==4.8.5"],
@@ -51,6 +52,7 @@ setup(
             "fairseq-ext-dialogue-patterns=fairseq_ext.tools.dialogue_patterns:cli_main",
             "fairseq-ext-contrastive=fairseq_ext.tools.contrastive:cli_main",
             "fairseq-ext-tm=fairseq_ext.tools.retrieval:cli_main",
+            "fairseq-ext-ulr=fairseq_ext.tools.ulr:cli_main",
             "fairseq-ext-export=fairseq_ext.tools.export:cli_main",
             "fairseq-ext-simul-latency=fairseq_ext.tools.simul_latency:cli_main",
             "fairseq-ext-conversations=fairseq_ext.tools.conversations:cli_main",

@@ -61,6 +61,9 @@ TRAINABLE_GREEDY_FAMILY = ["trainable_greedy", "trainable_greedy_tiny"]
 SIMUL_FAMILY = ["simul_agent", "simul_agent_tiny"]
 # Maruf ch. 5: two rnnsearch direction models + conversation history; built and run in test_bimsmt
 BIMSMT_FAMILY = ["bimsmt_rnn", "bimsmt_rnn_base", "bimsmt_rnn_bench", "bimsmt_rnn_tiny"]
+# Gu ch. 5: rnnsearch + ULR embeddings + MoLE on the marked many-to-English vocabulary; built and run in
+# test_universal_rnn (needs the task's languages)
+UNIVERSAL_FAMILY = ["universal_rnn", "universal_rnn_512", "universal_rnn_bench", "universal_rnn_tiny"]
 # Architectures renamed when the shapes were unified (fairseq_ext.modules.arch_utils): the earlier
 # name is still registered, with the same defaults, so that users' checkpoints load.
 LEGACY_NAMES = {"transformer_twt_small": "transformer_twt_bench", "transformer_lex_small": "transformer_lex_bench",
@@ -75,7 +78,7 @@ NARROW = dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=
 def test_every_registered_architecture_is_listed():
     assert sorted(TRANSFORMER_FAMILY + LSTM_FAMILY + NAT_FAMILY + RNN_FAMILY + COPYNET_FAMILY + DOCMEM_FAMILY
                   + SELATTN_FAMILY + MARUF_SENTENCE + SEG_FAMILY
-                  + TRAINABLE_GREEDY_FAMILY + SIMUL_FAMILY + BIMSMT_FAMILY) == registrations()["architectures"]
+                  + TRAINABLE_GREEDY_FAMILY + SIMUL_FAMILY + BIMSMT_FAMILY + UNIVERSAL_FAMILY) == registrations()["architectures"]
 
 
 def _lexicon(arch, tmp_path):

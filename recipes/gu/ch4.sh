@@ -279,7 +279,8 @@ train_system() {
   else init=(--finetune-from-model "$STAGE1" --max-update "$UPDATES"); fi
   # shellcheck disable=SC2086
   $FS/fairseq-train $BIN "${UD[@]}" "${T[@]}" $flags "${OPT[@]}" --batch-size 32 "${COMMON[@]}" "${init[@]}" \
-    --save-dir $OUT/$name > $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
+    --save-interval-updates 100 --keep-interval-updates 1 \
+    --save-dir $OUT/$name >> $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
   touch $OUT/$name/train.done
 }
 
