@@ -75,8 +75,8 @@ def test_layout_and_aligned_side_files(built):
     for lang in ("es", "fr", "ru", "it"):
         assert len(_lines(out, f"spm/para.{lang}")) == len(_lines(out, f"spm/para.{lang}.en")) \
             == m["counts"]["train"][lang]
-    # the low-resource text is train + mono; English text: each train verse once
-    assert len(_lines(out, "spm/text.it")) == m["counts"]["train"]["it"] + 50
+    # the low-resource text (--mono-text all) is every training-book verse; English text: each train verse once
+    assert len(_lines(out, "spm/text.it")) > m["counts"]["train"]["it"] + 50
     train_verses = {i.split(":", 1)[1] for i in _lines(out, "raw/train.ids")}
     assert len(_lines(out, "spm/text.en")) == len(train_verses)
     assert m["langs"] == ["es", "fr", "ru", "it"] and m["target"] == "en_web" and m["lowres_tokens"] == BUDGET
@@ -270,3 +270,17 @@ def test_bad_numbers_are_errors(tmp_path):
     with pytest.raises(ToolError, match=r"'es' is given twice"):
         universal_data.build(str(tmp_path / "o"), multi_tsv=TSV, aux="es,es")
     shutil.rmtree(tmp_path / "o", ignore_errors=True)
+
+
+def test_mono_text_all_is_every_training_book_verse_and_used_only_the_pairs(built, tmp_path):
+    out, m = built  # default --mono-text all
+    n_train_books = sum(1 for i in _lines(TSV.rsplit("/", 1)[0], "multi.tsv")[1:]) - m["counts"]["valid"]["it"] \
+        - m["counts"]["test"]["it"]
+    assert len(_lines(out, "spm/text.it")) > m["counts"]["train"]["it"] + m["counts"]["mono"]["it"]
+    assert len(_lines(out, "spm/text.it")) <= n_train_books
+    used = str(tmp_path / "used")
+    mu = universal_data.build(used, aux=["es", "fr", "ru"], lowres="it", mono_text="used", **KW)
+    assert len(_lines(used, "spm/text.it")) == mu["counts"]["train"]["it"] + mu["counts"]["mono"]["it"]
+    assert len(_lines(used, "spm/text.es")) == mu["counts"]["train"]["es"]
+    with pytest.raises(ToolError, match="--mono-text"):
+        universal_data.build(str(tmp_path / "bad"), aux=["es"], lowres="it", mono_text="some", **KW)

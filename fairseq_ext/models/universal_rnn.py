@@ -34,7 +34,6 @@ import argparse
 import os
 from typing import Dict, List, Optional
 
-import numpy as np
 import torch
 from torch import Tensor
 from fairseq import utils
@@ -49,10 +48,7 @@ from fairseq_ext.models.rnnsearch import (
     rnnsearch,
 )
 from fairseq_ext.modules.arch_utils import set_default
-from fairseq_ext.modules.ulr import MoLE, ULREmbedding, alpha_with_missing
-
-ULR_FILES = ("query.npy", "key.npy", "alpha.npy")
-
+from fairseq_ext.modules.ulr import MoLE, ULREmbedding, alpha_with_missing, load_ulr_arrays
 
 class UniversalEncoder(RNNSearchEncoder):
     """``rnnsearch`` encoder + optional MoLE over its states (Eq. 5.6) + the sentence languages."""
@@ -85,28 +81,16 @@ class UniversalEncoder(RNNSearchEncoder):
         return {k: [t.index_select(dims.get(k, 0), new_order) for t in v] for k, v in encoder_out.items()}
 
 
-def load_ulr_arrays(args, src_dict) -> Dict[str, Tensor]:
-    """query / key / alpha of ``--ulr-dir``; at inference time, when the folder is gone, zero tensors of the
-    recorded shapes (the checkpoint's buffers replace them)."""
-    d = args.ulr_dir
-    paths = [os.path.join(d, f) for f in ULR_FILES] if d else []
-    if paths and all(os.path.isfile(p) for p in paths):
-        query, key, alpha = (np.load(p) for p in paths)
-        if query.shape[0] != len(src_dict) or alpha.shape[0] != len(src_dict):
-            raise ValueError(f"{paths[0]}: {query.shape[0]} query rows for a source dictionary of {len(src_dict)} "
-                             f"symbols: the ULR files are stale (rerun fairseq-ext-ulr project on this data)")
-        if key.shape[1] != query.shape[1]:
-            raise ValueError(f"{paths[1]}: key dimension {key.shape[1]} != query dimension {query.shape[1]}")
-        args.ulr_num_universal, args.ulr_query_dim = int(key.shape[0]), int(key.shape[1])
-        return {"query": torch.from_numpy(query).float(), "key": torch.from_numpy(key).float(),
-                "alpha": torch.from_numpy(alpha).bool()}
-    if getattr(args, "ulr_num_universal", None) and getattr(args, "ulr_query_dim", None):
-        m, dq = args.ulr_num_universal, args.ulr_query_dim
-        return {"query": torch.zeros(len(src_dict), dq), "key": torch.zeros(m, dq),
-                "alpha": torch.zeros(len(src_dict), dtype=torch.bool)}
-    missing = [p for p in paths if not os.path.isfile(p)] or [os.path.join("<data>/../ulr", f) for f in ULR_FILES]
-    raise FileNotFoundError(f"--ulr: missing {', '.join(missing)} (build them with fairseq-ext-ulr embed / seed-dict "
-                            f"/ project, or point --ulr-dir at them)")
+def ulr_arrays_for(args, task, src_dict) -> Dict[str, Tensor]:
+    """The ULR arrays of ``--ulr-dir`` (default ``<data>/../ulr``); records their shapes in ``args`` so that a
+    checkpoint rebuilds without the folder."""
+    if not args.ulr_dir and getattr(getattr(task, "cfg", None), "data", None):
+        data = utils.split_paths(task.cfg.data)[0]
+        args.ulr_dir = os.path.join(os.path.dirname(os.path.abspath(data)), "ulr")
+    arrays = load_ulr_arrays(args.ulr_dir, len(src_dict), getattr(args, "ulr_num_universal", None),
+                             getattr(args, "ulr_query_dim", None))
+    args.ulr_num_universal, args.ulr_query_dim = int(arrays["key"].shape[0]), int(arrays["key"].shape[1])
+    return arrays
 
 
 @register_model("universal_rnn")
@@ -147,10 +131,7 @@ class UniversalRNNModel(RNNSearchModel):
         if args.share_all_embeddings:
             raise ValueError("universal_rnn: --share-all-embeddings is impossible (marked source vocabulary)")
         if args.ulr:
-            if not args.ulr_dir and getattr(task.cfg, "data", None):
-                data = utils.split_paths(task.cfg.data)[0]
-                args.ulr_dir = os.path.join(os.path.dirname(os.path.abspath(data)), "ulr")
-            arrays = load_ulr_arrays(args, src_dict)
+            arrays = ulr_arrays_for(args, task, src_dict)
             alpha = arrays["alpha"]
             if args.ulr_no_language_specific:
                 alpha = torch.zeros_like(alpha)

@@ -45,7 +45,10 @@ the gradient still flows into h (spec 004a §5.10: s' = m·MoLE(h; θ) + (1−m)
 Torch only (no fairseq, no tools): the offline side (``fairseq-ext-ulr``) writes the arrays, the model
 loads them and builds these modules.
 """
-from typing import Optional, Tuple
+import os
+from typing import Dict, Optional, Tuple
+
+import numpy as np
 
 import torch
 import torch.nn as nn
@@ -53,6 +56,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 DEFAULT_TEMPERATURE = 0.05
+ULR_FILES = ("query.npy", "key.npy", "alpha.npy")  # written by ``fairseq-ext-ulr project``
 
 
 # ----------------------------------------------------------------------------------------------- Eq. 5.4
@@ -256,3 +260,27 @@ def mole_gate_loss(gate_logits: Tensor, expert: Tensor, padding_mask: Optional[T
     if padding_mask is not None:
         valid = valid & ~padding_mask.to(gate_logits.device).bool().t()
     return nll.masked_fill(~valid, 0.0).sum()
+
+
+def load_ulr_arrays(directory: Optional[str], vocab_size: int, num_universal: Optional[int] = None,
+                    query_dim: Optional[int] = None) -> Dict[str, Tensor]:
+    """``query`` (V, dq) / ``key`` (M, dq) / ``alpha`` (V,) from ``directory`` (``fairseq-ext-ulr project``).
+    When the folder is gone (inference from a checkpoint), zero tensors of the recorded shapes
+    ``num_universal`` M and ``query_dim`` dq — the checkpoint's buffers replace them. A folder whose rows do not
+    match the ``vocab_size`` source symbols is stale: an error, never used."""
+    paths = [os.path.join(directory, f) for f in ULR_FILES] if directory else []
+    if paths and all(os.path.isfile(p) for p in paths):
+        query, key, alpha = (np.load(p) for p in paths)
+        if query.shape[0] != vocab_size or alpha.shape[0] != vocab_size:
+            raise ValueError(f"{paths[0]}: {query.shape[0]} query rows for a source dictionary of {vocab_size} "
+                             f"symbols: the ULR files are stale (rerun fairseq-ext-ulr project on this data)")
+        if key.ndim != 2 or key.shape[1] != query.shape[1]:
+            raise ValueError(f"{paths[1]}: key dimension {key.shape[-1]} != query dimension {query.shape[1]}")
+        return {"query": torch.from_numpy(query).float(), "key": torch.from_numpy(key).float(),
+                "alpha": torch.from_numpy(alpha).bool()}
+    if num_universal and query_dim:
+        return {"query": torch.zeros(vocab_size, query_dim), "key": torch.zeros(num_universal, query_dim),
+                "alpha": torch.zeros(vocab_size, dtype=torch.bool)}
+    missing = [p for p in paths if not os.path.isfile(p)] or [os.path.join("<data>/../ulr", f) for f in ULR_FILES]
+    raise FileNotFoundError(f"ULR: missing {', '.join(missing)} (build them with fairseq-ext-ulr embed / seed-dict "
+                            f"/ project, or point --ulr-dir at them)")

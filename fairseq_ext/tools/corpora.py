@@ -416,6 +416,9 @@ def build_parser() -> ArgumentParser:
     u.add_argument("--lowres-tokens", type=int, default=16000, metavar="N",
                    help="budget of English whitespace tokens of low-resource training pairs (default %(default)s; "
                         "0: zero-resource; -1: all training verses)")
+    u.add_argument("--mono-text", choices=("all", "used"), default="all",
+                   help="monolingual text per source language (sentencepiece, embeddings): all = every "
+                        "training-book verse, source side only; used = the verses of its training pairs (+ mono)")
     u.add_argument("--lowres-mono", type=int, default=2000, metavar="N",
                    help="further low-resource verses kept as source-only text (default %(default)s)")
     u.add_argument("--max-aux-verses", type=positive_int, default=None, metavar="N",
@@ -490,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         from fairseq_ext.tools import universal_data
         manifest = universal_data.build(a.out, aux=a.aux, lowres=a.lowres, target=a.target,
                                         lowres_tokens=a.lowres_tokens, lowres_mono=a.lowres_mono,
+                                        mono_text=a.mono_text,
                                         max_aux_verses=a.max_aux_verses, disjoint=a.disjoint,
                                         vocab_size=a.vocab_size, seed=a.seed, multi_tsv=a.multi, force=a.force)
         print(json.dumps(manifest["counts"]))

@@ -33,7 +33,8 @@ Layout of ``DIR`` (the shared design of the chapter-5 code)::
                                               (+ mono) text) and for English (the distinct train verses)
     spm/{train,valid,test,mono}.src           segmented and marked: every piece suffixed "__<lang>" ("▁casa__es")
     spm/{train,valid,test}.en                 segmented English
-    spm/text.<lang>, text.en                  segmented unmarked text per language (train + mono; English:
+    spm/text.<lang>, text.en                  segmented unmarked text per language (--mono-text all: every
+                                              training-book verse of it; used: train + mono; English:
                                               each train verse once) for monolingual embeddings
     spm/para.<lang>, para.<lang>.en           segmented unmarked train pairs of each language (alignment)
     spm/dict.src.txt                          the source dictionary: every marked piece of every source
@@ -298,20 +299,30 @@ def _check_codes(header: list[str], aux: list[str], lowres: str, target: str, pa
                         f"give one of {', '.join(english)}")
 
 
+# monolingual text of each source language (its sentencepiece model and spm/text.<lang>, the embeddings' text):
+# "all": every verse of the training books in that language, source side only (the thesis trains the
+# embeddings on Wikipedia, far more than the parallel data; valid/test books never); "used": only the verses
+# of the language's training pairs (+ mono for the low-resource language)
+MONO_TEXT = ("all", "used")
+
+
 def build(out: str, aux=("es", "fr", "ru"), lowres: str = "it", target: str = "en_web",
           lowres_tokens: int = 16000, lowres_mono: int = 2000, max_aux_verses: int | None = None,
           disjoint: bool = True, vocab_size: int = 4000, seed: int = 1, multi_tsv: str = MULTI_TSV,
-          force: bool = False) -> dict:
+          mono_text: str = "all", force: bool = False) -> dict:
     """Write the many-to-English folder ``out`` (see the module doc) and return its manifest."""
     t0 = Timer()
     aux = _langs(aux)
     _check_args(aux, lowres, target, lowres_tokens, lowres_mono, max_aux_verses, vocab_size)
+    if mono_text not in MONO_TEXT:
+        raise ToolError(f"--mono-text {mono_text!r}: one of {', '.join(MONO_TEXT)}")
     header = _read_header(multi_tsv)
     _check_codes(header, aux, lowres, target, multi_tsv)
     langs = aux + [lowres]
     params = {"version": VERSION, "aux": aux, "lowres": lowres, "target": target, "lowres_tokens": lowres_tokens,
               "lowres_mono": lowres_mono, "max_aux_verses": max_aux_verses, "disjoint": bool(disjoint),
-              "vocab_size": vocab_size, "seed": seed, "multi_sha256": sha256_file(multi_tsv)[:16]}
+              "vocab_size": vocab_size, "seed": seed, "multi_sha256": sha256_file(multi_tsv)[:16],
+              "mono_text": mono_text}
     if not force and stamp_ok(out, STAMP, params):
         log(f"[universal] {out} is up to date (same parameters and multi.tsv); skipping (--force redoes it)")
         return read_json(os.path.join(out, "manifest.json"))
@@ -418,6 +429,8 @@ def build(out: str, aux=("es", "fr", "ru"), lowres: str = "it", target: str = "e
         for lang in langs:
             train_lines = aux_rows[lang] if lang != lowres else chosen
             text_rows = train_lines + (mono if lang == lowres else [])
+            if mono_text == "all":  # every training-book verse of the language, source side only
+                text_rows = [i for i in train_rows if texts[lang][i]]
             if not text_rows:
                 raise ToolError(f"no {lang} text to train its sentencepiece model on (no training pair "
                                 f"{'and no mono verse ' if lang == lowres else ''}left)")
