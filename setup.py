@@ -53,6 +53,7 @@ setup(
             "fairseq-ext-contrastive=fairseq_ext.tools.contrastive:cli_main",
             "fairseq-ext-tm=fairseq_ext.tools.retrieval:cli_main",
             "fairseq-ext-ulr=fairseq_ext.tools.ulr:cli_main",
+            "fairseq-ext-bt=fairseq_ext.tools.back_translation:cli_main",
             "fairseq-ext-export=fairseq_ext.tools.export:cli_main",
             "fairseq-ext-simul-latency=fairseq_ext.tools.simul_latency:cli_main",
             "fairseq-ext-conversations=fairseq_ext.tools.conversations:cli_main",

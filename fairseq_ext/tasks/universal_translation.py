@@ -7,8 +7,8 @@ is the union of the languages' subword vocabularies, every symbol marked ``<piec
 
 * ``--aux-langs es,fr,ru`` / ``--lowres-lang it``: the auxiliary languages (one MoLE expert each, in this
   order) and the low-resource language; when not given they are read from the ``manifest.json`` of the
-  data folder (``<data>/manifest.json`` or its parent's). Every marked symbol and every ``.lang`` line must
-  be one of them (one error naming the file and line otherwise).
+  data folder (``<data>/manifest.json``, its parent's or grandparent's). Every marked symbol and every
+  ``.lang`` line must be one of them (one error naming the file and line otherwise).
 * ``--lang-temperature T``: the training set is redrawn every epoch so that language k is sampled with
   probability ∝ N_k^{1/T} (1, the default: the corpus as it is, fairseq's batches; 0: uniform over the
   languages; 5: the usual multilingual middle ground) — the "shuffle ... so that different languages can
@@ -63,8 +63,10 @@ class UniversalTranslationConfig(TranslationDecodingConfig):
 
 
 def read_manifest(data: str) -> dict:
-    """The ``manifest.json`` of a universal data folder (``<data>`` itself or its parent), {} if none."""
-    for d in (data, os.path.dirname(os.path.abspath(data))):
+    """The ``manifest.json`` of a universal data folder (``<data>`` itself, its parent or grandparent), {} if
+    none."""
+    here = os.path.abspath(data)
+    for d in (here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))):  # bin/mono: two levels up
         path = os.path.join(d, "manifest.json")
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as f:

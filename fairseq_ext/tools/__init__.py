@@ -31,6 +31,7 @@ module                 console script                         what
                                                               multi-parallel Bibles (marked vocabularies)
 ``ulr``                ``fairseq-ext-ulr``                    Gu ch. 5: skip-gram embeddings, seed dictionaries,
                                                               Procrustes projection, closest universal tokens
+``back_translation``   ``fairseq-ext-bt``                     Gu ch. 5: the two back-translation passes' corpora
 ``simul_latency``      ``fairseq-ext-simul-latency``          Gu ch. 9: AP / CW / AL / DAL of READ/WRITE actions
 ``simuleval_agent``    — (optional: SimulEval installed)      Gu ch. 9: the agent as a SimulEval text agent
 ``conversations``      ``fairseq-ext-conversations``          Maruf ch. 5: speaker conversations from the SWORD

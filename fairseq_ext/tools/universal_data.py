@@ -219,7 +219,7 @@ def _model_pieces(model_path: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- fairseq-preprocess
-def _preprocess(argv: list[str]) -> None:
+def run_preprocess(argv: list[str]) -> None:
     from fairseq import options
     from fairseq_cli import preprocess
 
@@ -486,7 +486,7 @@ def build(out: str, aux=("es", "fr", "ru"), lowres: str = "it", target: str = "e
         if mono:
             log(f"[universal] fairseq preprocess --only-source {os.path.join(spm_dir, 'mono.src')} -> "
                 f"{os.path.join(bin_dir, 'mono')}")
-            _preprocess(["--only-source", "--source-lang", "src", "--target-lang", "en", "--destdir", mono_tmp,
+            run_preprocess(["--only-source", "--source-lang", "src", "--target-lang", "en", "--destdir", mono_tmp,
                          "--trainpref", os.path.join(spm_dir, "mono"), "--workers", "1",
                          "--srcdict", os.path.join(bin_dir, "dict.src.txt")])
             for ext in ("bin", "idx"):
