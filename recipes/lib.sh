@@ -12,6 +12,10 @@ MODE=${MODE:-bible}
 BUDGET_MIN=${BUDGET_MIN:-15}
 THREADS=${THREADS:-1}   # 1 thread stays fast when other work shares the 2 cores; use $(nproc) on an idle machine
 export OMP_NUM_THREADS=$THREADS
+PY=.venv/bin/python   # the project's interpreter and console scripts
+FS=.venv/bin
+UD=(--user-dir fairseq_ext)
+RUNS=${RUNS:-runs}
 
 bible_data() {
   bash scripts/setup_env.sh

@@ -227,3 +227,99 @@ def parse_fairseq_command(line: str):
     if tool == "fairseq-preprocess":
         return tool, options.get_preprocessing_parser().parse_args(args)
     return None
+
+
+# ----------------------------------------------------------------------------- Gu ch. 5-6: marked languages
+# Three toy "languages" written as ciphers of English words: auxiliary aa and bb, low-resource cc.
+UNI_LANGS = ["aa", "bb", "cc"]
+UNI_CIPHER = {"aa": lambda w: w[::-1], "bb": lambda w: w.upper(), "cc": lambda w: "x" + w}
+
+
+def marked_dictionary(words=("casa", "gato", "perro"), langs=UNI_LANGS):
+    """A source Dictionary of marked pieces ``<cipher(word)>__<lang>`` for every language and word."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for lang in langs:
+        for w in words:
+            d.add_symbol(f"{UNI_CIPHER[lang](w)}__{lang}")
+    return d
+
+
+def universal_task(d, langs=UNI_LANGS, data=None):
+    """The attributes of ``universal_translation`` a model reads (the last language is the low-resource one)."""
+    import types
+
+    from fairseq_ext.data.universal import token_languages
+
+    return types.SimpleNamespace(source_dictionary=d, target_dictionary=d, langs=list(langs),
+                                 aux_langs=list(langs[:-1]), token_lang=token_languages(d, langs),
+                                 cfg=types.SimpleNamespace(data=data))
+
+
+def ulr_dir(root: Path, d, m: int = 10, dq: int = 6, seed: int = 0, alpha_every: int = 0) -> Path:
+    """Random unit query/key arrays for dictionary ``d`` in ``root/ulr`` (the files of fairseq-ext-ulr project);
+    alpha True for every ``alpha_every``-th marked symbol (0: none)."""
+    import numpy as np
+
+    g = np.random.default_rng(seed)
+    q = g.normal(size=(len(d), dq)).astype(np.float32)
+    q[: d.nspecial] = 0
+    q /= np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-9)
+    k = g.normal(size=(m, dq)).astype(np.float32)
+    k /= np.linalg.norm(k, axis=1, keepdims=True)
+    alpha = np.zeros(len(d), dtype=bool)
+    if alpha_every:
+        alpha[d.nspecial::alpha_every] = True
+    out = Path(root) / "ulr"
+    out.mkdir(exist_ok=True)
+    np.save(out / "query.npy", q)
+    np.save(out / "key.npy", k)
+    np.save(out / "alpha.npy", alpha)
+    return out
+
+
+def universal_corpus(root: Path, n_low: int = 40, n_valid=None, n_test=None, m: int = 50, dq: int = 8) -> Path:
+    """aa, bb (ciphers of the tiny Bible's English training lines after the first ``n_low``) and the low-resource
+    cc (the first ``n_low``), binarized as ``universal_translation`` reads it (``.lang`` side files, a
+    manifest), with random ULR files; valid/test are cc. Returns the ``bin`` folder."""
+    import json
+
+    from fairseq.data import Dictionary
+
+    root = Path(root)
+    seg = root / "spm"
+    seg.mkdir(parents=True, exist_ok=True)
+    en = {sp: (TINY / f"{sp}.en").read_text(encoding="utf-8").lower().split("\n")[:-1]
+          for sp in ("train", "valid", "test")}
+
+    def mark(line, lang):
+        return " ".join(f"{UNI_CIPHER[lang](w)}__{lang}" for w in line.split())
+
+    rows = {"train": [(lang, e) for lang in ("aa", "bb") for e in en["train"][n_low:]]
+            + [("cc", e) for e in en["train"][:n_low]],
+            "valid": [("cc", e) for e in en["valid"][:n_valid]], "test": [("cc", e) for e in en["test"][:n_test]]}
+    for sp, items in rows.items():
+        (seg / f"{sp}.src").write_text("".join(mark(e, lang) + "\n" for lang, e in items), encoding="utf-8")
+        (seg / f"{sp}.en").write_text("".join(e + "\n" for _, e in items), encoding="utf-8")
+    binp = root / "bin"
+    fairseq("preprocess", "--source-lang", "src", "--target-lang", "en", "--trainpref", seg / "train",
+            "--validpref", seg / "valid", "--testpref", seg / "test", "--destdir", binp, "--workers", "1",
+            user_dir=False)
+    for sp, items in rows.items():
+        (binp / f"{sp}.lang").write_text("".join(lang + "\n" for lang, _ in items), encoding="utf-8")
+    (root / "manifest.json").write_text(json.dumps({"aux": ["aa", "bb"], "lowres": "cc", "target": "en"}))
+    ulr_dir(root, Dictionary.load(str(binp / "dict.src.txt")), m=m, dq=dq)
+    return binp
+
+
+def rebuilt_without_ulr_folder(model, args, task):
+    """``model``'s class built again from ``args`` with ``--ulr-dir`` pointing nowhere (inference from a checkpoint
+    whose ULR folder is gone: zero buffers of the recorded shapes), loaded with ``model``'s state; both in eval mode."""
+    import copy
+
+    args = copy.copy(args)
+    args.ulr_dir = "/nonexistent/ulr"
+    rebuilt = type(model).build_model(args, task)
+    rebuilt.load_state_dict(model.state_dict())
+    return model.eval(), rebuilt.eval()

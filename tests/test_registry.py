@@ -35,6 +35,9 @@ TRANSFORMER_FAMILY = [
     "twt_postnorm_fixnorm_scalenorm", "twt_postnorm_layernorm", "twt_prenorm_fixnorm_layernorm",
     "twt_prenorm_fixnorm_rmsnorm", "twt_prenorm_fixnorm_scalenorm", "twt_prenorm_fixnorm_scalenorm_fixedg",
     "twt_prenorm_layernorm", "twt_random_untied_pos", "twt_untied_pos",
+    # Gu ch. 6: fairseq's transformer with the ULR + delta source embedding (built here with --ulr off; with ULR
+    # and the meta-learning task in test_meta_nmt)
+    "ulr_transformer", "ulr_transformer_base", "ulr_transformer_bench", "ulr_transformer_tiny",
 ]
 LSTM_FAMILY = ["lstm_luong", "lstm_luong_arthur", "lstm_luong_fixnorm", "lstm_luong_fixnorm_lex",
                "lstm_luong_tied"]

@@ -2,15 +2,15 @@
 ``universal_mole_cross_entropy`` — the language helpers, the model's math through fairseq's interfaces,
 and the command lines on a tiny synthetic three-language corpus."""
 import argparse
-import json
 import types
 
 import numpy as np
 import pytest
 import torch
-from fairseq.data import Dictionary
 
-from harness import TINY, fairseq, generate, hypotheses, incremental_logits, n_lines, n_params, run, train
+from harness import (UNI_LANGS as LANGS, fairseq, generate, hypotheses, incremental_logits, marked_dictionary,
+                     n_lines, n_params, rebuilt_without_ulr_folder, ulr_dir, universal_corpus,
+                     universal_task)
 
 from fairseq_ext.data.universal import (
     LanguageDataError,
@@ -21,18 +21,6 @@ from fairseq_ext.data.universal import (
     symbol_language,
     token_languages,
 )
-
-LANGS = ["aa", "bb", "cc"]  # aux aa, bb; low-resource cc
-CIPHER = {"aa": lambda w: w[::-1], "bb": lambda w: w.upper(), "cc": lambda w: "x" + w}
-
-
-def marked_dictionary(words=("casa", "gato", "perro"), langs=LANGS):
-    d = Dictionary()
-    for lang in langs:
-        for w in words:
-            d.add_symbol(f"{CIPHER[lang](w)}__{lang}")
-    return d
-
 
 # ----------------------------------------------------------------------------- languages
 def test_symbol_language_and_token_languages():
@@ -110,28 +98,12 @@ def test_resampled_epochs_draw_by_weight_and_depend_only_on_seed_and_epoch():
 
 
 # ----------------------------------------------------------------------------- the model
-def _task(d, aux=("aa", "bb"), lowres="cc", data=None):
-    langs = list(aux) + [lowres]
-    cfg = types.SimpleNamespace(data=data)
-    return types.SimpleNamespace(source_dictionary=d, target_dictionary=d, langs=langs, aux_langs=list(aux),
-                                 token_lang=token_languages(d, langs), cfg=cfg)
+def _task(d, data=None):
+    return universal_task(d, data=data)
 
 
 def _ulr_dir(tmp_path, d, m=10, dq=6, seed=0):
-    g = np.random.default_rng(seed)
-    q = g.normal(size=(len(d), dq)).astype(np.float32)
-    q[: d.nspecial] = 0
-    q /= np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-9)
-    k = g.normal(size=(m, dq)).astype(np.float32)
-    k /= np.linalg.norm(k, axis=1, keepdims=True)
-    alpha = np.zeros(len(d), dtype=bool)
-    alpha[d.nspecial::2] = True
-    out = tmp_path / "ulr"
-    out.mkdir(exist_ok=True)
-    np.save(out / "query.npy", q)
-    np.save(out / "key.npy", k)
-    np.save(out / "alpha.npy", alpha)
-    return out
+    return ulr_dir(tmp_path, d, m=m, dq=dq, seed=seed, alpha_every=2)
 
 
 def build(arch="universal_rnn_tiny", seed=0, d=None, task=None, **kw):
@@ -158,7 +130,6 @@ def _batch(d, langs=("aa", "bb", "cc"), seed=1):
 
 
 def test_defaults_reduce_exactly_to_rnnsearch():
-    from harness import build_model  # noqa: F401  (same construction path as the other archs)
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     d = marked_dictionary()
@@ -213,10 +184,7 @@ def test_ulr_embedding_in_the_encoder_and_its_frozen_buffers(tmp_path):
 def test_ulr_model_rebuilds_from_recorded_shapes_without_the_folder(tmp_path):
     d = marked_dictionary()
     m, args = build(d=d, ulr=True, ulr_dir=str(_ulr_dir(tmp_path, d)))
-    args.ulr_dir = str(tmp_path / "moved")
-    m2 = type(m).build_model(args, _task(d))
-    m2.load_state_dict(m.state_dict())
-    m.eval(), m2.eval()
+    m, m2 = rebuilt_without_ulr_folder(m, args, _task(d))
     src, lengths, prev = _batch(d)
     assert torch.equal(m(src, lengths, prev)[0], m2(src, lengths, prev)[0])
 
@@ -289,29 +257,8 @@ def test_criterion_adds_the_gate_loss_of_auxiliary_tokens_only():
 # ----------------------------------------------------------------------------- command lines
 @pytest.fixture(scope="module")
 def uni_data(tmp_path_factory):
-    """A three-language corpus from the tiny Bible's English: aux aa, bb (ciphers of it) and the
-    low-resource cc (40 training lines), binarized as universal_translation reads it, with ULR files."""
-    root = tmp_path_factory.mktemp("universal")
-    seg = root / "spm"
-    seg.mkdir()
-    en = {sp: (TINY / f"{sp}.en").read_text(encoding="utf-8").lower().split("\n")[:-1]
-          for sp in ("train", "valid", "test")}
-    mark = lambda line, lang: " ".join(f"{CIPHER[lang](w)}__{lang}" for w in line.split())  # noqa: E731
-    rows = {"train": [(l, "aa", e) for l in ("aa",) for e in en["train"][40:]]
-            + [(l, "bb", e) for l in ("bb",) for e in en["train"][40:]] + [("cc", "cc", e) for e in en["train"][:40]],
-            "valid": [("cc", "cc", e) for e in en["valid"]], "test": [("cc", "cc", e) for e in en["test"]]}
-    for sp, items in rows.items():
-        (seg / f"{sp}.src").write_text("".join(mark(e, lang) + "\n" for _, lang, e in items), encoding="utf-8")
-        (seg / f"{sp}.en").write_text("".join(e + "\n" for *_, e in items), encoding="utf-8")
-    binp = root / "bin"
-    fairseq("preprocess", "--source-lang", "src", "--target-lang", "en", "--trainpref", seg / "train",
-            "--validpref", seg / "valid", "--testpref", seg / "test", "--destdir", binp, "--workers", "1",
-            user_dir=False)
-    for sp, items in rows.items():
-        (binp / f"{sp}.lang").write_text("".join(lang + "\n" for _, lang, _ in items), encoding="utf-8")
-    (root / "manifest.json").write_text(json.dumps({"aux": ["aa", "bb"], "lowres": "cc", "target": "en"}))
-    _ulr_dir(root, Dictionary.load(str(binp / "dict.src.txt")), m=50, dq=8)
-    return binp
+    """The three-language toy corpus of the harness (aux aa, bb; low-resource cc with 40 training lines)."""
+    return universal_corpus(tmp_path_factory.mktemp("universal"))
 
 
 MODEL = ["--arch", "universal_rnn_tiny"]

@@ -30,6 +30,13 @@ Subcommands (run in this order; each one is skipped when its stamp is up to date
                cosine of the seed pairs before/after the projection, seed precision@1, missing queries).
     closest    the --top nearest universal tokens of each source piece under q(u|x) (Eq. 5.3 with A = I)
                as a TSV (index, symbol, lang, rank, universal, q, cosine), for inspection.
+    gates      (after training) the MoLE gate of a ``universal_rnn --mole`` checkpoint (Fig. 5.8):
+               ``--path CKPT --data DIR/bin [--split test] [--n 5 | --ids ID,...] --json OUT.jsonl --plot OUT.png``
+               runs the encoder on the first N sentences of the split (or the verse ids of DIR/raw/<split>.ids)
+               and writes per sentence a JSON line (index, id, lang, experts = the auxiliary languages, src,
+               tokens: [{piece, symbol, gate = softmax_k(g(h)) over the experts, top}], padding and </s>
+               left out) and one heatmap per sentence (experts x pieces) in one PNG.  A checkpoint without
+               MoLE is one error.
 
 Errors (one ``error: ...`` line, exit status 2): a language without its text / embeddings / seed file,
 an unknown language code, an empty seed dictionary, a dict.src.txt symbol without a ``__<lang>`` suffix.
@@ -525,6 +532,133 @@ def cmd_closest(a) -> None:
         print(text, end="")
 
 
+# =========================================================================== MoLE gates (Fig. 5.8)
+def _gate_sentences(data: str, split: str, n: Optional[int], ids_arg: Optional[str],
+                    size: int) -> list[tuple[int, str]]:
+    """[(index in the split, verse id)]: the first ``n`` sentences, or those of the verse ids ``ids_arg``
+    (DIR/raw/<split>.ids, else DIR/bin/<split>.ids; an id matches with or without its ``lang:`` prefix)."""
+    root = os.path.dirname(os.path.abspath(data))
+    ids_path = next((p for p in (os.path.join(root, "raw", f"{split}.ids"), os.path.join(data, f"{split}.ids"))
+                     if os.path.isfile(p)), None)
+    verse_ids = read_lines(ids_path) if ids_path else []
+    if verse_ids and len(verse_ids) != size:
+        raise ToolError(f"{len(verse_ids)} ids but the binarized {split} split has {size} sentences", ids_path)
+    name = (lambda i: verse_ids[i]) if verse_ids else str
+    if not ids_arg:
+        if n > size:
+            log(f"[ulr gates] --n {n}: the {split} split has only {size} sentences")
+        return [(i, name(i)) for i in range(min(n, size))]
+    if not verse_ids:
+        raise ToolError(f"--ids needs the verse ids of the {split} split: no "
+                        f"{os.path.join(root, 'raw', split + '.ids')} (nor {os.path.join(data, split + '.ids')})")
+    index: dict[str, int] = {}
+    for i, v in enumerate(verse_ids):
+        index.setdefault(v, i)
+        index.setdefault(v.split(":", 1)[-1], i)
+    out = []
+    for v in (x.strip() for x in ids_arg.split(",")):
+        if not v:
+            continue
+        if v not in index:
+            raise ToolError(f"verse id {v!r} is not in the {split} split", ids_path)
+        out.append((index[v], verse_ids[index[v]]))
+    if not out:
+        raise ToolError("--ids names no verse")
+    return out
+
+
+def mole_gates(model, task, split: str, indices: list[int]) -> list[dict]:
+    """Per sentence (in ``indices`` order): the source pieces (padding and </s> dropped), the sentence language
+    and softmax_k(g(h)) of every piece over the K experts (the auxiliary languages) — Eq. 5.6's gate."""
+    import torch
+
+    ds = task.dataset(split)
+    sample = ds.collater([ds[i] for i in indices])
+    src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+    with torch.no_grad():
+        enc = model.encoder(src_tokens, src_lengths=src_lengths)
+    gate = torch.softmax(enc["mole_gate"][0].float(), dim=-1).transpose(0, 1)  # (B, S, K)
+    langs = enc["src_lang"][0].tolist()
+    d = task.source_dictionary
+    rows = {}
+    for b, sid in enumerate(sample["id"].tolist()):
+        keep = [j for j, t in enumerate(src_tokens[b].tolist()) if t not in (d.pad(), d.eos())]
+        symbols = [d[src_tokens[b, j]] for j in keep]
+        lang = task.langs[langs[b]] if 0 <= langs[b] < len(task.langs) else None
+        rows[sid] = {"lang": lang, "symbols": symbols,
+                     "pieces": [s.rpartition(SUFFIX)[0] if SUFFIX in s else s for s in symbols],
+                     "gates": gate[b, keep].tolist()}
+    return [rows[i] for i in indices]
+
+
+def plot_gates(path: str, records: list[dict], experts: list[str]) -> None:
+    """One heatmap per sentence (experts × source pieces, softmax of the gate in [0, 1]) stacked in one PNG."""
+    from fairseq_ext.tools.plots import pyplot
+
+    plt = pyplot()
+    widest = max(len(r["pieces"]) for r in records)
+    K = len(experts)
+    fig, axes = plt.subplots(len(records), 1, squeeze=False, layout="constrained",
+                             figsize=(max(5.0, 0.32 * widest + 2.5), len(records) * (0.35 * K + 1.9) + 0.6))
+    try:
+        im = None
+        for ax, r in zip(axes[:, 0], records):
+            g = np.asarray(r["gates"], dtype=np.float32).reshape(-1, K).T  # (K, T)
+            im = ax.imshow(g, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0)
+            ax.set_yticks(range(K))
+            ax.set_yticklabels(experts, fontsize=8)
+            ax.set_xticks(range(len(r["pieces"])))
+            ax.set_xticklabels(r["pieces"], rotation=90, fontsize=7)
+            ax.set_title(f"{r['id']} ({r['lang'] or '?'})", fontsize=9)
+        fig.colorbar(im, ax=axes[:, 0].tolist(), fraction=0.02, label="softmax(g(h))")
+        fig.suptitle("MoLE gate activations per source piece (Fig. 5.8)", fontsize=10)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def cmd_gates(a) -> None:
+    import argparse
+    import json
+
+    from fairseq import utils
+
+    import fairseq_ext
+    from fairseq_ext.modules.checkpoint import load_ensemble
+
+    _require_data(a.data)
+    utils.import_user_module(argparse.Namespace(user_dir=os.path.dirname(os.path.abspath(fairseq_ext.__file__))))
+    models, _cfg, task = load_ensemble([a.path], arg_overrides={"data": a.data}, frozen=True)
+    model = models[0]
+    if getattr(getattr(model, "encoder", None), "mole", None) is None:
+        raise ToolError("not a universal_rnn checkpoint with MoLE (trained without --mole): it has no gate to "
+                        "export", a.path)
+    experts = list(task.aux_langs)
+    if model.encoder.num_experts != len(experts):
+        raise ToolError(f"the checkpoint has {model.encoder.num_experts} experts but the task names "
+                        f"{len(experts)} auxiliary languages ({', '.join(experts)}): another data folder?", a.path)
+    task.load_dataset(a.split)
+    picked = _gate_sentences(a.data, a.split, a.n, a.ids, len(task.dataset(a.split)))
+    records = []
+    for (i, vid), r in zip(picked, mole_gates(model, task, a.split, [i for i, _ in picked])):
+        records.append({"index": i, "id": vid, "lang": r["lang"], "experts": experts,
+                        "src": "".join(r["pieces"]).replace(WORD_START, " ").strip(),
+                        "tokens": [{"piece": p, "symbol": s, "gate": [round(x, 6) for x in g],
+                                    "top": experts[int(np.argmax(g))]}
+                                   for p, s, g in zip(r["pieces"], r["symbols"], r["gates"])]})
+    with atomic_write(a.json) as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    plot_gates(a.plot, [{"id": r["id"], "lang": r["lang"], "pieces": [t["piece"] for t in r["tokens"]],
+                         "gates": [t["gate"] for t in r["tokens"]]} for r in records], experts)
+    for rec in records:
+        share = Counter(t["top"] for t in rec["tokens"])
+        log(f"[ulr gates] {rec['id']} ({rec['lang']}): {len(rec['tokens'])} pieces, top expert per piece "
+            + ", ".join(f"{e} {share.get(e, 0)}" for e in experts))
+    log(f"[ulr gates] {len(records)} sentences of {a.split} -> {a.json}, {a.plot}")
+
+
 # =========================================================================== CLI
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="fairseq-ext-ulr", description=__doc__.split("\n\n")[0])
@@ -571,10 +705,22 @@ def build_parser() -> ArgumentParser:
     c.add_argument("--top", type=positive_int, default=5, help="default %(default)s")
     c.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help="τ of Eq. 5.3 (default 0.05)")
     c.add_argument("--out", help="output TSV (default: stdout)")
+
+    g = sub.add_parser("gates", help="MoLE gate activations per source piece of a checkpoint (JSONL + heatmap)")
+    g.add_argument("--path", required=True, help="a universal_rnn checkpoint trained with --mole")
+    g.add_argument("--data", required=True, help="its binarized data folder (DIR/bin)")
+    g.add_argument("--split", default="test", help="default %(default)s")
+    which = g.add_mutually_exclusive_group()
+    which.add_argument("--n", type=positive_int, default=5, help="the first N sentences of the split (default "
+                                                                  "%(default)s)")
+    which.add_argument("--ids", help="comma-separated verse ids of DIR/raw/<split>.ids instead")
+    g.add_argument("--json", required=True, help="output JSONL, one sentence a line")
+    g.add_argument("--plot", required=True, help="output PNG, one heatmap (experts x pieces) per sentence")
     return p
 
 
-COMMANDS = {"embed": cmd_embed, "seed-dict": cmd_seed_dict, "project": cmd_project, "closest": cmd_closest}
+COMMANDS = {"embed": cmd_embed, "seed-dict": cmd_seed_dict, "project": cmd_project, "closest": cmd_closest,
+            "gates": cmd_gates}
 
 
 def main(argv=None) -> int:

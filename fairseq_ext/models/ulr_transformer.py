@@ -1,0 +1,164 @@
+"""``ulr_transformer``: fairseq's transformer whose source token embedding is the universal lexical
+representation plus a language-specific change, the model of MetaNMT (Gu 2019 ch. 6, §6.3.3):
+
+    (6.12)  ε^k[x] = ε^0[x] + Δε^k[x],      ε^0[x] = Σ_i ε_U[u_i] q(u_i | x)  (Eq. 5.2),
+            q(u | x) = softmax_u( ε_K[u]ᵀ · A · ε_Q[x] / τ )                  (Eq. 5.3)
+
+* ε^0 is :class:`fairseq_ext.modules.ulr.ULREmbedding` with ``language_specific=False`` (pure ULR, no ε_E
+  term): ε_U and A are trained (by the meta update, or by joint training), ε_Q (projected query
+  embeddings, one row per marked source symbol) and ε_K (universal-token keys) are frozen buffers read
+  from ``--ulr-dir`` (``fairseq-ext-ulr project`` writes them; default ``<data>/../ulr``) and saved in the
+  checkpoint. Special symbols and pieces without a query vector have a zero query row, so their ε^0 is
+  the mean of ε_U (a uniform q); Δε is their only own representation.
+* Δε is one zero-initialised ``nn.Embedding`` over the marked union vocabulary ``<piece>__<lang>``: its
+  rows are language specific because the symbols are, so the one table is the Δε^k of every language k.
+  ``meta_translation`` keeps it at zero in meta-training (reset at each episode start, trained only by
+  the inner loop, fixed in the meta update) and ``ulr_finetune_translation`` trains it on the target
+  language (§6.3.3). ``--ulr-freeze-delta`` makes it a non-trained zero in plain training (e.g. the
+  multilingual-transfer baseline's joint phase with ``universal_translation``, Eq. 6.11, so that ε_U and A
+  learn what the meta model's do); the two meta tasks set ``requires_grad`` themselves.
+* Scaling: the sum ε^0[x] + Δε[x] *is* the encoder's ``embed_tokens(x)``, so fairseq's
+  ``forward_embedding`` multiplies it by ``embed_scale`` = √d (unless ``--no-scale-embedding``) and adds
+  the positions, exactly as for its own token embedding. ε_U is initialised N(0, d^−½) like fairseq's
+  embeddings, so the scaled input has fairseq's magnitude, and Δε lives in the units of ε^0.
+
+The model declares the MetaNMT parameter roles through ``meta_partition_names()`` (see
+:mod:`fairseq_ext.modules.meta_learning`): ε_U and A fixed in language-specific learning (inner loop and
+fine-tuning), Δε fixed in the meta update and zeroed at every episode start.
+
+Without ``--ulr`` the model is fairseq's ``transformer`` (same parameters, same outputs for a seed; a test
+says so). The ULR options are those of ``universal_rnn`` (``--ulr``, ``--ulr-dir``, ``--ulr-temperature``;
+the hidden ``--ulr-num-universal`` / ``--ulr-query-dim`` record the array shapes so that a checkpoint
+rebuilds without the folder).
+
+Architectures (:data:`PRESETS`): ``ulr_transformer_base`` (§6.4.2: d_model = d_hidden = 512, 6+6 layers,
+8 heads, dropout 0.1), ``ulr_transformer_bench`` (the CPU ``bench`` shape of
+:mod:`fairseq_ext.modules.arch_utils`, 3+3 layers, 256/1024/4, PreNorm, but untied: a marked source
+vocabulary cannot share the English embeddings) and ``ulr_transformer_tiny`` (tests). Target embeddings
+are untied from the output projection (REC: "untied").
+
+References: J. Gu, Y. Wang, Y. Chen, K. Cho, V. O. K. Li, "Meta-Learning for Low-Resource Neural Machine
+Translation", EMNLP 2018; J. Gu, "Efficient Neural Machine Translation", PhD thesis, HKU, 2019, ch. 5–6.
+"""
+import argparse
+from typing import Dict, List
+
+import torch.nn as nn
+from torch import Tensor
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerModel, base_architecture
+
+from fairseq_ext.models.universal_rnn import ulr_arrays_for
+from fairseq_ext.modules.arch_utils import PER_SIDE, SHAPES, set_default
+from fairseq_ext.modules.ulr import DEFAULT_TEMPERATURE, ULREmbedding
+
+
+class ULRDeltaEmbedding(nn.Module):
+    """ε^0[x] + Δε[x] (Eq. 6.12): ``ulr`` a pure :class:`ULREmbedding` (ε_U, A trained; ε_Q, ε_K buffers),
+    ``delta`` a zero-initialised (V, d) embedding. Looks like an ``nn.Embedding`` to fairseq's encoder
+    (``embedding_dim``, ``padding_idx``, ``num_embeddings``); the pad row stays zero."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int, query, key,
+                 temperature: float = DEFAULT_TEMPERATURE):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.ulr = ULREmbedding(num_embeddings, embedding_dim, padding_idx, query, key, temperature=temperature,
+                                language_specific=False)
+        self.delta = nn.Embedding(num_embeddings, embedding_dim, padding_idx=padding_idx)
+        nn.init.zeros_(self.delta.weight)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.ulr(tokens) + self.delta(tokens)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}"
+
+
+@register_model("ulr_transformer")
+class ULRTransformerModel(TransformerModel):
+    """fairseq transformer + ULR/Δε source embedding (module doc)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--ulr", action="store_true", default=None,
+                            help="the source embedding is ULR + a zero-initialised language-specific change "
+                                 "(Eq. 6.12)")
+        parser.add_argument("--ulr-dir", metavar="DIR",
+                            help="query.npy / key.npy of fairseq-ext-ulr project (default <data>/../ulr)")
+        parser.add_argument("--ulr-temperature", type=float, metavar="T", help="tau of Eq. 5.3 (0.05)")
+        parser.add_argument("--ulr-freeze-delta", action="store_true", default=None,
+                            help="keep the language-specific change at zero in plain training (the joint phase "
+                                 "of the multilingual-transfer baseline)")
+        parser.add_argument("--ulr-num-universal", type=int, metavar="M", help=argparse.SUPPRESS)
+        parser.add_argument("--ulr-query-dim", type=int, metavar="D", help=argparse.SUPPRESS)
+
+    @classmethod
+    def build_model(cls, args, task):
+        ulr_transformer(args)  # fills what an older checkpoint lacks
+        if args.ulr and args.share_all_embeddings:
+            raise ValueError("ulr_transformer --ulr: --share-all-embeddings is impossible (the source embedding is "
+                             "the universal lexical representation of a marked vocabulary)")
+        model = super().build_model(args, task)
+        if args.ulr:
+            src_dict = task.source_dictionary
+            arrays = ulr_arrays_for(args, task, src_dict)
+            emb = ULRDeltaEmbedding(len(src_dict), args.encoder_embed_dim, src_dict.pad(), arrays["query"],
+                                    arrays["key"], temperature=args.ulr_temperature)
+            if args.ulr_freeze_delta:
+                emb.delta.weight.requires_grad_(False)
+            model.encoder.embed_tokens = emb
+        return model
+
+    def meta_partition_names(self) -> Dict[str, List[str]]:
+        """MetaNMT roles (§6.3.3): ε_U, A fixed in language-specific learning; Δε fixed in the meta update and
+        zero at every episode start. Without ``--ulr``: none (plain FOMAML over every parameter)."""
+        emb = self.encoder.embed_tokens
+        if not isinstance(emb, ULRDeltaEmbedding):
+            return {}
+        prefix = "encoder.embed_tokens."
+        ulr = [f"{prefix}ulr.{n}" for n, _ in emb.ulr.named_parameters()]  # universal (ε_U), A
+        delta = [f"{prefix}delta.weight"]
+        return {"learn_frozen": ulr, "meta_frozen": delta, "reset": delta}
+
+
+@register_model_architecture("ulr_transformer", "ulr_transformer")
+def ulr_transformer(args):
+    """fairseq's ``transformer`` defaults; ULR off (≡ fairseq), τ = 0.05."""
+    set_default(args, "ulr", False)
+    set_default(args, "ulr_dir", None)
+    set_default(args, "ulr_temperature", DEFAULT_TEMPERATURE)
+    set_default(args, "ulr_freeze_delta", False)
+    set_default(args, "ulr_num_universal", None)
+    set_default(args, "ulr_query_dim", None)
+    base_architecture(args)
+
+
+def _preset(spec: dict):
+    def arch(args):
+        for key, value in spec.items():
+            if key in PER_SIDE:
+                for side in ("encoder", "decoder"):
+                    set_default(args, f"{side}_{key}", value)
+            else:
+                set_default(args, key, value)
+        ulr_transformer(args)
+
+    arch.__doc__ = f"ulr_transformer with {spec}."
+    return arch
+
+
+_BENCH = {k: v for k, v in SHAPES["bench"].items() if k != "share_all_embeddings"}
+# arch -> defaults (keys of arch_utils.PER_SIDE apply to the encoder and the decoder)
+PRESETS = {
+    # §6.4.2: d_model = d_hidden = 512, n_layer = 6, n_head = 8; dropout 0.1 (REC)
+    "ulr_transformer_base": {"layers": 6, "embed_dim": 512, "ffn_embed_dim": 512, "attention_heads": 8,
+                             "dropout": 0.1},
+    # the CPU bench shape (3+3, 256/1024/4, PreNorm, dropout 0.1), untied embeddings
+    "ulr_transformer_bench": dict(_BENCH, share_all_embeddings=False),
+    # unit and command-line tests
+    "ulr_transformer_tiny": {"layers": 2, "embed_dim": 32, "ffn_embed_dim": 64, "attention_heads": 4,
+                             "dropout": 0.0},
+}
+for _name, _spec in PRESETS.items():
+    register_model_architecture("ulr_transformer", _name)(_preset(_spec))

@@ -1,0 +1,282 @@
+"""MetaNMT: first-order model-agnostic meta-learning (MAML) for low-resource NMT, Gu (2019) ch. 6 — the
+episode as plain functions on any :class:`torch.nn.Module` (torch only; the fairseq side is the task
+``meta_translation`` of :mod:`fairseq_ext.tasks.meta_translation`).
+
+Language pairs are tasks T^k.  An episode draws one task k ~ U({1..K}) and two independent batches D, D′
+of it; language-specific learning on D gives θ′, whose loss on D′ is the meta objective (Eq. 6.4):
+
+    (6.5)  θ′_k = Learn(D_{T^k}; θ) = θ − η ∇_θ L^{D}(θ)         ``inner_steps`` steps, η = ``inner_lr``
+    (6.6)  θ ← θ − η′ Σ_k ∇_θ L^{D′}(θ′_k)                       the meta optimiser η′ (fairseq's)
+    (6.10) ∇_θ L^{D′}(θ′) ≈ ∇_{θ′} L^{D′}(θ′)                   ``meta_gradient="first_order"``
+    (6.8)  ∇_θ L^{D′}(θ′) ≈ ∇_{θ′} L^{D′}(θ′) − (η/ν) [ ∇_θ L^D(θ)|_{θ̂} − ∇_θ L^D(θ)|_θ ]
+    (6.9)  θ̂ = θ + ν ∇_{θ′} L^{D′}(θ′)                          ``"finite_difference"``, ν = ``fd_nu``
+
+(L is the NLL, minimised; the thesis writes the log-likelihood in 6.3/6.4 and descends "∇L" in 6.5–6.10.)
+
+:func:`maml_episode` runs one episode:
+
+0. the ``reset`` parameters (Δε^k of Eq. 6.12: the language-specific change of the universal
+   embedding) are set to 0 — "starting from an all-zero vector" (§6.3.3);
+1. the ``fast`` parameters θ are snapshot;
+2. a *fresh* inner optimiser over the fast parameters (Adam, β = (0.9, 0.98), ε = 1e−9, lr η; the Adam
+   state is not carried across episodes) takes ``inner_steps`` steps on D, each on the per-token mean loss
+   ``loss / sample_size`` (what a fairseq update sees): θ′;
+3. the loss on D′ at θ′ is backpropagated: the gradients at θ′ of the ``meta`` parameters become their
+   ``.grad`` (Eq. 6.10) — added to what earlier episodes of the same update left there (the Σ_k of
+   Eq. 6.6); with ``finite_difference`` the Hessian term of Eq. 6.8 is added (∇L^D at θ is the first inner
+   step's gradient; at θ̂ it is evaluated with the same dropout masks);
+4. θ is restored and Δε is 0 again; the parameters outside ``meta`` (Δε) keep the ``.grad`` they had.
+
+The caller's optimiser (the meta optimiser η′) then steps θ.  The meta-gradient is in the scale of the
+``loss_fn``'s loss (a sum, as fairseq criterions return it); fairseq's trainer divides it by the returned
+``sample_size`` of D′.
+
+Parameter partition (§6.3.3 and the spec's REC): ``fast`` = updated by language-specific learning =
+encoder, decoder, Δε; ``meta`` = updated by the meta step = encoder, decoder, ε_U, A.  "During
+language-specific learning, the ULR ε^0[x] is held constant, while only Δε^k[x] is updated ...  we hold
+Δε^k[x]'s constant while updating ε_U and A during the meta-learning stage."  A model states its split by
+a method ``meta_partition_names()`` returning ``{"learn_frozen": names fixed in language-specific
+learning (inner loop and fine-tuning), "meta_frozen": names fixed in the meta update, "reset": names
+zeroed at each episode start}`` (:func:`model_partition`); without it every trainable parameter is both
+fast and meta (plain FOMAML).  Frozen buffers (ε_Q, ε_K) are never parameters.
+
+Fine-tuning on the target task (§6.4.2, after Zoph et al., 2016), :func:`apply_finetune_strategy`:
+``emb`` = the source embedding's trainable part (Δε with ULR, the embedding table otherwise), ``emb+enc``
+= + the encoder, ``all`` = + the decoder (and everything else); the ``learn_frozen`` parameters (ε_U, A)
+are frozen in every strategy.
+
+Finite differences: Eq. 6.8 differentiates one *SGD* step θ′ = θ − η∇L^D(θ); with ``inner_optimizer="sgd"``
+and small ν it is the exact second-order MAML gradient (a test checks it against autograd); with the
+default inner Adam it is applied as written (the thesis uses the first-order Eq. 6.10 in its experiments).
+It needs ``inner_steps == 1``.
+
+References: J. Gu, Y. Wang, Y. Chen, K. Cho, V. O. K. Li, "Meta-Learning for Low-Resource Neural Machine
+Translation", EMNLP 2018; J. Gu, "Efficient Neural Machine Translation", PhD thesis, The University of
+Hong Kong, 2019, ch. 6.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+INNER_OPTIMIZERS = ("adam", "sgd")
+META_GRADIENTS = ("first_order", "finite_difference")
+FINETUNE_STRATEGIES = ("all", "emb+enc", "emb")
+INNER_ADAM_BETAS = (0.9, 0.98)
+INNER_ADAM_EPS = 1e-9
+SOURCE_EMBEDDING_PREFIX = "encoder.embed_tokens."
+ENCODER_PREFIX = "encoder."
+
+LossFn = Callable[[Any], Tuple[Tensor, Any, Dict[str, Any]]]
+
+
+# ----------------------------------------------------------------------------------------------- partition
+@dataclass
+class ParameterPartition:
+    """Named trainable parameters and their roles in an episode (module doc).
+
+    ``fast``: updated by language-specific learning (the inner loop); ``meta``: receive the meta-gradient;
+    ``reset``: set to 0 at the start (and the end) of every episode — a subset of ``fast``, disjoint from
+    ``meta``."""
+
+    params: Dict[str, nn.Parameter]
+    fast: List[str]
+    meta: List[str]
+    reset: List[str] = field(default_factory=list)
+
+    def tensors(self, which: str) -> List[nn.Parameter]:
+        return [self.params[n] for n in getattr(self, which)]
+
+
+def parameter_partition(model: nn.Module, learn_frozen: Iterable[str] = (), meta_frozen: Iterable[str] = (),
+                        reset: Iterable[str] = ()) -> ParameterPartition:
+    """The partition of ``model``'s parameters that require grad: fast = all but ``learn_frozen``, meta =
+    all but ``meta_frozen``; ``reset`` ⊆ fast, disjoint from meta."""
+    named = dict(model.named_parameters())
+    learn_frozen, meta_frozen, reset = set(learn_frozen), set(meta_frozen), set(reset)
+    unknown = sorted((learn_frozen | meta_frozen | reset) - set(named))
+    if unknown:
+        raise ValueError(f"meta-learning partition: no parameter named {', '.join(unknown)}")
+    params = {n: p for n, p in named.items() if p.requires_grad or n in reset}
+    frozen_reset = sorted(n for n in reset if not named[n].requires_grad)
+    if frozen_reset:
+        raise ValueError(f"meta-learning partition: the episode-reset parameters {', '.join(frozen_reset)} do not "
+                         f"require grad (they are trained by language-specific learning)")
+    fast = [n for n in params if n not in learn_frozen]
+    meta = [n for n in params if n not in meta_frozen]
+    bad = sorted((reset - set(fast)) | (reset & set(meta)))
+    if bad:
+        raise ValueError(f"meta-learning partition: reset parameters must be fast and not meta: {', '.join(bad)}")
+    return ParameterPartition(params, fast, meta, [n for n in params if n in reset])
+
+
+def partition_names(model: nn.Module) -> Dict[str, List[str]]:
+    """``model.meta_partition_names()`` (``learn_frozen`` / ``meta_frozen`` / ``reset``), {} without it."""
+    hook = getattr(model, "meta_partition_names", None)
+    return dict(hook()) if callable(hook) else {}
+
+
+def model_partition(model: nn.Module) -> ParameterPartition:
+    """The partition ``model`` declares (:func:`partition_names`), plain FOMAML (all fast and meta) otherwise."""
+    return parameter_partition(model, **partition_names(model))
+
+
+# ----------------------------------------------------------------------------------------------- the inner optimiser
+def make_inner_optimizer(params: Sequence[nn.Parameter], kind: str, lr: float) -> torch.optim.Optimizer:
+    """A fresh inner optimiser: Adam (β (0.9, 0.98), ε 1e−9) or plain SGD (Eq. 6.5 as written)."""
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=INNER_ADAM_BETAS, eps=INNER_ADAM_EPS)
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"unknown inner optimizer {kind!r} (choose from {', '.join(INNER_OPTIMIZERS)})")
+
+
+def _as_float(n) -> float:
+    n = float(n.item() if torch.is_tensor(n) else n)
+    return n if n > 0 else 1.0
+
+
+def _rng_state():
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+@dataclass
+class EpisodeResult:
+    """What one episode leaves besides the ``.grad`` of the meta parameters."""
+
+    loss: Tensor  # L^{D′}(θ′), as ``loss_fn`` returned it (detached)
+    sample_size: Any  # of D′
+    logging_output: Dict[str, Any]  # of D′
+    inner_losses: List[float]  # L^D before each inner step ([0]: at θ)
+    inner_sample_size: float
+    inner_optimizer: torch.optim.Optimizer  # the (fresh) inner optimiser of this episode
+
+
+def maml_episode(loss_fn: LossFn, inner_batch, outer_batch, partition: ParameterPartition, inner_lr: float,
+                 inner_steps: int = 1, inner_optimizer: str = "adam", meta_gradient: str = "first_order",
+                 fd_nu: float = 1e-4, backward: Optional[Callable[[Tensor], None]] = None) -> EpisodeResult:
+    """One MetaNMT episode (module doc, steps 0–4): ``.grad`` of the meta parameters += ∇L^{D′} at θ′
+    (Eq. 6.10, or Eq. 6.8 with ``finite_difference``); every parameter is back at θ and Δε at 0 when it
+    returns.
+
+    ``loss_fn(batch) -> (loss, sample_size, logging_output)`` computes the summed loss of the model the
+    ``partition`` belongs to (a fairseq criterion called on the model); ``backward(loss)`` backpropagates
+    the meta loss (default ``loss.backward()``; fairseq passes ``optimizer.backward`` so loss scaling
+    applies)."""
+    if inner_steps < 1:
+        raise ValueError(f"inner_steps must be >= 1, got {inner_steps}")
+    if meta_gradient not in META_GRADIENTS:
+        raise ValueError(f"unknown meta gradient {meta_gradient!r} (choose from {', '.join(META_GRADIENTS)})")
+    fd = meta_gradient == "finite_difference"
+    if fd and inner_steps != 1:
+        raise ValueError("finite_difference meta-gradients (Eq. 6.8) differentiate one inner step: inner_steps "
+                         f"must be 1, got {inner_steps}")
+    if fd and not fd_nu > 0:
+        raise ValueError(f"fd_nu must be > 0, got {fd_nu}")
+    backward = backward or (lambda loss: loss.backward())
+    fast, meta, reset = partition.tensors("fast"), partition.tensors("meta"), partition.tensors("reset")
+    fast_ids = {id(p) for p in fast}
+    meta_ids = {id(p) for p in meta}
+    everyone = fast + [p for p in meta if id(p) not in fast_ids]
+
+    # 0. Δε^k = 0;  1. snapshot θ (the fast parameters are the only ones that move before step 4)
+    with torch.no_grad():
+        for p in reset:
+            p.zero_()
+    theta = [p.detach().clone() for p in fast]
+    stashed = [p.grad for p in everyone]  # meta-gradients of earlier episodes of this update
+    for p in everyone:
+        p.grad = None
+    opt = make_inner_optimizer(fast, inner_optimizer, inner_lr)
+    inner_losses: List[float] = []
+    inner_n = 1.0
+    grad_d_theta: Optional[Tuple[Optional[Tensor], ...]] = None
+    rng_before_inner = _rng_state() if fd else None
+    try:
+        # 2. language-specific learning on D with a fresh inner optimiser: θ → θ′
+        for step in range(inner_steps):
+            loss, n, _ = loss_fn(inner_batch)
+            inner_n = _as_float(n)
+            wrt = everyone if (fd and step == 0) else fast
+            grads = torch.autograd.grad(loss / inner_n, wrt, allow_unused=True)
+            if fd and step == 0:
+                grad_d_theta = grads  # ∇L^D at θ, for every parameter (Eq. 6.8's last term)
+            for p, g in zip(fast, grads[: len(fast)]):
+                p.grad = g
+            opt.step()
+            for p in fast:
+                p.grad = None
+            inner_losses.append(float(loss.detach()))
+
+        # 3. L^{D′}(θ′), its gradient at θ′
+        outer_loss, outer_n, logging_output = loss_fn(outer_batch)
+        if not fd:
+            backward(outer_loss)  # Eq. 6.10: ∇_{θ′} L^{D′}(θ′) lands in .grad
+        else:
+            rng_after = _rng_state()
+            n_out = _as_float(outer_n)
+            g_prime = torch.autograd.grad(outer_loss, everyone, allow_unused=True)
+            # θ̂ = θ + ν ∇_{θ′} L^{D′}(θ′) on the fast coordinates (Eq. 6.9; of the per-token mean loss)
+            with torch.no_grad():
+                for p, t, g in zip(fast, theta, g_prime[: len(fast)]):
+                    p.copy_(t if g is None else t + fd_nu * g / n_out)
+            _set_rng_state(rng_before_inner)  # the dropout masks of ∇L^D(θ)
+            loss_hat, n_hat, _ = loss_fn(inner_batch)
+            g_hat = torch.autograd.grad(loss_hat / _as_float(n_hat), everyone, allow_unused=True)
+            _set_rng_state(rng_after)
+            scale = n_out * inner_lr / fd_nu
+            surrogate = outer_loss.new_zeros(())
+            for p, g1, gh, g0 in zip(everyone, g_prime, g_hat, grad_d_theta):
+                if id(p) not in meta_ids:
+                    continue
+                total = torch.zeros_like(p) if g1 is None else g1.detach().clone()
+                if gh is not None:
+                    total -= scale * (gh - (g0 if g0 is not None else 0))
+                elif g0 is not None:
+                    total += scale * g0
+                surrogate = surrogate + (p * total).sum()  # Eq. 6.8, passed through ``backward``
+            backward(surrogate)
+    finally:
+        # 4. restore θ, Δε = 0
+        with torch.no_grad():
+            for p, t in zip(fast, theta):
+                p.copy_(t)
+            for p in reset:
+                p.zero_()
+    for p, old in zip(everyone, stashed):
+        g = p.grad if id(p) in meta_ids else None
+        p.grad = g if old is None else (old if g is None else old + g)
+    return EpisodeResult(outer_loss.detach(), outer_n, logging_output, inner_losses, inner_n, opt)
+
+
+# ----------------------------------------------------------------------------------------------- fine-tuning
+def finetune_trainable_names(names: Iterable[str], strategy: str, learn_frozen: Iterable[str] = ()) -> Set[str]:
+    """The parameter names a fine-tuning ``strategy`` trains (fairseq encoder–decoder naming): ``emb`` =
+    ``encoder.embed_tokens.*``, ``emb+enc`` = ``encoder.*``, ``all`` = everything; ``learn_frozen`` never."""
+    if strategy not in FINETUNE_STRATEGIES:
+        raise ValueError(f"unknown fine-tuning strategy {strategy!r} (choose from {', '.join(FINETUNE_STRATEGIES)})")
+    frozen = set(learn_frozen)
+    prefix = {"emb": SOURCE_EMBEDDING_PREFIX, "emb+enc": ENCODER_PREFIX, "all": ""}[strategy]
+    return {n for n in names if n.startswith(prefix) and n not in frozen}
+
+
+def apply_finetune_strategy(model: nn.Module, strategy: str) -> Set[str]:
+    """Set ``requires_grad`` of every parameter of ``model`` for ``strategy`` (ε_U and A — the model's
+    ``learn_frozen`` — always frozen, §6.3.3); returns the trainable names."""
+    names = [n for n, _ in model.named_parameters()]
+    trainable = finetune_trainable_names(names, strategy, partition_names(model).get("learn_frozen", ()))
+    if not trainable:
+        raise ValueError(f"fine-tuning strategy {strategy!r} leaves no parameter of {type(model).__name__} "
+                         f"trainable")
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in trainable)
+    return trainable
