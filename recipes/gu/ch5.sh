@@ -290,6 +290,7 @@ for tag in $(for j in "${jobs[@]}"; do tag_of "${j%%:*}"; done | sort -u); do
   d=$(cat $OUT/$tag/multi/data_dir)
   sys=()
   for o in $OUT/$tag/*/test/generate-test.txt; do [ "$o" = $OUT/$tag/multi/test/generate-test.txt ] || sys+=(--system "$o"); done
+  [ ${#sys[@]} -gt 0 ] || continue   # multi alone: nothing to compare yet
   $PY -m fairseq_ext.tools.score compare --baseline $OUT/$tag/multi/test/generate-test.txt "${sys[@]}" \
     --ref $d/raw/test.en --n-bootstrap "$N_BOOTSTRAP" --json $OUT/$tag/scores.json > $OUT/$tag/scores.md
 done
