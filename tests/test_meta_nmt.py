@@ -455,6 +455,9 @@ def test_cli_bad_meta_languages_are_one_clear_error(meta_data, tmp_path):
     assert "--meta-langs zz: not a language of this task (its languages: aa, bb, cc)" in p.stdout + p.stderr
     p = meta_train(meta_data, tmp_path, 1, "--meta-valid-lang", "aa", check=False)
     assert p.returncode != 0 and "--meta-valid-lang aa is also a meta-training language" in p.stdout + p.stderr
+    p = meta_train(meta_data, tmp_path, 1, "--meta-langs", "aa", "--meta-valid-lang", "bb", "--eval-bleu",
+                   check=False)
+    assert p.returncode != 0 and "--eval-bleu with --meta-valid-lang is not supported" in p.stdout + p.stderr
 
 
 def test_registrations():

@@ -174,6 +174,11 @@ class MetaTranslationTask(UniversalTranslationTask):
             if self.meta_valid_lang in meta:
                 raise LanguageDataError(f"meta_translation: --meta-valid-lang {self.meta_valid_lang} is also a "
                                         f"meta-training language (--meta-langs {', '.join(meta)})")
+            if getattr(cfg, "eval_bleu", False):
+                # fairseq's validation generator is built on the meta model and would decode with it, not with
+                # the fine-tuned copy whose loss is reported: refused rather than mixing the two
+                raise ValueError("meta_translation: --eval-bleu with --meta-valid-lang is not supported (the BLEU "
+                                 "would be the meta model's, the loss the fine-tuned copy's); select on the loss")
         if cfg.inner_steps < 1:
             raise ValueError(f"meta_translation: --inner-steps must be >= 1, got {cfg.inner_steps}")
         if cfg.meta_gradient == "finite_difference" and cfg.inner_steps != 1:
