@@ -41,7 +41,7 @@
 # dictionaries (symmetrised eflomal links, <= 500 pairs, + identical strings), Procrustes, M = all English pieces.
 # Systems (universal_rnn_bench: the §5.4.1 shape at 256 units, dropout 0.2; Adam 1e-3, clip 1, 2,048 tokens,
 # training languages drawn with temperature LANG_T (5: p_k ~ N_k^(1/5), the low-resource language ~14% of the
-# sentences), each trained for BUDGET_MIN (20) minutes, the checkpoint with the best valid loss decoded):
+# sentences), each trained for BUDGET_MIN (45) minutes, the checkpoint with the best valid loss decoded):
 #   vanilla   the low-resource pairs only (its own data folder: --aux '' (no auxiliary language), same verses;
 #             the languages named by --aux-langs / --lowres-lang, its manifest having no auxiliary one)
 #   multi     Multi-NMT (no ULR, no MoLE): the baseline of the bootstrap
@@ -60,10 +60,12 @@
 # Decoding: test, beam BEAM (5), --max-len-a 1.2 --max-len-b 10; sacreBLEU BLEU / chrF against raw/test.en with
 # paired bootstrap against multi (same size); recipes/gu/ch5_report.py writes table5_4.md, fig5_5.png and the MoLE
 # gates of a few test verses (fig5_8_gates.png).
-# CPU budget (THREADS=1, two lanes side by side): data ~2 min per size, ULR ~15 min (embeddings of 5 languages,
-# eflomal on 3 x 26k pairs), then BUDGET_MIN per system + ~4 min of test decoding: 6 systems -> ~75 min; with
-# FIG55 5 more -> ~60 min more; back-translation ~30 min of passes + 3 systems ~50 min. About 4 h in all (2.5 h with
-# FIG55=0, 1.5 h with FIG55=0 BT=0). Every stage resumes where it stopped (checkpoints every 200 updates, the
+# CPU budget (THREADS=1, two lanes side by side). Measured: the ULR stage took 26 min at load 3-7 (embeddings
+# 90-206 s per language, eflomal 5-9 min per auxiliary language); multi trained 356 updates of 2,048 tokens in 15
+# min at load ~3 (valid perplexity 168: far from converged, hence the 45-minute default). Estimated from those:
+# 6 systems x (45 + ~5 min decoding) / 2 lanes -> 2.5 h; FIG55 (5 more, + ULR of the other sizes) -> 2.5 h more;
+# back-translation ~30 min of passes + 3 systems -> 1.7 h. About 7 h in all (4.2 h with FIG55=0, 2.5 h with
+# FIG55=0 BT=0): a multi-session run. Every stage resumes where it stopped (checkpoints every 200 updates, the
 # training clock with them; finished stages are skipped).
 source "$(dirname "$0")/../lib.sh"
 BEAM=${BEAM:-5}
@@ -125,7 +127,7 @@ else
   LOWRES_TOKENS=${LOWRES_TOKENS:-16000}
   FULL_SIZES=${FULL_SIZES:-0 -1}
   ARCH=universal_rnn_bench
-  LIMIT=(--stop-time-hours "$(echo "${BUDGET_MIN:-20} / 60" | bc -l)")
+  LIMIT=(--stop-time-hours "$(echo "${BUDGET_MIN:-45} / 60" | bc -l)")
   SEED_ARGS=()
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
 fi
