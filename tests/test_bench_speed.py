@@ -36,6 +36,25 @@ def test_speed_refuses_other_tasks(tiny_bin, tmp_path):
     assert p.returncode != 0 and "concat_rand" in p.stderr and "plain translation" in p.stderr
 
 
+def test_speed_universal_configurations(tmp_path):
+    """Gu ch. 5's cost ratio: ULR+MoLE vs Multi-NMT on one universal folder, the same batches for both."""
+    from harness import universal_corpus
+    binp = universal_corpus(tmp_path / "uni")
+    out = tmp_path / "gu5"
+    run([sys.executable, SPEED, "--data", binp.parent, "--baseline", "gu5_multi", "--configs", "gu5_ulr_mole",
+         "--rounds", "2", "--steps", "1", "--warmup", "1", "--max-tokens", "300", "--out", out])
+    res = json.loads((out / "speed.json").read_text())
+    assert list(res["configs"]) == ["gu5_multi", "gu5_ulr_mole"]
+    assert res["configs"]["gu5_multi"]["ratios"] == [1.0, 1.0]
+    assert all(s > 0 for s in res["configs"]["gu5_ulr_mole"]["seconds"])
+    # ULR (e_U, A) and MoLE (the experts and the gate) add parameters
+    assert res["configs"]["gu5_ulr_mole"]["params"] > res["configs"]["gu5_multi"]["params"]
+    # a universal configuration timed against a plain-translation baseline is refused
+    p = run([sys.executable, SPEED, "--data", binp.parent, "--configs", "gu5_ulr", "--rounds", "1",
+             "--steps", "1", "--out", tmp_path / "j"], check=False)
+    assert p.returncode != 0 and "gu5_ulr" in p.stderr and "--baseline gu5_multi" in p.stderr
+
+
 DECODE_SPEED = ROOT / "recipes" / "bench" / "decode_speed.py"
 
 

@@ -226,6 +226,30 @@ def test_report_zero_resource_vanilla_only_when_marked(tree, tmp_path):
     assert "| 0 (0k) | 0 (no data) |" in (out / "fig5_5.md").read_text()
 
 
+def test_report_quotes_the_interleaved_cost(tree, tmp_path):
+    import shutil
+
+    rep = report_module()
+    out = tmp_path / "out"
+    shutil.copytree(tree, out)
+    (out / "cost").mkdir()
+    conf = {"gu5_multi": {"params": 9.0e6, "ratios": [1.0, 1.0, 1.0], "median_ratio": 1.0, "ms_per_step": 400.0},
+            "gu5_ulr": {"params": 9.5e6, "ratios": [1.2, 1.3, 1.25], "median_ratio": 1.25, "ms_per_step": 500.0},
+            "gu5_ulr_mole": {"params": 11.0e6, "ratios": [1.5, 1.4, 1.45], "median_ratio": 1.45,
+                             "ms_per_step": 580.0}}
+    (out / "cost" / "speed.json").write_text(json.dumps({"rounds": 3, "steps": 10, "configs": conf}))
+    assert rep.main(["--out", str(out), "--main", "16k", "--no-gates"]) == 0
+    line = next(ln for ln in (out / "table5_4.md").read_text().splitlines() if ln.startswith("Cost, interleaved"))
+    assert "Multi-NMT + ULR 1.25× (range 1.20–1.30; 9.50M parameters)" in line
+    assert "Multi-NMT + ULR + MoLE 1.45× (range 1.40–1.50; 11.00M parameters)" in line
+    assert "3 rounds x 10 steps" in line and "9.00M parameters, 400 ms" in line
+    assert json.loads((out / "report.json").read_text())["cost_interleaved"]["gu5_ulr"]["median_ratio"] == 1.25
+    del conf["gu5_multi"]
+    (out / "cost" / "speed.json").write_text(json.dumps({"rounds": 3, "steps": 10, "configs": conf}))
+    with pytest.raises(rep.ToolError, match="no gu5_multi"):
+        rep.main(["--out", str(out), "--main", "16k", "--no-gates"])
+
+
 def test_report_without_scores_is_one_error(tmp_path):
     rep = report_module()
     (tmp_path / "16k" / "multi").mkdir(parents=True)
@@ -336,4 +360,7 @@ def test_tiny_end_to_end(tmp_path):
         assert {n.split("/")[-3] for n in [sc["baseline"]["name"]] + [x["name"] for x in sc["systems"]]} == systems
     md = (out / "table5_4.md").read_text()
     assert "## Table 5.4 at 300" in md and "Multi-NMT + ULR + MoLE" in md and "load-dependent" in md
+    cost = json.loads((out / "cost" / "speed.json").read_text())   # the interleaved cost stage
+    assert list(cost["configs"]) == ["gu5_multi", "gu5_ulr", "gu5_ulr_mole"]
+    assert "Cost, interleaved" in md and "Multi-NMT + ULR + MoLE" in md.split("Cost, interleaved")[1]
     assert "## Table 5.4" in p.stdout

@@ -18,10 +18,26 @@ For every configuration (``recipes/bench/configs.py``), one after the other on t
 Results go to ``OUT/<config>/result.json``, ``OUT/summary.json`` and a Markdown table.  With
 ``--table`` the rows are merged into that file by configuration name (later issues add rows
 without touching the others; every row says which job, budget and machine produced it).
+
+Learning-curve mode (``--curve-every N``): fairseq's own validation hook scores the dev set every N
+updates (``--eval-bleu``, greedy, sacreBLEU on the detokenised text) next to the dev loss; the best
+checkpoint is the best dev BLEU; ``--patience P`` stops a configuration after P validations without
+a better dev BLEU (runs to convergence), ``--max-updates U`` at U updates (equal updates),
+``--budget-min`` stays a wall-clock cap (0: none).  Each configuration writes ``curve.csv``; the job
+writes ``curves.csv`` and ``curves.png`` (dev BLEU vs updates, vs training wall-clock, dev loss vs
+updates) so that equal updates and equal time are both visible, and ``--table`` merges its rows into
+the "converged" table (best dev BLEU, test BLEU with paired bootstrap, updates and wall-clock to the
+best checkpoint).  An interrupted job resumes: training restarts from each configuration's last
+checkpoint (saved at every validation) and its log is appended to.
+
+    python recipes/bench/bench.py --data data/bible_es_en/spm8000_low5k --configs transformer,jas_m11 \
+        --curve-every 200 --patience 5 --budget-min 240 --out runs/converged/es_en_5k --table recipes/bench/RESULTS.md
 """
 import argparse
+import csv
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -46,12 +62,13 @@ def log(msg: str) -> None:
     print(f"[bench {datetime.datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
 
 
-def run_logged(cmd, logfile: Path, threads: int) -> float:
-    """Run ``cmd`` writing stdout+stderr to ``logfile``; show progress lines; return wall seconds."""
+def run_logged(cmd, logfile: Path, threads: int, append: bool = False) -> float:
+    """Run ``cmd`` writing stdout+stderr to ``logfile`` (appended to with ``append``); show progress
+    lines; return wall seconds."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     log("$ " + " ".join(str(c) for c in cmd))
     t0 = time.time()
-    with open(logfile, "w") as f:
+    with open(logfile, "a" if append else "w") as f:
         p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, env=env, cwd=ROOT)
         for line in p.stdout:
@@ -84,6 +101,85 @@ def parse_train_log(text: str) -> dict:
     }
 
 
+def _stats(line: str) -> dict:
+    """``key value`` cells of a fairseq simple-format log line (``| key value |`` or ``key=value, ``)."""
+    out = {}
+    for cell in re.split(r" \| |, ", line):
+        m = re.match(r"^\s*([A-Za-z_][\w]*)[ =]([-\d.]+)\s*$", cell)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+CURVE_FIELDS = ("updates", "epoch", "train_wall_s", "wall_s", "dev_loss", "dev_nll_loss", "dev_bleu")
+
+
+def parse_curve(text: str) -> list:
+    """The learning curve of a fairseq-train log with ``--eval-bleu``: one row per validation (dev loss, dev
+    BLEU) with the training wall-clock (the sum of the ``train_inner`` intervals' train_wall: optimisation
+    only) and the elapsed wall-clock (fairseq's ``wall``, validations included) at that update.  A resumed
+    run (an appended log) repeats updates after its last checkpoint: the later row wins."""
+    rows, train_wall, wall = {}, 0.0, 0.0
+    for line in text.splitlines():
+        if "| train_inner |" in line:
+            st = _stats(line.split("| train_inner |", 1)[1])
+            train_wall += st.get("train_wall", 0.0)
+            wall = st.get("wall", wall)
+        elif "| valid |" in line and "valid on" in line:
+            st = _stats(line.split("| valid |", 1)[1])
+            if "num_updates" not in st:
+                continue
+            ep = re.search(r"epoch (\d+)", line)
+            u = int(st["num_updates"])
+            rows[u] = {"updates": u, "epoch": int(ep.group(1)) if ep else None, "train_wall_s": round(train_wall, 1),
+                       "wall_s": wall, "dev_loss": st.get("loss"), "dev_nll_loss": st.get("nll_loss"),
+                       "dev_bleu": st.get("bleu")}
+    return [rows[u] for u in sorted(rows)]
+
+
+def write_curve_csv(path: Path, rows: list, config=None) -> None:
+    fields = (("config",) if config is not None else ()) + CURVE_FIELDS
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow({**({"config": config} if config is not None else {}), **r})
+
+
+def plot_curves(curves: dict, path: Path, title: str) -> None:
+    """Dev BLEU vs updates, dev BLEU vs training wall-clock (minutes), dev loss vs updates; a line per config."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for name, rows in curves.items():
+        pts = [r for r in rows if r["dev_bleu"] is not None]
+        axes[0].plot([r["updates"] for r in pts], [r["dev_bleu"] for r in pts], marker=".", label=name)
+        axes[1].plot([r["train_wall_s"] / 60 for r in pts], [r["dev_bleu"] for r in pts], marker=".", label=name)
+        pts = [r for r in rows if r["dev_loss"] is not None]
+        axes[2].plot([r["updates"] for r in pts], [r["dev_loss"] for r in pts], marker=".", label=name)
+    for ax, xl, yl in zip(axes, ("updates", "training wall-clock (min, validation excluded)", "updates"),
+                          ("dev BLEU (greedy)", "dev BLEU (greedy)", "dev loss (base 2)")):
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def best_point(rows: list):
+    """The validation with the best dev BLEU (the first of equals: fairseq keeps the earlier checkpoint)."""
+    pts = [r for r in rows if r["dev_bleu"] is not None]
+    if not pts:
+        return None
+    best = max(r["dev_bleu"] for r in pts)
+    return next(r for r in pts if r["dev_bleu"] == best)
+
+
 def parse_generate_log(text: str) -> dict:
     m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s \(([\d.]+) sentences/s, "
                   r"([\d.]+) tokens/s\)", text)
@@ -114,13 +210,34 @@ def run_config(name: str, args, out: Path) -> dict:
         log(f"{name}: reusing {res_file}")
         return json.loads(res_file.read_text())
     ckpt = d / "checkpoint_best.pt"
+    limits = ["--stop-time-hours", f"{args.budget_min / 60:.5f}"] if args.budget_min > 0 else []
+    if args.max_updates:
+        limits += ["--max-update", str(args.max_updates)]
+    log_interval = 25
+    if args.curve_every:
+        log_interval = math.gcd(25, args.curve_every)
+        limits += ["--validate-interval-updates", str(args.curve_every), "--validate-interval", "1000000",
+                   "--save-interval-updates", str(args.curve_every), "--keep-interval-updates", "1",
+                   "--save-interval", "1000000", "--eval-bleu", "--eval-bleu-args",
+                   json.dumps({"beam": 1, "max_len_a": 1.2, "max_len_b": 10}),
+                   "--eval-bleu-remove-bpe", post_process(args.data),
+                   "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"]
+        if args.patience:
+            limits += ["--patience", str(args.patience)]
     train_cmd = [BIN / "fairseq-train", data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", cfg["task"],
-                 *cfg["train"], "--cpu", "--seed", str(args.seed),
-                 "--stop-time-hours", f"{args.budget_min / 60:.5f}", "--max-epoch", "1000",
+                 *cfg["train"], "--cpu", "--seed", str(args.seed), *limits, "--max-epoch", "1000",
                  "--save-dir", d, "--no-epoch-checkpoints", "--no-progress-bar", "--log-format", "simple",
-                 "--log-interval", "25", "--skip-invalid-size-inputs-valid-test"]
-    train_wall = run_logged(train_cmd, d / "train.log", args.threads)
+                 "--log-interval", str(log_interval), "--skip-invalid-size-inputs-valid-test"]
+    # a curve job resumes an interrupted configuration (fairseq restores checkpoint_last.pt): keep its log
+    train_wall = run_logged(train_cmd, d / "train.log", args.threads, append=bool(args.curve_every))
     tr = parse_train_log((d / "train.log").read_text())
+    curve = []
+    if args.curve_every:
+        curve = parse_curve((d / "train.log").read_text())
+        write_curve_csv(d / "curve.csv", curve)
+        if best_point(curve) is None:
+            raise SystemExit(f"error: {d / 'train.log'}: no dev BLEU was logged (does task {cfg['task']} "
+                             f"support --eval-bleu?)")
     gen_cmd = [BIN / "fairseq-generate", data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", cfg["task"],
                "--path", ckpt, "--gen-subset", "test", "--cpu", *cfg["generate"]]
     if "--post-process" not in cfg["generate"]:
@@ -142,6 +259,17 @@ def run_config(name: str, args, out: Path) -> dict:
         "bleu_2refs": sc2["bleu"] if sc2 else None, "buckets": sc.get("buckets"),
         "hyp_file": str(d / "generate.out"),
     }
+    if args.curve_every:
+        best = best_point(curve)
+        patience_hit = bool(args.patience) and "early stop since valid performance hasn't improved" in \
+            (d / "train.log").read_text()
+        result["curve"] = {"every": args.curve_every, "patience": args.patience, "points": len(curve),
+                           "best_dev_bleu": best["dev_bleu"], "best_updates": best["updates"],
+                           "best_train_wall_s": best["train_wall_s"], "best_wall_s": best["wall_s"],
+                           "last_updates": curve[-1]["updates"], "last_train_wall_s": curve[-1]["train_wall_s"],
+                           "stopped": "patience" if patience_hit else
+                           ("max-updates" if args.max_updates and curve[-1]["updates"] >= args.max_updates
+                            else "budget")}
     res_file.write_text(json.dumps(result, indent=1, default=str))
     for f in d.glob("checkpoint_last.pt"):
         f.unlink()  # keep the best only
@@ -190,24 +318,32 @@ def _row_key(line: str):
     return (cells[0], cells[-1])
 
 
+def _merged_rows(text: str, start: str, end: str, rows: dict):
+    """The table rows between ``start`` and ``end`` in ``text`` merged with ``rows`` (a row per configuration and
+    job; a re-run of a job replaces its rows), ordered per job with the baseline first; and the block's
+    ``- job `NAME`: ...`` note lines by job."""
+    existing, notes = {}, {}
+    if start in text:
+        for line in text.split(start, 1)[1].split(end, 1)[0].splitlines():
+            if line.startswith("| ") and not line.startswith("| config") and not line.startswith("|---"):
+                existing[_row_key(line)] = line
+            elif line.startswith("- job `"):
+                notes[line.split("`")[1]] = line
+    for line in rows.values():
+        existing[_row_key(line)] = line
+    ordered = []
+    for job in sorted({job for _, job in existing}):  # per job: its baseline first, then the systems
+        keys = sorted((k for k in existing if k[1] == job), key=lambda k: (k[0] != bench_configs.BASELINE, k[0]))
+        ordered += [existing[k] for k in keys]
+    return ordered, notes
+
+
 def merge_table(path: Path, rows: dict, job_note: str) -> None:
     """Merge this job's rows into the Markdown table in ``path`` (a row per configuration and job;
     re-running a job replaces its rows); keep everything else in the file."""
     text = path.read_text() if path.exists() else ""
     start, end = "<!-- bench:table -->", "<!-- /bench:table -->"
-    existing = {}
-    if start in text:
-        body = text.split(start, 1)[1].split(end, 1)[0]
-        for line in body.splitlines():
-            if line.startswith("| ") and not line.startswith("| config") and not line.startswith("|---"):
-                existing[_row_key(line)] = line
-    for line in rows.values():
-        existing[_row_key(line)] = line
-    jobs = sorted({job for _, job in existing})
-    ordered = []
-    for job in jobs:  # per job: its baseline first, then the systems
-        keys = sorted((k for k in existing if k[1] == job), key=lambda k: (k[0] != bench_configs.BASELINE, k[0]))
-        ordered += [existing[k] for k in keys]
+    ordered, _ = _merged_rows(text, start, end, rows)
     block = "\n".join([start, HEADER] + ordered + [end])
     if start in text:
         text = text.split(start, 1)[0] + block + text.split(end, 1)[1]
@@ -216,6 +352,44 @@ def merge_table(path: Path, rows: dict, job_note: str) -> None:
     jobs_start = "<!-- bench:jobs -->"
     if jobs_start in text and job_note not in text:
         text = text.replace(jobs_start, jobs_start + "\n" + job_note)
+    path.write_text(text)
+
+
+CONVERGED_HEADER = ("| config | system | best dev BLEU (greedy) | test BLEU | chrF | ΔBLEU vs baseline (bootstrap p) | "
+                    "updates to best / run | training wall-clock to best / run | stopped by | job |\n"
+                    "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def converged_rows(results: dict, job: str) -> dict:
+    base = results.get(bench_configs.BASELINE)
+    rows = {}
+    for name, r in results.items():
+        c = r.get("curve")
+        if not c:
+            continue
+        p = (r.get("significance") or {}).get("bleu_p")
+        stop_detail = f" ({c['patience']} validations)" if c["stopped"] == "patience" else ""
+        rows[name] = (f"| {name} | {r['desc']} | {fmt(c['best_dev_bleu'])} | {fmt(r['bleu'])} | {fmt(r['chrf'])} | "
+                      f"{fmt(r['bleu'] - base['bleu'], '+.2f') if base and name != bench_configs.BASELINE else '–'}"
+                      f"{'' if p is None else f' (p={p:.3f})'} | {c['best_updates']:,} / {c['last_updates']:,} | "
+                      f"{c['best_train_wall_s'] / 60:.1f} / {c['last_train_wall_s'] / 60:.1f} min | "
+                      f"{c['stopped']}{stop_detail} | "
+                      f"{job} |")
+    return rows
+
+
+def merge_converged(path: Path, rows: dict, job_note: str) -> None:
+    """Merge a curve job's rows into the "converged" table of ``path`` (markers bench:converged; a row per
+    configuration and job, a re-run replaces its job's rows) and its note under the table."""
+    text = path.read_text() if path.exists() else ""
+    start, end = "<!-- bench:converged -->", "<!-- /bench:converged -->"
+    ordered, notes = _merged_rows(text, start, end, rows)
+    notes[job_note.split("`")[1]] = job_note
+    block = "\n".join([start, CONVERGED_HEADER] + ordered + [""] + [notes[j] for j in sorted(notes)] + [end])
+    if start in text:
+        text = text.split(start, 1)[0] + block + text.split(end, 1)[1]
+    else:
+        text = text + ("\n" if text else "") + "\n## Converged (recipes/bench/bench.py --curve-every)\n\n" + block + "\n"
     path.write_text(text)
 
 
@@ -237,7 +411,18 @@ def main(argv=None):
     ap.add_argument("--ref2", default="kjv", help="second reference suffix in the raw folder ('' for none)")
     ap.add_argument("--n-bootstrap", type=int, default=1000)
     ap.add_argument("--force", action="store_true", help="re-run configurations that have a result")
+    ap.add_argument("--curve-every", type=int, default=0, metavar="N",
+                    help="learning-curve mode: dev loss and greedy dev BLEU every N updates (fairseq --eval-bleu), "
+                         "best checkpoint by dev BLEU, curves.csv / curves.png (0: off)")
+    ap.add_argument("--patience", type=int, default=0, metavar="P",
+                    help="with --curve-every: stop after P validations without a better dev BLEU (convergence)")
+    ap.add_argument("--max-updates", type=int, default=0, metavar="U",
+                    help="stop each configuration at U updates (equal updates; --budget-min 0 for no time cap)")
     args = ap.parse_args(argv)
+    if args.patience and not args.curve_every:
+        ap.error("--patience needs --curve-every (early stopping counts its validations)")
+    if args.budget_min <= 0 and not args.max_updates and not args.patience:
+        ap.error("--budget-min 0 needs --max-updates or --patience (nothing would stop training)")
     bench_configs.BASELINE = args.baseline  # ratios, bootstrap and table order follow it
     if not (args.data / "bin").is_dir():
         raise SystemExit(f"error: {args.data / 'bin'} missing; run: python -m fairseq_ext.tools.corpora prepare")
@@ -263,6 +448,30 @@ def main(argv=None):
             s = by_path[str(path)]
             results[n]["significance"] = {"bleu_p": s[bleu_m]["p_value"], "chrf_p": s[chrf_m]["p_value"]}
     (out / "summary.json").write_text(json.dumps(results, indent=1, default=str))
+    if args.curve_every:
+        curves = {n: parse_curve((out / n / "train.log").read_text()) for n in names}
+        with open(out / "curves.csv", "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=("config",) + CURVE_FIELDS)
+            w.writeheader()
+            for n, rows_n in curves.items():
+                for r in rows_n:
+                    w.writerow({"config": n, **r})
+        plot_curves(curves, out / "curves.png", f"{out.name}: dev every {args.curve_every} updates "
+                                                 f"({args.data.name})")
+        log(f"curves: {out / 'curves.csv'}, {out / 'curves.png'}")
+        conv = converged_rows(results, out.name)
+        print(CONVERGED_HEADER)
+        print("\n".join(conv.values()))
+        if args.table:
+            limits = ", ".join(x for x in (f"patience {args.patience}" if args.patience else "",
+                                           f"max {args.max_updates} updates" if args.max_updates else "",
+                                           f"cap {args.budget_min:g} min" if args.budget_min > 0 else "") if x)
+            note = (f"- job `{out.name}`: {', '.join(names)}; dev every {args.curve_every} updates ({limits}); "
+                    f"{args.threads} threads, {platform.processor() or platform.machine()}, data `{args.data}`; "
+                    f"curves {out / 'curves.png'}")
+            merge_converged(args.table, conv, note)
+            log(f"converged rows merged into {args.table}")
+        return
     rows = table_rows(results, out.name, args)
     print(HEADER)
     for r in rows.values():

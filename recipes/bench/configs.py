@@ -199,6 +199,21 @@ for _name, _desc, _flags in [
     CONFIGS[_name] = {"desc": _desc, "task": "doc_translation", "train": _flags + MARUF_STAGE2,
                       "generate": GREEDY}
 
+# ---------------------------------------------------------------------------------------------
+# Gu ch. 5 (issue 15; recipes/gu/ch5.sh): many sources -> English (task universal_translation on a
+# `fairseq-ext-data universal` folder, its ULR arrays in <folder>/ulr), the universal_rnn_bench shape, training
+# languages drawn with temperature 5, Adam 1e-3 + clip 1. speed.py times them against gu5_multi (the training
+# cost per word of ULR / ULR+MoLE vs Multi-NMT); bench.py does not run them (recipes/gu/ch5.sh does).
+GU5 = ["--arch", "universal_rnn_bench", "--lang-temperature", "5", "--optimizer", "adam", "--lr", "1e-3",
+       "--clip-norm", "1.0", "--max-tokens", "2048"]
+for _name, _desc, _flags in [
+        ("gu5_multi", "Gu ch.5 Multi-NMT (marked per-language source vocabularies)",
+         ["--criterion", "cross_entropy"]),
+        ("gu5_ulr", "Gu ch.5 + ULR (Eqs. 5.2-5.5)", ["--ulr", "--criterion", "cross_entropy"]),
+        ("gu5_ulr_mole", "Gu ch.5 + ULR + MoLE (Eqs. 5.6-5.7, gate loss)",
+         ["--ulr", "--mole", "--criterion", "universal_mole_cross_entropy"])]:
+    CONFIGS[_name] = {"desc": _desc, "task": "universal_translation", "train": GU5 + _flags, "generate": GENERATE}
+
 BASELINE = "transformer"
 
 

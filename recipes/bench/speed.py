@@ -18,7 +18,9 @@ rounds and its spread.
 Only configurations that train on the plain translation data (task translation_ext or a task
 reading the same folder) are accepted; ``doc_translation`` configurations (Maruf) get ``--doc-ids-dir``
 = the segmented folder and must be timed against a ``doc_translation`` baseline (``--baseline
-maruf_sentence``) so that every configuration trains on the same document batches.
+maruf_sentence``) so that every configuration trains on the same document batches; ``universal_translation``
+configurations (Gu ch. 5) take a ``fairseq-ext-data universal`` folder as ``--data`` and the ``gu5_multi``
+baseline.
 """
 import argparse
 import json
@@ -47,7 +49,8 @@ def build(name: str, data: Path):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     cfg = bench_configs.get(name)
-    if cfg["task"] not in ("translation_ext", "translation", "translation_decoding", "doc_translation"):
+    if cfg["task"] not in ("translation_ext", "translation", "translation_decoding", "doc_translation",
+                           "universal_translation"):
         raise SystemExit(f"error: configuration '{name}' uses task {cfg['task']}; speed.py times "
                          f"plain translation configurations only")
     extra = ["--doc-ids-dir", str(data.parent)] if cfg["task"] == "doc_translation" else []
@@ -133,6 +136,14 @@ def main(argv=None) -> int:
     names = [c for c in args.configs.split(",") if c]
     if args.baseline not in names:
         names.insert(0, args.baseline)
+    special = ("doc_translation", "universal_translation")  # tasks whose batches only their own kind reads
+    base_task = bench_configs.get(args.baseline)["task"]
+    for name in names:
+        task = bench_configs.get(name)["task"]
+        if task != base_task and (task in special or base_task in special):
+            raise SystemExit(f"error: configuration '{name}' (task {task}) cannot be timed against the baseline "
+                             f"'{args.baseline}' (task {base_task}): every configuration must train on the "
+                             f"same batches (--baseline {'gu5_multi' if task == 'universal_translation' else 'maruf_sentence' if task == 'doc_translation' else 'transformer'})")
     systems = {}
     for name in names:
         torch.manual_seed(1)

@@ -14,6 +14,7 @@
 #   bash recipes/gu/ch5.sh                       # CPU: Bible, aux es fr ru -> en, low-resource it (budget below)
 #   SYSTEMS="multi ulr" bash recipes/gu/ch5.sh   # a subset of the ladder (default: all six below)
 #   FIG55=0 bash recipes/gu/ch5.sh               # without the Fig. 5.5 sizes (0 and full)
+#   MEASURE_COST=0 bash recipes/gu/ch5.sh        # without the interleaved cost ratio (ULR, ULR+MoLE vs Multi-NMT)
 #   LOWRES=vi AUX=es,fr,ru bash recipes/gu/ch5.sh  # a low-resource language without a Romance relative (as Ko)
 #   DATA=tiny bash recipes/gu/ch5.sh             # the committed tiny multi-parallel slice, tiny models (~4 min)
 #   MODE=thesis bash recipes/gu/ch5.sh           # print the thesis-setting commands (RUN=1: run them)
@@ -118,6 +119,7 @@ if [ "${DATA:-bible}" = tiny ]; then
   BW_UNITS=${BW_UNITS:-16}
   SEED_ARGS=(--min-count 1)
   N_BOOTSTRAP=${N_BOOTSTRAP:-100}
+  COST_ROUNDS=${COST_ROUNDS:-2} COST_STEPS=${COST_STEPS:-1} COST_TOKENS=${COST_TOKENS:-300}
 else
   MULTI=data/bible_multi/raw/multi.tsv
   [ -s $MULTI ] || $PY -m fairseq_ext.tools.corpora multi --out data/bible_multi/raw
@@ -130,6 +132,7 @@ else
   LIMIT=(--stop-time-hours "$(echo "${BUDGET_MIN:-45} / 60" | bc -l)")
   SEED_ARGS=()
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
+  COST_ROUNDS=${COST_ROUNDS:-5} COST_STEPS=${COST_STEPS:-10} COST_TOKENS=${COST_TOKENS:-2048}
 fi
 mkdir -p $OUT
 # (a budget that is not a multiple of 1000 keeps its number: the tiny 300 must not become "0k", the zero-resource tag)
@@ -284,6 +287,15 @@ if [ "${BT:-1}" = 1 ] && [ ${#BT_SYSTEMS[@]} -gt 0 ]; then
     --en $B/en_mono.txt --name bt
   two_lanes $(for x in "${BT_SYSTEMS[@]}"; do echo "$LOWRES_TOKENS:$x"; done) \
     || { echo "error: a back-translation system failed (logs in $OUT/$MAIN_TAG)" >&2; exit 1; }
+fi
+
+# ---- cost ratio (MEASURE_COST=1): training time per target word of +ULR and +ULR+MoLE vs Multi-NMT, measured
+# interleaved in one process on the same fixed batches of the main size (recipes/bench/speed.py, configurations
+# gu5_* of recipes/bench/configs.py: the universal_rnn_bench shape), COST_ROUNDS rounds x COST_STEPS steps
+if [ "${MEASURE_COST:-1}" = 1 ] && [ ! -s $OUT/cost/speed.json ]; then
+  $PY recipes/bench/speed.py --data $MAIN --baseline gu5_multi --configs gu5_ulr,gu5_ulr_mole \
+    --rounds "$COST_ROUNDS" --steps "$COST_STEPS" --warmup 2 --max-tokens "$COST_TOKENS" --out $OUT/cost \
+    > $OUT/cost.log 2>&1 || { tail -20 $OUT/cost.log; exit 1; }
 fi
 
 # ---- scores: sacreBLEU + paired bootstrap against multi of the same size; the report

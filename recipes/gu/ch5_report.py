@@ -331,6 +331,27 @@ def main(argv=None) -> int:
         md += [f"Cost (training words/s at {a.main}, fairseq's wps; from separate runs, load-dependent): "
                + "; ".join(cells) + ".", ""]
 
+    # cost measured interleaved (recipes/bench/speed.py, the recipe's cost stage): the number to quote
+    cost_json = os.path.join(a.out, "cost", "speed.json")
+    if os.path.isfile(cost_json):
+        with open(cost_json, encoding="utf-8") as f:
+            cost = json.load(f)
+        conf = cost.get("configs") or {}
+        if "gu5_multi" not in conf:
+            raise ToolError(f"{cost_json}: no gu5_multi configuration (written by recipes/bench/speed.py "
+                            "--baseline gu5_multi?)")
+        names = {"gu5_multi": "multi", "gu5_ulr": "ulr", "gu5_ulr_mole": "ulr_mole"}
+        cells = [f"{LABELS.get(names.get(c, c), c)} {v['median_ratio']:.2f}× (range "
+                 f"{min(v['ratios']):.2f}–{max(v['ratios']):.2f}; {v['params'] / 1e6:.2f}M parameters)"
+                 for c, v in conf.items() if c != "gu5_multi"]
+        report["cost_interleaved"] = {c: {"median_ratio": v["median_ratio"], "ratios": v["ratios"],
+                                          "params": v["params"], "ms_per_step": v["ms_per_step"]}
+                                      for c, v in conf.items()}
+        md += [f"Cost, interleaved (training time per target word vs Multi-NMT "
+               f"{conf['gu5_multi']['params'] / 1e6:.2f}M parameters, {conf['gu5_multi']['ms_per_step']:.0f} ms "
+               f"per step; median over {cost['rounds']} rounds x {cost['steps']} steps of the same batches, one "
+               f"process): " + "; ".join(cells) + ".", ""]
+
     # Fig. 5.5
     pts = fig5_5_points(a.out, tags, scores)
     report["fig5_5"] = {s: [{"x": x, "bleu": b, "tag": t, "no_data": nd} for x, b, t, nd in v] for s, v in pts.items()}

@@ -1,0 +1,142 @@
+"""recipes/bench/bench.py: the learning-curve mode (dev BLEU every N updates through fairseq's --eval-bleu hook,
+equal-updates and convergence stops, curves.csv / curves.png, the "converged" table)."""
+import csv
+import importlib.util
+import json
+import shutil
+import sys
+
+import pytest
+
+from harness import ROOT, run
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+BENCH = ROOT / "recipes" / "bench" / "bench.py"
+
+
+def bench_module():
+    sys.path.insert(0, str(BENCH.parent))
+    spec = importlib.util.spec_from_file_location("bench_under_test", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+LOG = """\
+2026-11-24 10:00:00 | INFO | fairseq_cli.train | Start iterating over samples
+2026-11-24 10:00:05 | INFO | train_inner | epoch 001:      2 / 9 loss=9.1, nll_loss=9.0, ppl=512, wps=900, ups=0.5, wpb=1800, bsz=60, num_updates=2, lr=1e-05, gnorm=3.1, train_wall=4, wall=5
+2026-11-24 10:00:07 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.9 | nll_loss 8.8 | ppl 445.7 | bleu 0.5 | wps 1000 | wpb 900 | bsz 45 | num_updates 2
+2026-11-24 10:00:12 | INFO | train_inner | epoch 001:      4 / 9 loss=8.1, nll_loss=8.0, ppl=256, wps=900, ups=0.5, wpb=1800, bsz=60, num_updates=4, lr=2e-05, gnorm=2.1, train_wall=3.5, wall=12
+2026-11-24 10:00:14 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.5 | nll_loss 8.4 | ppl 362 | bleu 1.25 | wps 1000 | wpb 900 | bsz 45 | num_updates 4 | best_bleu 1.25
+2026-11-24 10:00:19 | INFO | train_inner | epoch 001:      6 / 9 loss=7.1, nll_loss=7.0, ppl=128, wps=900, ups=0.5, wpb=1800, bsz=60, num_updates=6, lr=3e-05, gnorm=2.0, train_wall=3.0, wall=19
+2026-11-24 11:00:00 | INFO | fairseq_cli.train | Start iterating over samples
+2026-11-24 11:00:05 | INFO | train_inner | epoch 001:      6 / 9 loss=7.0, nll_loss=6.9, ppl=120, wps=900, ups=0.5, wpb=1800, bsz=60, num_updates=6, lr=3e-05, gnorm=2.0, train_wall=2.5, wall=18
+2026-11-24 11:00:07 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.0 | nll_loss 7.9 | ppl 256 | bleu 1.25 | wps 1000 | wpb 900 | bsz 45 | num_updates 6 | best_bleu 1.25
+"""
+
+
+def test_parse_curve_and_best_point():
+    b = bench_module()
+    rows = b.parse_curve(LOG)
+    assert [r["updates"] for r in rows] == [2, 4, 6]
+    assert [r["dev_bleu"] for r in rows] == [0.5, 1.25, 1.25]
+    assert [r["dev_loss"] for r in rows] == [8.9, 8.5, 8.0] and rows[0]["dev_nll_loss"] == 8.8
+    # training wall-clock: the sum of the train_inner intervals (validation excluded); the elapsed wall: fairseq's
+    assert [r["train_wall_s"] for r in rows] == [4.0, 7.5, 13.0]
+    assert [r["wall_s"] for r in rows] == [5.0, 12.0, 18.0]
+    assert rows[0]["epoch"] == 1
+    # the first of equal dev BLEUs is the best (fairseq keeps the earlier checkpoint)
+    assert b.best_point(rows)["updates"] == 4
+    assert b.best_point([{**rows[0], "dev_bleu": None}]) is None
+    # a resumed run repeats an update: the later validation wins
+    rows = b.parse_curve(LOG + LOG.split("\n", 7)[-1].replace("| loss 8.0 |", "| loss 7.5 |"))
+    assert [r["updates"] for r in rows] == [2, 4, 6] and rows[-1]["dev_loss"] == 7.5
+
+
+def test_merge_table_keeps_other_jobs_and_replaces_its_own(tmp_path):
+    b = bench_module()
+    path = tmp_path / "R.md"
+    path.write_text("# r\n\n<!-- bench:table -->\n" + b.HEADER + "\n| jas | old | 1 | job1 |\n"
+                    "| transformer | base | 2 | job1 |\n<!-- /bench:table -->\n\n<!-- bench:jobs -->\n- job `job1`\n")
+    b.merge_table(path, {"transformer": "| transformer | base | 3 | job2 |", "enc_dc": "| enc_dc | dc | 4 | job2 |"},
+                  "- job `job2`")
+    b.merge_table(path, {"enc_dc": "| enc_dc | dc | 5 | job2 |"}, "- job `job2`")   # a re-run replaces its row
+    block = path.read_text().split("<!-- bench:table -->")[1].split("<!-- /bench:table -->")[0]
+    rows = [ln for ln in block.splitlines() if ln.startswith("| ") and not ln.startswith("| config")]
+    assert rows == ["| transformer | base | 2 | job1 |", "| jas | old | 1 | job1 |",
+                    "| transformer | base | 3 | job2 |", "| enc_dc | dc | 5 | job2 |"]
+    assert path.read_text().count("- job `job2`") == 1
+
+
+def test_options_that_cannot_stop_are_refused(tmp_path):
+    p = run([sys.executable, BENCH, "--data", tmp_path, "--patience", "3"], check=False)
+    assert p.returncode == 2 and "--patience needs --curve-every" in p.stderr
+    p = run([sys.executable, BENCH, "--data", tmp_path, "--budget-min", "0"], check=False)
+    assert p.returncode == 2 and "nothing would stop training" in p.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tiny_bin, tmp_path_factory):
+    """The tiny slice as bench.py reads a prepared folder: bin/ and segment.json side by side."""
+    d = tmp_path_factory.mktemp("bench_tiny") / "spm300"
+    d.mkdir()
+    (d / "bin").symlink_to(tiny_bin)
+    shutil.copy(tiny_bin / "segment.json", d / "segment.json")
+    return d
+
+
+def test_curve_job_equal_updates(tiny_data, tmp_path):
+    table = tmp_path / "RESULTS.md"
+    table.write_text("# results\n", encoding="utf-8")
+    out = tmp_path / "curvejob"
+    common = [sys.executable, BENCH, "--data", tiny_data, "--threads", "1", "--ref2", "", "--n-bootstrap", "20",
+              "--out", out, "--table", table]
+    p = run([*common, "--configs", "transformer,twt_scalenorm_fixnorm", "--curve-every", "2", "--max-updates", "4",
+             "--budget-min", "0"], timeout=900)
+    for name in ("transformer", "twt_scalenorm_fixnorm"):
+        with open(out / name / "curve.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert [int(r["updates"]) for r in rows] == [2, 4]          # a validation every 2 updates, none at epoch ends
+        assert all(r["dev_bleu"] != "" and r["dev_loss"] != "" for r in rows)
+        assert float(rows[1]["train_wall_s"]) > float(rows[0]["train_wall_s"]) > 0
+        res = json.loads((out / name / "result.json").read_text())
+        c = res["curve"]
+        assert c["stopped"] == "max-updates" and c["last_updates"] == 4 and c["points"] == 2
+        assert c["best_dev_bleu"] == max(float(r["dev_bleu"]) for r in rows)
+        assert (out / name / "checkpoint_best.pt").exists()
+        n_test = sum(1 for _ in open(ROOT / "tests" / "data" / "bible_tiny" / "test.en"))
+        assert res["n_translated"] == n_test
+    with open(out / "curves.csv", newline="") as f:
+        assert {r["config"] for r in csv.DictReader(f)} == {"transformer", "twt_scalenorm_fixnorm"}
+    assert (out / "curves.png").read_bytes()[:8] == PNG
+    text = table.read_text()
+    block = text.split("<!-- bench:converged -->")[1].split("<!-- /bench:converged -->")[0]
+    rows = [ln for ln in block.splitlines() if ln.startswith("| ") and not ln.startswith("| config")]
+    assert [ln.split(" | ")[0] for ln in rows] == ["| transformer", "| twt_scalenorm_fixnorm"]  # baseline first
+    assert "(p=" in rows[1] and "/ 4 |" in rows[0] and "| max-updates | curvejob |" in rows[0]
+    assert "- job `curvejob`" in block and "max 4 updates" in block and "<!-- bench:table -->" not in text
+    assert "| twt_scalenorm_fixnorm |" in p.stdout
+
+
+@pytest.mark.slow
+def test_curve_job_patience(tiny_data, tmp_path):
+    """Convergence: early stopping after P validations without a better dev BLEU (capped by --max-updates)."""
+    table = tmp_path / "RESULTS.md"
+    table.write_text("# results\n\n<!-- bench:converged -->\n| x | y | curvejob |\n<!-- /bench:converged -->\n",
+                     encoding="utf-8")
+    out2 = tmp_path / "patiencejob"
+    run([sys.executable, BENCH, "--data", tiny_data, "--threads", "1", "--ref2", "", "--out", out2, "--table", table,
+         "--configs", "transformer", "--curve-every", "1", "--patience", "2", "--max-updates", "8",
+         "--budget-min", "0"], timeout=900)
+    res = json.loads((out2 / "transformer" / "result.json").read_text())
+    c = res["curve"]
+    with open(out2 / "transformer" / "curve.csv", newline="") as f:
+        bleus = [float(r["dev_bleu"]) for r in csv.DictReader(f)]
+    assert c["patience"] == 2 and len(bleus) == c["points"] == c["last_updates"]
+    if c["stopped"] == "patience":   # the last 2 validations are no better than the best before them
+        assert c["last_updates"] < 8 and max(bleus[-2:]) <= max(bleus[:-2])
+    else:
+        assert c["stopped"] == "max-updates" and c["last_updates"] == 8
+    block = table.read_text().split("<!-- bench:converged -->")[1]
+    assert "| curvejob |" in block and "| patiencejob |" in block   # jobs never replace each other's rows
