@@ -126,6 +126,42 @@ def test_dc_module_follows_eqs_5_4_to_5_7(causal, f, padding):
     assert torch.allclose(out[valid], ref[valid], atol=1e-4)
 
 
+def test_local_zero_aggregation_starts_as_self_attention():
+    """--dc-agg-init local-zero: at initialisation z_hat = h_g W_z[:, d:] + b_z, whatever the local unit computes
+    (plain self-attention through FI_g, with W_z's global half as its output projection)."""
+    torch.manual_seed(0)
+    m = DualContextual(16, 4, kernel_size=3, agg_init="local-zero").eval()
+    assert torch.count_nonzero(m.agg.weight[:, :16]) == 0 and torch.count_nonzero(m.agg.weight[:, 16:]) > 0
+    r = torch.randn(6, 2, 16)
+    with torch.no_grad():
+        out, _ = m(r, r, r)
+        h_g, _ = m.fi_g(r, *m.fi_g.project_kv(r))
+        torch.nn.init.normal_(m.conv.weight)          # the local unit no longer matters at the start
+        out2, _ = m(r, r, r)
+    assert torch.allclose(out, h_g @ m.agg.weight[:, 16:].t() + m.agg.bias, atol=1e-5)
+    assert torch.allclose(out, out2, atol=1e-6)
+    # the default keeps Xavier on both halves (the bench rows' initialisation)
+    assert torch.count_nonzero(DualContextual(16, 4).agg.weight[:, :16]) > 0
+    with pytest.raises(ValueError, match="aggregation init"):
+        DualContextual(16, 4, agg_init="zeros")
+
+
+def test_dc_dropout_flag_sets_the_local_unit_dropout():
+    from argparse import Namespace
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    from fairseq_ext.models.dual_contextual import _dc_module
+
+    args = Namespace(dropout=0.3, attention_dropout=0.0)
+    ARCH_CONFIG_REGISTRY["transformer_enc_dc_bench"](args)
+    assert args.dc_dropout is None and args.dc_agg_init == "xavier"       # defaults: the bench rows' module
+    assert _dc_module(16, 4, args, causal=False).dropout_module.p == 0.3   # --dropout, as before
+    args.dc_dropout, args.dc_agg_init = 0.0, "local-zero"
+    m = _dc_module(16, 4, args, causal=False)
+    assert m.dropout_module.p == 0.0 and torch.count_nonzero(m.agg.weight[:, :16]) == 0
+
+
 def test_parameters_of_one_dc_module():
     d, f = 32, 3
     m = DualContextual(d, 4, kernel_size=f)

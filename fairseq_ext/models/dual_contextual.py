@@ -31,14 +31,16 @@ from fairseq.models.transformer import (
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_ext.modules.arch_utils import SHAPES, parse_layer_set, register_shaped, set_default, wrap_layer
-from fairseq_ext.modules.dual_contextual import PADDINGS, DualContextual
+from fairseq_ext.modules.dual_contextual import AGG_INITS, PADDINGS, DualContextual
 
 
 def _dc_module(embed_dim, heads, cfg, causal):
     return DualContextual(
         embed_dim, heads, kernel_size=int(cfg.dc_kernel_size), causal=causal,
-        padding=cfg.dc_encoder_conv_padding, dropout=cfg.dropout,
-        attention_dropout=cfg.attention_dropout, fi_out_proj=bool(cfg.dc_fi_out_proj))
+        padding=cfg.dc_encoder_conv_padding,
+        dropout=cfg.dropout if getattr(cfg, "dc_dropout", None) is None else float(cfg.dc_dropout),
+        attention_dropout=cfg.attention_dropout, fi_out_proj=bool(cfg.dc_fi_out_proj),
+        agg_init=getattr(cfg, "dc_agg_init", None) or "xavier")
 
 
 class DCEncoderLayer(TransformerEncoderLayerBase):
@@ -102,6 +104,12 @@ class TransformerDCModel(TransformerModel):
                                  "left ([t-f+1, t]) or right ([t, t+f-1])")
         parser.add_argument("--dc-fi-out-proj", action="store_true",
                             help="output projection in each FI unit (not in the thesis)")
+        parser.add_argument("--dc-dropout", type=float, metavar="P",
+                            help="dropout on the convolution output inside the Local Context Unit "
+                                 "(Eq. 5.4; default: --dropout)")
+        parser.add_argument("--dc-agg-init", choices=AGG_INITS,
+                            help="initialisation of the aggregation W_z (Eq. 5.7): xavier (default) or "
+                                 "local-zero (the h_l half zero: the module starts as self-attention)")
 
     @classmethod
     def build_model(cls, args, task):
@@ -126,6 +134,8 @@ def dc_defaults(args, encoder: str = "all", decoder: str = "none") -> None:
     set_default(args, "decoder_dc_layers", decoder)
     set_default(args, "dc_encoder_conv_padding", "same")
     set_default(args, "dc_fi_out_proj", False)
+    set_default(args, "dc_dropout", None)
+    set_default(args, "dc_agg_init", "xavier")
 
 
 @register_model_architecture("transformer_dc", "transformer_dc")

@@ -39,6 +39,7 @@ from fairseq_ext.modules.incremental_buffer import IncrementalBufferMixin
 from fairseq.modules import FairseqDropout, LayerNorm
 
 PADDINGS = ("same", "left", "right")
+AGG_INITS = ("xavier", "local-zero")
 
 
 def conv_padding(kernel_size: int, mode: str) -> Tuple[int, int]:
@@ -120,9 +121,11 @@ class DualContextual(IncrementalBufferMixin, nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, kernel_size: int = 2, causal: bool = False,
                  padding: str = "same", dropout: float = 0.0, attention_dropout: float = 0.0,
-                 fi_out_proj: bool = False):
+                 fi_out_proj: bool = False, agg_init: str = "xavier"):
         super().__init__()
         assert kernel_size >= 1
+        if agg_init not in AGG_INITS:
+            raise ValueError(f"unknown DC aggregation init {agg_init!r}; expected one of {AGG_INITS}")
         self.embed_dim, self.num_heads = embed_dim, num_heads
         self.head_dim = embed_dim // num_heads
         self.kernel_size, self.causal = kernel_size, causal
@@ -139,6 +142,9 @@ class DualContextual(IncrementalBufferMixin, nn.Module):
         self.agg = nn.Linear(2 * embed_dim, embed_dim)
         nn.init.xavier_uniform_(self.agg.weight)
         nn.init.zeros_(self.agg.bias)
+        if agg_init == "local-zero":  # the h_l columns: z_hat = h_g W_z[:, d:] at the start (self-attention)
+            with torch.no_grad():
+                self.agg.weight[:, :embed_dim].zero_()
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.export_attn = False
         self.last_attn: Optional[Dict[str, Tensor]] = None

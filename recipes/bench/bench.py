@@ -418,6 +418,10 @@ def main(argv=None):
                     help="with --curve-every: stop after P validations without a better dev BLEU (convergence)")
     ap.add_argument("--max-updates", type=int, default=0, metavar="U",
                     help="stop each configuration at U updates (equal updates; --budget-min 0 for no time cap)")
+    ap.add_argument("--train-only", action="store_true",
+                    help="train and decode the listed configurations only (no baseline added, no comparison, no "
+                         "table): one lane of a job split over processes; a later run of the whole list reuses "
+                         "every result and compares")
     args = ap.parse_args(argv)
     if args.patience and not args.curve_every:
         ap.error("--patience needs --curve-every (early stopping counts its validations)")
@@ -429,12 +433,15 @@ def main(argv=None):
     names = [n for n in args.configs.split(",") if n]
     for n in names:
         bench_configs.get(n)
-    if bench_configs.BASELINE not in names:
+    if bench_configs.BASELINE not in names and not args.train_only:
         names.insert(0, bench_configs.BASELINE)  # ratios need the baseline of the same job
     job = datetime.datetime.now().strftime("%Y%m%d-%H%M")
     out = args.out or ROOT / "runs" / "bench" / job
     out.mkdir(parents=True, exist_ok=True)
     results = {n: run_config(n, args, out) for n in names}
+    if args.train_only:
+        log(f"trained {', '.join(names)} in {out} (--train-only: no comparison)")
+        return
     base = results[bench_configs.BASELINE]
     others = {n: r["hyp_file"] for n, r in results.items() if n != bench_configs.BASELINE}
     if others:

@@ -200,6 +200,26 @@ for _name, _desc, _flags in [
                       "generate": GREEDY}
 
 # ---------------------------------------------------------------------------------------------
+# Reproduction at convergence (issue 19; recipes/bench/converged.sh): the candidate causes of Enc-DC's
+# per-update gap and the AIF initialisation, one change each against enc_dc / ms12_aif, at equal updates.
+_LR_7E4 = [("7e-4" if f == "3e-3" else f) for f in OPTIM]
+for _name, _desc, _train in [
+        ("enc_dc_local_zero", "Enc-DC, W_z's local half zero-initialised (starts as self-attention)",
+         ["--arch", "transformer_enc_dc_bench", "--dc-agg-init", "local-zero"] + OPTIM),
+        ("enc_dc_pad_left", "Enc-DC, conv window [t-1, t] instead of [t, t+1]",
+         ["--arch", "transformer_enc_dc_bench", "--dc-encoder-conv-padding", "left"] + OPTIM),
+        ("enc_dc_nodrop", "Enc-DC, no dropout inside the Local Context Unit",
+         ["--arch", "transformer_enc_dc_bench", "--dc-dropout", "0"] + OPTIM),
+        ("enc_dc_lr7e4", "Enc-DC at lr 7e-4 (the DC paper's)", ["--arch", "transformer_enc_dc_bench"] + _LR_7E4),
+        ("transformer_lr7e4", "baseline at lr 7e-4", TRANSFORMER_SMALL + _LR_7E4),
+        ("ms12_aif_zero", "MS-12+AIF, AIF weights zero-initialised (starts as MS-12)",
+         CONFIGS["ms12_aif"]["train"] + ["--aif-zero-init"]),
+        ("ms12", "MS-12 without AIF (aux decoders on enc layers 1,2)",
+         ["--arch", "transformer_ms_bench", "--aux-layers", "1,2", "--criterion", "multi_supervision_label_smoothed",
+          "--aux-weight", "1.0"] + SCHEDULE)]:
+    CONFIGS[_name] = {"desc": _desc, "task": "translation_ext", "train": _train, "generate": GENERATE}
+
+# ---------------------------------------------------------------------------------------------
 # Gu ch. 5 (issue 15; recipes/gu/ch5.sh): many sources -> English (task universal_translation on a
 # `fairseq-ext-data universal` folder, its ULR arrays in <folder>/ulr), the universal_rnn_bench shape, training
 # languages drawn with temperature 5, Adam 1e-3 + clip 1. speed.py times them against gu5_multi (the training

@@ -15,6 +15,8 @@
 #   SYSTEMS="multi ulr" bash recipes/gu/ch5.sh   # a subset of the ladder (default: all six below)
 #   FIG55=0 bash recipes/gu/ch5.sh               # without the Fig. 5.5 sizes (0 and full)
 #   MEASURE_COST=0 bash recipes/gu/ch5.sh        # without the interleaved cost ratio (ULR, ULR+MoLE vs Multi-NMT)
+#   BUDGET_MIN=15 bash recipes/gu/ch5.sh         # another training budget per system (runs/gu_ch5/it/15min)
+#   WARM_FROM=runs/gu_ch5/it/15min bash recipes/gu/ch5.sh   # the 45-min ladder continues the 15-min runs
 #   LOWRES=vi AUX=es,fr,ru bash recipes/gu/ch5.sh  # a low-resource language without a Romance relative (as Ko)
 #   DATA=tiny bash recipes/gu/ch5.sh             # the committed tiny multi-parallel slice, tiny models (~4 min)
 #   MODE=thesis bash recipes/gu/ch5.sh           # print the thesis-setting commands (RUN=1: run them)
@@ -42,7 +44,8 @@
 # dictionaries (symmetrised eflomal links, <= 500 pairs, + identical strings), Procrustes, M = all English pieces.
 # Systems (universal_rnn_bench: the §5.4.1 shape at 256 units, dropout 0.2; Adam 1e-3, clip 1, 2,048 tokens,
 # training languages drawn with temperature LANG_T (5: p_k ~ N_k^(1/5), the low-resource language ~14% of the
-# sentences), each trained for BUDGET_MIN (45) minutes, the checkpoint with the best valid loss decoded):
+# sentences), each trained for BUDGET_MIN (45) minutes, the checkpoint with the best valid loss decoded; the
+# results of a budget go to runs/gu_ch5/LOWRES/<BUDGET_MIN>min, so that budgets form a learning curve):
 #   vanilla   the low-resource pairs only (its own data folder: --aux '' (no auxiliary language), same verses;
 #             the languages named by --aux-langs / --lowres-lang, its manifest having no auxiliary one)
 #   multi     Multi-NMT (no ULR, no MoLE): the baseline of the bootstrap
@@ -68,6 +71,7 @@
 # back-translation ~30 min of passes + 3 systems -> 1.7 h. About 7 h in all (4.2 h with FIG55=0, 2.5 h with
 # FIG55=0 BT=0): a multi-session run. Every stage resumes where it stopped (checkpoints every 200 updates, the
 # training clock with them; finished stages are skipped).
+SYSTEM_MIN=${BUDGET_MIN:-45}   # read before lib.sh, whose own default (15) would win otherwise
 source "$(dirname "$0")/../lib.sh"
 BEAM=${BEAM:-5}
 LEN=(--max-len-a 1.2 --max-len-b 10)
@@ -123,13 +127,13 @@ if [ "${DATA:-bible}" = tiny ]; then
 else
   MULTI=data/bible_multi/raw/multi.tsv
   [ -s $MULTI ] || $PY -m fairseq_ext.tools.corpora multi --out data/bible_multi/raw
-  OUT=$RUNS/gu_ch5/$LOWRES
+  OUT=$RUNS/gu_ch5/$LOWRES/${SYSTEM_MIN}min
   DATA_ROOT=data/bible_universal
   DATA_ARGS=(--vocab-size 4000)
   LOWRES_TOKENS=${LOWRES_TOKENS:-16000}
   FULL_SIZES=${FULL_SIZES:-0 -1}
   ARCH=universal_rnn_bench
-  LIMIT=(--stop-time-hours "$(echo "${BUDGET_MIN:-45} / 60" | bc -l)")
+  LIMIT=(--stop-time-hours "$(echo "$SYSTEM_MIN / 60" | bc -l)")
   SEED_ARGS=()
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
   COST_ROUNDS=${COST_ROUNDS:-5} COST_STEPS=${COST_STEPS:-10} COST_TOKENS=${COST_TOKENS:-2048}
@@ -190,6 +194,12 @@ run_system() {
   flags=$(system_flags "$name")
   [ "$name" != vanilla ] || langs=(--aux-langs "$AUX" --lowres-lang "$LOWRES")  # its manifest names no aux language
   mkdir -p $o
+  if [ -n "${WARM_FROM:-}" ] && [ ! -e $o/checkpoint_last.pt ] && [ -e "$WARM_FROM/$(tag_of "$size")/$name/train.done" ]; then
+    # a longer budget continues the shorter budget's run: fairseq resumes its weights, optimiser, data order
+    # and training clock from checkpoint_last.pt (checkpoint_best.pt: the best so far)
+    cp "$WARM_FROM/$(tag_of "$size")/$name/checkpoint_last.pt" "$WARM_FROM/$(tag_of "$size")/$name/checkpoint_best.pt" $o/
+    echo "$name at $(tag_of "$size"): continuing $WARM_FROM's run" >> $o/train.log
+  fi
   if [ ! -e $o/train.done ]; then
     # shellcheck disable=SC2086
     $FS/fairseq-train $d/bin "${UD[@]}" --task universal_translation "${langs[@]}" --lang-temperature "$LANG_T" --arch $ARCH \

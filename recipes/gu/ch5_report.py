@@ -1,6 +1,6 @@
 """Report of recipes/gu/ch5.sh (Gu 2019 ch. 5, universal NMT: ULR + MoLE): Table 5.4, Fig. 5.5, Fig. 5.8, cost.
 
-Reads the recipe's output folder OUT (``runs/gu_ch5/<lowres>`` or ``runs/gu_ch5_tiny``)::
+Reads the recipe's output folder OUT (``runs/gu_ch5/<lowres>/<budget>min`` or ``runs/gu_ch5_tiny``)::
 
     OUT/<tag>/scores.json            `python -m fairseq_ext.tools.score compare --json` of the tag's systems
                                      against multi (baseline; systems named by their generate-test.txt paths,
