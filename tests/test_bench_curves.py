@@ -140,3 +140,35 @@ def test_curve_job_patience(tiny_data, tmp_path):
         assert c["stopped"] == "max-updates" and c["last_updates"] == 8
     block = table.read_text().split("<!-- bench:converged -->")[1]
     assert "| curvejob |" in block and "| patiencejob |" in block   # jobs never replace each other's rows
+
+
+CONVERGED = ROOT / "recipes" / "bench" / "converged.sh"
+
+
+def test_converged_recipe_refuses_an_unknown_stage(tmp_path):
+    p = run(["bash", CONVERGED], check=False, DATA="tiny", RUNS=tmp_path, STAGES="bogus", THREADS="1")
+    assert p.returncode == 2 and "unknown stage 'bogus'" in p.stderr
+
+
+@pytest.mark.slow
+def test_converged_recipe_tiny(tmp_path):
+    """DATA=tiny: the three stages on the tiny slice (two --train-only lanes per job, then the comparison)."""
+    table = tmp_path / "RESULTS.md"
+    table.write_text("# r\n", encoding="utf-8")
+    run(["bash", CONVERGED], timeout=2400, DATA="tiny", RUNS=tmp_path, THREADS="1", TABLE=str(table))
+    out = tmp_path / "converged_tiny"
+    expected = {"conv_es": {"transformer", "enc_dc", "jas_m11", "ms12_aif"},
+                "conv_tl": {"transformer", "concat_consec", "concat_rand"},
+                "ablate": {"transformer", "enc_dc", "enc_dc_pad_left", "enc_dc_lr7e4", "ms12_aif", "enc_dc_local_zero",
+                           "enc_dc_nodrop", "transformer_lr7e4", "ms12_aif_zero", "ms12"}}
+    block = table.read_text().split("<!-- bench:converged -->")[1].split("<!-- /bench:converged -->")[0]
+    for stage, configs in expected.items():
+        summary = json.loads((out / stage / "summary.json").read_text())
+        assert set(summary) == configs
+        for c in configs:
+            assert summary[c]["curve"]["points"] >= 1
+        assert (out / stage / "curves.png").read_bytes()[:8] == PNG
+        assert sum(1 for ln in block.splitlines() if ln.endswith(f"| {stage} |")) == len(configs)
+    # the ablation stops every configuration at the same number of updates
+    abl = json.loads((out / "ablate" / "summary.json").read_text())
+    assert {r["curve"]["last_updates"] for r in abl.values()} == {4}

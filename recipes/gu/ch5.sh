@@ -17,6 +17,7 @@
 #   MEASURE_COST=0 bash recipes/gu/ch5.sh        # without the interleaved cost ratio (ULR, ULR+MoLE vs Multi-NMT)
 #   BUDGET_MIN=15 bash recipes/gu/ch5.sh         # another training budget per system (runs/gu_ch5/it/15min)
 #   WARM_FROM=runs/gu_ch5/it/15min bash recipes/gu/ch5.sh   # the 45-min ladder continues the 15-min runs
+#   UPDATES=1200 bash recipes/gu/ch5.sh          # equal updates instead of equal time (runs/gu_ch5/it/1200upd)
 #   LOWRES=vi AUX=es,fr,ru bash recipes/gu/ch5.sh  # a low-resource language without a Romance relative (as Ko)
 #   DATA=tiny bash recipes/gu/ch5.sh             # the committed tiny multi-parallel slice, tiny models (~4 min)
 #   MODE=thesis bash recipes/gu/ch5.sh           # print the thesis-setting commands (RUN=1: run them)
@@ -128,12 +129,14 @@ else
   MULTI=data/bible_multi/raw/multi.tsv
   [ -s $MULTI ] || $PY -m fairseq_ext.tools.corpora multi --out data/bible_multi/raw
   OUT=$RUNS/gu_ch5/$LOWRES/${SYSTEM_MIN}min
+  [ -z "${UPDATES:-}" ] || OUT=$RUNS/gu_ch5/$LOWRES/${UPDATES}upd
   DATA_ROOT=data/bible_universal
   DATA_ARGS=(--vocab-size 4000)
   LOWRES_TOKENS=${LOWRES_TOKENS:-16000}
   FULL_SIZES=${FULL_SIZES:-0 -1}
   ARCH=universal_rnn_bench
   LIMIT=(--stop-time-hours "$(echo "$SYSTEM_MIN / 60" | bc -l)")
+  [ -z "${UPDATES:-}" ] || LIMIT=(--max-update "$UPDATES")   # equal updates instead (load-independent)
   SEED_ARGS=()
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
   COST_ROUNDS=${COST_ROUNDS:-5} COST_STEPS=${COST_STEPS:-10} COST_TOKENS=${COST_TOKENS:-2048}

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Reproduction at convergence: the rows that lose to the baseline at 10-15 minutes per system (JAS M-11,
+# Enc-DC, MS-12+AIF on es->en; CONSEC and RAND on en->tl), trained until their dev BLEU stops improving, with
+# learning curves (dev BLEU vs updates and vs training wall-clock) so that a budget effect and a per-update
+# handicap can be told apart; and the candidate causes of Enc-DC's per-update gap and of the AIF
+# initialisation, one change at a time at equal updates.
+# Code: recipes/bench/bench.py --curve-every (fairseq's --eval-bleu validation hook, greedy dev BLEU every N
+# updates; --patience early stopping on it; curves.csv / curves.png; the "converged" table of RESULTS.md).
+#
+#   bash recipes/bench/converged.sh                        # every stage below, two single-thread lanes
+#   STAGES="ablate" bash recipes/bench/converged.sh        # one or more of: conv_es conv_tl ablate
+#   DATA=tiny bash recipes/bench/converged.sh              # the committed tiny slice, a few updates (~6 min)
+#   TABLE=recipes/bench/RESULTS.md bash recipes/bench/converged.sh   # merge the rows into the converged table
+#
+# Stages (every configuration of recipes/bench/configs.py keeps the bench's model, optimiser and decoding):
+#   conv_es  es->en, LOW_SIZE (5,000) training verses, sentencepiece 4k (the Nguyen ch. 5 low set): transformer,
+#            jas_m11, enc_dc, ms12_aif; dev BLEU every CURVE_EVERY (200) updates, stopped after PATIENCE (5)
+#            validations without a better dev BLEU, capped at CAP_MIN (150) minutes of training each.
+#   conv_tl  en_web->tl, TL_SIZE (10,000) training verses, sentencepiece 4k (the Nguyen ch. 4 set): transformer,
+#            concat_consec, concat_rand; the same stopping rule.
+#   ablate   es->en low set, equal updates (ABLATE_UPDATES, 2,000; curves every CURVE_EVERY): enc_dc against
+#            enc_dc_local_zero (W_z's local half zero-initialised), enc_dc_pad_left (window [t-1, t]),
+#            enc_dc_nodrop (no dropout in the Local Context Unit), enc_dc_lr7e4 (with transformer_lr7e4: the
+#            DC paper's learning rate for both); ms12_aif against ms12_aif_zero (--aif-zero-init) and ms12 (no
+#            AIF); the transformer baseline beside them.
+# Each stage is one bench job (runs/converged/<stage>/) split over two lanes (bench.py --train-only), then
+# compared (paired bootstrap against the job's baseline, test beam 5) and, with TABLE, merged into the
+# converged table. The NAT pipeline's convergence (teacher first) is recipes/gu/ch8.sh's, not this recipe's.
+# CPU budget (THREADS=1, two lanes): conv_es <= 4 x CAP_MIN / 2 = 5 h at the cap (the baseline converges well
+# before it: see the curves), conv_tl <= 3 x CAP_MIN / 2, ablate 10 x ~40 min / 2 ~ 3.5 h at ~1 update/s. A
+# multi-session run: every configuration resumes from its last checkpoint (saved at each validation), and
+# finished configurations are reused.
+source "$(dirname "$0")/../lib.sh"
+STAGES=${STAGES:-conv_es conv_tl ablate}
+OUT=$RUNS/converged
+
+if [ "${DATA:-bible}" = tiny ]; then
+  ES=$($PY recipes/nguyen/transfer.py tiny-data --out "$RUNS/converged_tiny/data")
+  TL=$ES SRC_TL=es TGT_TL=en
+  OUT=$RUNS/converged_tiny
+  CURVE_EVERY=${CURVE_EVERY:-2} PATIENCE=${PATIENCE:-2} CAP_MIN=${CAP_MIN:-5}
+  CAP_UPDATES=${CAP_UPDATES:-6} ABLATE_UPDATES=${ABLATE_UPDATES:-4} N_BOOTSTRAP=${N_BOOTSTRAP:-50}
+else
+  ES=$(es_en_set low)
+  TL_SIZE=${TL_SIZE:-10000}
+  $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src en_web --tgt tl \
+    --method sentencepiece --vocab-size 4000 --train-size "$TL_SIZE" >&2
+  TL="data/bible_multi/en_web-tl/spm4000-train$TL_SIZE-seed1" SRC_TL=en_web TGT_TL=tl
+  CURVE_EVERY=${CURVE_EVERY:-200} PATIENCE=${PATIENCE:-5} CAP_MIN=${CAP_MIN:-150}
+  CAP_UPDATES=${CAP_UPDATES:-0} ABLATE_UPDATES=${ABLATE_UPDATES:-2000} N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
+fi
+
+# job NAME DATA SRC TGT REF2 "LANE_A" "LANE_B" LIMITS...: two --train-only lanes, then the comparison
+job() {
+  local name=$1 data=$2 src=$3 tgt=$4 ref2=$5 a=$6 b=$7 pa pb failed=0
+  shift 7
+  local common=(recipes/bench/bench.py --data "$data" --src "$src" --tgt "$tgt" --ref2 "$ref2" --threads "$THREADS"
+                --n-bootstrap "$N_BOOTSTRAP" --out "$OUT/$name" --curve-every "$CURVE_EVERY" "$@")
+  mkdir -p "$OUT/$name"
+  echo "[$name] lane A: $a; lane B: $b"
+  $PY "${common[@]}" --train-only --configs "$a" > "$OUT/$name/laneA.log" 2>&1 & pa=$!
+  $PY "${common[@]}" --train-only --configs "$b" > "$OUT/$name/laneB.log" 2>&1 & pb=$!
+  wait $pa || { failed=1; tail -20 "$OUT/$name/laneA.log"; }
+  wait $pb || { failed=1; tail -20 "$OUT/$name/laneB.log"; }
+  [ $failed = 0 ] || return 1
+  $PY "${common[@]}" --configs "$a,$b" ${TABLE:+--table "$TABLE"} > "$OUT/$name/compare.log" 2>&1 \
+    || { tail -20 "$OUT/$name/compare.log"; return 1; }
+  grep -A20 "^| config | system | best dev BLEU" "$OUT/$name/compare.log" | grep "^|"
+}
+
+CONV=(--patience "$PATIENCE" --budget-min "$CAP_MIN")
+[ "$CAP_UPDATES" = 0 ] || CONV+=(--max-updates "$CAP_UPDATES")
+for stage in $STAGES; do
+  case $stage in
+    conv_es) job conv_es "$ES" es en "" "transformer,enc_dc" "jas_m11,ms12_aif" "${CONV[@]}" ;;
+    conv_tl) job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" ;;
+    ablate) job ablate "$ES" es en "" "transformer,enc_dc,enc_dc_pad_left,enc_dc_lr7e4,ms12_aif" \
+              "enc_dc_local_zero,enc_dc_nodrop,transformer_lr7e4,ms12_aif_zero,ms12" \
+              --max-updates "$ABLATE_UPDATES" --budget-min 0 ;;
+    *) echo "error: unknown stage '$stage' (conv_es conv_tl ablate)" >&2; exit 2 ;;
+  esac || { echo "error: stage $stage failed (logs in $OUT/$stage)" >&2; exit 1; }
+done
