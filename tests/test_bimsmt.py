@@ -217,21 +217,23 @@ def test_history_never_contains_a_later_sentence_or_its_translation():
 
 
 # ------------------------------------------------------------------------------------------ generator
-def gen(model, cache=True):
-    return ConversationOnlineGenerator([model], model.dictionary, max_len_b=6, cache_turns=cache)
+def gen(model, cache=True, beam=1):
+    return ConversationOnlineGenerator([model], model.dictionary, max_len_b=6, cache_turns=cache, beam_size=beam)
 
 
-@pytest.mark.parametrize("kw", [dict(src_ctx="lang_sent_attn"), dict(dual="src_tgt", ctx_inject="initdec_adddec"),
-                                dict(dual="src_tgt_mix", ctx_inject="adddec"), dict(src_ctx="hier_gating")])
-def test_online_generation_uses_its_own_translations_and_equals_teacher_forcing(kw):
+@pytest.mark.parametrize("kw,beam", [(dict(src_ctx="lang_sent_attn"), 1),
+                                     (dict(dual="src_tgt", ctx_inject="initdec_adddec"), 1),
+                                     (dict(dual="src_tgt_mix", ctx_inject="adddec"), 1), (dict(src_ctx="hier_gating"), 1),
+                                     (dict(dual="src_tgt", ctx_inject="initdec_adddec"), 3)])
+def test_online_generation_uses_its_own_translations_and_equals_teacher_forcing(kw, beam):
     model = build_model("bimsmt_rnn_tiny", vocab=VOCAB, **kw)
     sample = toy_sample()
-    g = gen(model)
+    g = gen(model, beam=beam)
     hyps = g.generate([model], sample)
     # the batch's target side (references) is never read: the same output with garbage there
     noisy = {**sample, "net_input": dict(sample["net_input"])}
     noisy["net_input"]["hist_tgt_tokens"] = torch.full_like(sample["net_input"]["hist_tgt_tokens"], 5)
-    hyps2 = gen(model).generate([model], noisy)
+    hyps2 = gen(model, beam=beam).generate([model], noisy)
     assert [h[0]["tokens"].tolist() for h in hyps] == [h[0]["tokens"].tolist() for h in hyps2]
     # teacher-forcing the whole batch on the generator's own translations (as targets and as target history)
     # gives back its per-token scores: each sentence saw exactly those translations as history
@@ -264,11 +266,30 @@ def test_online_generation_follows_the_restricted_history(context):
         assert torch.allclose(lprobs[b, torch.arange(t.numel()), t], hyps[b][0]["positional_scores"], atol=1e-4)
 
 
-def test_cached_turn_states_equal_recomputing_them():
+def test_beam_size_selects_the_shrinking_beam():
+    """--beam K: the shrinking beam (Gu Eqs. 2.11-2.13) over each direction model with its history, the best
+    finished hypothesis kept (the teacher-forcing test above checks that the history then uses it); K = 1 is
+    greedy exactly."""
+    from fairseq_ext.generators.decoding import ShrinkingBeamGenerator
+
+    model = build_model("bimsmt_rnn_tiny", vocab=VOCAB, dual="src_tgt")
+    sample = toy_sample()
+    greedy = gen(model).generate([model], sample)
+    assert [h[0]["tokens"].tolist() for h in greedy] == \
+        [h[0]["tokens"].tolist() for h in gen(model, beam=1).generate([model], sample)]
+    g = gen(model, beam=4)
+    assert all(isinstance(d, ShrinkingBeamGenerator) and d.beam_size == 4 for d in g.decoders)
+    for h in g.generate([model], sample):
+        assert len(h) == 1 and int(h[0]["tokens"][-1]) == model.dictionary.eos()
+        assert float(h[0]["score"]) == pytest.approx(float(g.decoders[0].rerank_score(h[0]["positional_scores"])))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_cached_turn_states_equal_recomputing_them(beam):
     model = build_model("bimsmt_rnn_tiny", vocab=VOCAB, dual="src_tgt")
     convs = [("a", [0, 0, 1, 1, 0, 0, 1, 0, 1, 1]), ("b", [1, 1, 0, 1, 0])]
     sample = toy_sample(toy_dataset(convs))
-    cached, fresh = gen(model, True), gen(model, False)
+    cached, fresh = gen(model, True, beam), gen(model, False, beam)
     h1, h2 = cached.generate([model], sample), fresh.generate([model], sample)
     for a, b in zip(h1, h2):
         assert a[0]["tokens"].tolist() == b[0]["tokens"].tolist()
@@ -326,6 +347,8 @@ def test_cli_train_and_generate(conv_bin, tmp_path, arch, extra):
     hyps = hypotheses(out.stdout)
     assert len(hyps) == n_lines(FIXTURE / "test.conv")
     assert "Generate test with beam=1" in out.stderr or "BLEU" in out.stdout
+    if arch == "bimsmt_rnn_tiny":   # --beam K: the shrinking beam, one translation per sentence
+        assert len(hypotheses(cli_generate(conv_bin, ckpt, "--beam", "3").stdout)) == n_lines(FIXTURE / "test.conv")
 
 
 def test_bad_conversation_file_is_one_clear_error(conv_bin, tmp_path):

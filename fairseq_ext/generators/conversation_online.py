@@ -1,10 +1,12 @@
-"""``conversation_online``: online greedy translation of bilingual conversations (Maruf 2019 ch. 5, §5.3.4:
-argmax_y P(y^j | x^j, o^j), greedy, "the history uses the model's own earlier translations").
+"""``conversation_online``: online translation of bilingual conversations (Maruf 2019 ch. 5, §5.3.4:
+argmax_y P(y^j | x^j, o^j), greedy in the thesis, "the history uses the model's own earlier translations").
 
 A batch of the ``conversation_translation`` task holds whole conversations. The generator translates them
 in conversation order, one *wave* per position (the k-th sentence of every conversation of the batch);
-within a wave the rows are routed to the direction model of their language and decoded greedily
-(fairseq's length limits and bans, :class:`~fairseq_ext.generators.decoding.AutoregressiveGenerator`).
+within a wave the rows are routed to the direction model of their language and decoded greedily (``--beam 1``,
+the thesis's decoder) or with the shrinking beam of ``--beam K`` (Gu 2019 Eqs. 2.11–2.13: K live hypotheses, a
+finished one leaves the beam, re-ranked by ``--lenpen``; the best is the translation the history then uses),
+with fairseq's length limits and bans (:mod:`fairseq_ext.generators.decoding`).
 The history of a row is exactly the one the task decided (``hist_index``): its sources (the sentence
 vectors of every N-set row are computed once, up front -- all sources are observed) and, for the target
 history, the generator's **own** translations of those rows (their target vectors are computed once, right
@@ -29,17 +31,18 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from fairseq_ext.generators.decoding import AutoregressiveGenerator
+from fairseq_ext.generators.decoding import ShrinkingBeamGenerator
 from fairseq_ext.modules.bimsmt import Segment, assemble_history, encode_segments, history_segments
 
 
 class ConversationOnlineGenerator:
-    """Online greedy conversation decoding with the Turn-RNN cache (module doc)."""
+    """Online conversation decoding (greedy or the shrinking beam) with the Turn-RNN cache (module doc)."""
 
     uses_conversation_history = True
 
     def __init__(self, models, tgt_dict, max_len_a: float = 0.0, max_len_b: int = 200, max_len: int = 0,
-                 min_len: int = 1, lenpen: float = 1.0, normalize_scores: bool = True, cache_turns: bool = True):
+                 min_len: int = 1, lenpen: float = 1.0, normalize_scores: bool = True, cache_turns: bool = True,
+                 beam_size: int = 1):
         if len(models) != 1:
             raise NotImplementedError("conversation_online decodes with a single model (no ensembles)")
         self.model = models[0]
@@ -47,9 +50,10 @@ class ConversationOnlineGenerator:
             raise ValueError("conversation_online needs a conversation model (--arch bimsmt_rnn*)")
         self.tgt_dict = tgt_dict
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
-        self.decoders = [AutoregressiveGenerator([m], tgt_dict, max_len_a=max_len_a, max_len_b=max_len_b,
-                                                 max_len=max_len, min_len=min_len, lenpen=lenpen,
-                                                 normalize_scores=normalize_scores)
+        self.beam_size = beam_size
+        self.decoders = [ShrinkingBeamGenerator([m], tgt_dict, beam_size=beam_size, max_len_a=max_len_a,
+                                                max_len_b=max_len_b, max_len=max_len, min_len=min_len, lenpen=lenpen,
+                                                normalize_scores=normalize_scores)
                          for m in self.model.directions]
         self.symbols_to_strip_from_output = {self.eos}
         self.cache_turns = cache_turns
@@ -154,6 +158,8 @@ class ConversationOnlineGenerator:
             for k, i in enumerate(ids):
                 self.last_contexts[i] = ctx[k]
         gen = self.decoders[d]
+        if self.beam_size > 1:
+            return [h[0] for h in gen.beam(enc, src.size(0), gen.decode_limit(src))]
         hyps = gen.greedy(enc, src.size(0), gen.decode_limit(src))
         return [gen.hypothesis(h["tokens"], h["positional_scores"]) for h in hyps]
 

@@ -82,6 +82,11 @@ class AutoregressiveGenerator:
         self.model.cuda()
         return self
 
+    def device(self) -> torch.device:
+        """The model's device (CPU for a model without parameters, e.g. a hand-built test model)."""
+        p = next(self.model.parameters(), None)
+        return p.device if p is not None else torch.device("cpu")
+
     def decode_limit(self, src_tokens: Tensor) -> int:
         """The most tokens before the forced ⟨eos⟩ (fairseq's rule)."""
         return min(int(self.max_len_a * src_tokens.size(1) + self.max_len_b), self.max_len - 1)
@@ -122,7 +127,7 @@ class AutoregressiveGenerator:
         """Greedy decoding of ``n_rows`` rows of ``encoder_out`` (Eq. 2.10): a list of (tokens, positional
         scores) dicts. ``before_step(t)`` runs before decoding step t = 1, 2, ... (NPD's noise clock)."""
         model = self.model
-        device = next(model.parameters()).device
+        device = self.device()
         stepper = IncrementalStepper(model, encoder_out)
         tokens = torch.full((n_rows, max_len + 2), self.pad, dtype=torch.long, device=device)
         tokens[:, 0] = self.eos
@@ -172,10 +177,14 @@ class ShrinkingBeamGenerator(AutoregressiveGenerator):
     def generate(self, models, sample: Dict, prefix_tokens=None, constraints=None, **kwargs) -> List[List[Dict]]:
         self.check_request(prefix_tokens, constraints)
         src_tokens = sample["net_input"]["src_tokens"]
-        B, K, V = src_tokens.size(0), self.beam_size, self.vocab_size
-        max_len = self.decode_limit(src_tokens)
-        device = src_tokens.device
-        stepper = IncrementalStepper(self.model, self.encode(sample))
+        return self.beam(self.encode(sample), src_tokens.size(0), self.decode_limit(src_tokens))
+
+    def beam(self, encoder_out, n_rows: int, max_len: int) -> List[List[Dict]]:
+        """The shrinking beam over ``n_rows`` rows of ``encoder_out``: per row its finished hypotheses (fairseq's
+        dicts), best first by Eq. 2.13."""
+        B, K, V = n_rows, self.beam_size, self.vocab_size
+        device = self.device()
+        stepper = IncrementalStepper(self.model, encoder_out)
         # live rows, grouped by sentence in sentence order: their sentence, prefix, per-token scores
         sent = torch.arange(B, device=device)
         prefix = torch.full((B, 1), self.eos, dtype=torch.long, device=device)

@@ -35,7 +35,8 @@ split the number of conversations, sentences per direction, turns; the criterion
 score`` the BLEU per direction.
 
 Decoding: ``fairseq-generate`` with a ``bimsmt_rnn*`` model uses the ``conversation_online`` generator
-(greedy, online, own translations as target history, Turn-RNN cache). A sentence model (e.g. ``rnnsearch``)
+(online, greedy as in the thesis or ``--beam K`` for the shrinking beam, own translations as target history,
+Turn-RNN cache). A sentence model (e.g. ``rnnsearch``)
 trains and decodes on this task too: the conversation keys are removed for models that do not opt in
 (``uses_conversation_history``), so it is the one-model-for-both-directions sentence baseline.
 """
@@ -186,14 +187,13 @@ class ConversationTranslationTask(TranslationExtTask):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
         if getattr(args, "nbest", 1) > 1:
-            raise ValueError("conversation_online is greedy (the thesis decodes greedily): --nbest must be 1")
-        if getattr(args, "beam", 1) != 1:
-            logger.info("conversation_online decodes greedily (beam 1, §5.3.4); --beam %s is ignored", args.beam)
+            raise ValueError("conversation_online returns one translation per sentence (the one its history uses): "
+                             "--nbest must be 1")
         return ConversationOnlineGenerator(
             models, self.target_dictionary, max_len_a=getattr(args, "max_len_a", 0.0),
             max_len_b=getattr(args, "max_len_b", 200), max_len=getattr(args, "max_len", 0),
             min_len=getattr(args, "min_len", 1), lenpen=getattr(args, "lenpen", 1.0),
-            normalize_scores=not getattr(args, "unnormalized", False))
+            normalize_scores=not getattr(args, "unnormalized", False), beam_size=int(getattr(args, "beam", 1) or 1))
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         if isinstance(generator, ConversationOnlineGenerator):
