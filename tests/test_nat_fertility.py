@@ -349,13 +349,43 @@ def test_generator_tokens_are_the_decoders_argmax():
         with torch.no_grad():
             logits, mask = model.decode(enc, src, fertility=f)
         lprobs = torch.log_softmax(logits.float(), -1)
+        allowed = lprobs.clone()
+        allowed[..., [d.pad(), d.bos(), d.eos()]] = -math.inf   # never inside a translation
         for b in range(2):
             h = hyps[b][0]
             m = mask[b]
             assert int(m.sum()) == int(f[b].sum())
-            assert h["tokens"].tolist() == logits[b][m].argmax(-1).tolist() + [EOS]
-            assert torch.allclose(h["positional_scores"][:-1], lprobs[b][m].max(-1).values, atol=1e-6)
+            assert h["tokens"].tolist() == allowed[b][m].argmax(-1).tolist() + [EOS]
+            assert torch.allclose(h["positional_scores"][:-1], allowed[b][m].max(-1).values, atol=1e-6)
             assert h["fertility"].tolist() == f[b][src_mask[b]].tolist()
+
+
+def test_generator_never_outputs_special_symbols():
+    """A position whose most probable token is </s>, <s> or <pad> gets the best ordinary token instead (with its
+    full-softmax log-probability): one output token per position, none stripped from the printed translation."""
+    model = build_model("nat_fertility_tiny")
+    d = make_dictionary(60)
+    sample = _sample()
+    gen = NATFertilityGenerator(d, oracle_length=True)
+    plain = gen.generate([model], sample)
+    decode = model.decode
+
+    def prefer_specials(*a, **k):
+        logits, mask = decode(*a, **k)
+        logits = logits.clone()
+        logits[:, 0::3, d.eos()] = 1e4
+        logits[:, 1::3, d.bos()] = 1e4
+        logits[:, 2::3, d.pad()] = 1e4
+        return logits, mask
+
+    model.decode = prefer_specials
+    hyps = gen.generate([model], sample)
+    for h, p in zip(hyps, plain):
+        toks = h[0]["tokens"].tolist()
+        assert toks[-1] == EOS and not {d.pad(), d.bos(), d.eos()} & set(toks[:-1])
+        assert len(toks) == len(p[0]["tokens"])                       # the oracle length, unchanged
+        assert toks == p[0]["tokens"].tolist()                        # the same ordinary tokens win
+        assert bool((h[0]["positional_scores"][:-1] < -1e3).all())    # their real (tiny) probabilities
 
 
 def _spy_on_rescoring(gen):

@@ -43,6 +43,7 @@ number of ``candidates`` it chose from.
 import heapq
 import itertools
 import logging
+import math
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -230,6 +231,7 @@ class NATFertilityGenerator:
         self.epd_topk = epd_topk
         self.rescore_batch = rescore_batch
         self.symbols_to_strip_from_output = {tgt_dict.bos(), tgt_dict.eos()}
+        self.banned = torch.tensor(sorted({tgt_dict.pad(), tgt_dict.bos(), tgt_dict.eos()}), dtype=torch.long)
 
     @property
     def rescores(self) -> bool:
@@ -275,6 +277,14 @@ class NATFertilityGenerator:
                                        eos=self.eos if self.npd_score_eos else None,
                                        length_normalize=self.npd_length_normalize, chunk=self.rescore_batch)
 
+    def token_argmax(self, logits: Tensor) -> Tuple[Tensor, Tensor]:
+        """Ŷ = G(x, f) (Eq. 8.5's translation step): per position the most probable token that can stand inside a
+        translation -- ⟨pad⟩, ⟨s⟩ and ⟨/s⟩ are never chosen (the output length is the fertilities' sum, and the
+        output would otherwise lose the stripped symbols: one position, one output token) -- and its
+        log-probability under the full softmax."""
+        lprobs = torch.log_softmax(logits.float(), -1)
+        return lprobs.index_fill(-1, self.banned.to(lprobs.device), -math.inf).max(-1)
+
     def rescore(self, model, encoder_out, src_tokens: Tensor, src_lengths: Tensor, fertility: Tensor,
                 index: Tensor):
         """NPD/EPD (Eqs. 8.7, 8.8): decode every candidate fertility sequence (row n for source
@@ -283,7 +293,7 @@ class NATFertilityGenerator:
         B = src_tokens.size(0)
         enc = model.encoder.reorder_encoder_out(encoder_out, index)
         logits, mask = model.decode(enc, src_tokens[index], fertility=fertility)
-        scores, tokens = torch.log_softmax(logits.float(), -1).max(-1)
+        scores, tokens = self.token_argmax(logits)
         tokens = tokens.masked_fill(~mask, self.pad)
         t_scores = self.score_candidates(src_tokens, src_lengths, tokens, mask, index)
         chosen = best_per_group(t_scores, index, B)
@@ -317,7 +327,7 @@ class NATFertilityGenerator:
             if fertility is None:
                 fertility = self.fertility(fert_logits, src_mask, cap)
             logits, mask = model.decode(encoder_out, src_tokens, fertility=fertility, lengths=lengths)
-            scores, tokens = torch.log_softmax(logits.float(), -1).max(-1)
+            scores, tokens = self.token_argmax(logits)
 
         hypos = []
         for i in range(B):
