@@ -340,14 +340,16 @@ def test_report_calls_gates_for_the_main_ulr_mole_checkpoint(mole_run, tmp_path)
 # ============================================================================ tiny end to end
 @pytest.mark.slow
 def test_tiny_end_to_end(tmp_path):
-    """DATA=tiny: a few minutes on one thread next to other work (6 systems at 300 tokens + 5 at 0 / full)."""
+    """DATA=tiny: ~10 minutes on one thread next to other work (6 systems + 3 with back-translation at 300 tokens, 5
+    at 0 / full, the interleaved cost stage)."""
     p = run(["bash", RECIPE], timeout=1800, DATA="tiny", RUNS=tmp_path, THREADS="1")
     out = tmp_path / "gu_ch5_tiny"
     for name in ("table5_4.md", "fig5_5.png", "fig5_5.md", "fig5_8_gates.png", "report.json"):
         assert (out / name).is_file(), name
     for png in ("fig5_5.png", "fig5_8_gates.png"):
         assert (out / png).read_bytes()[:8] == PNG
-    expected = {"300": {"vanilla", "multi", "closest", "ulr_a_i", "ulr", "ulr_mole"}, "0k": {"multi", "ulr"},
+    expected = {"300": {"vanilla", "multi", "closest", "ulr_a_i", "ulr", "ulr_mole", "multi_bt", "ulr_bt", "ulr_mole_bt"},
+                "0k": {"multi", "ulr"},
                 "full": {"vanilla", "multi", "ulr"}}
     for tag, systems in expected.items():
         for s in systems:
