@@ -4,8 +4,10 @@ report ``recipes/gu/ch5_report.py`` on a synthetic output tree (its scores.json 
 ``fairseq_ext.tools.score compare --json``), ``fairseq-ext-ulr gates`` (the MoLE gate of Fig. 5.8) on tiny
 checkpoints trained here, and, marked slow, the recipe's ``DATA=tiny`` run end to end."""
 import json
+import math
 import sys
 
+import numpy as np
 import pytest
 
 from fairseq_ext.tools import corpora, ulr
@@ -282,9 +284,19 @@ def gates(*args, check=True):
 
 def test_gates_first_n_sentences(mole_run, tmp_path):
     data = mole_run["data"]
-    gates("--path", mole_run["mole"], "--data", data / "bin", "--n", "3", "--json", tmp_path / "g.jsonl",
-          "--plot", tmp_path / "g.png")
+    p = gates("--path", mole_run["mole"], "--data", data / "bin", "--n", "3", "--json", tmp_path / "g.jsonl",
+              "--plot", tmp_path / "g.png", "--plot-n", "2", "--summary", tmp_path / "s.json")
     recs = [json.loads(ln) for ln in (tmp_path / "g.jsonl").read_text(encoding="utf-8").splitlines()]
+    # the summary is over every piece of the 3 sentences (the plot shows the first 2)
+    summ = json.loads((tmp_path / "s.json").read_text())
+    g = np.array([t["gate"] for r in recs for t in r["tokens"]])
+    assert summ["sentences"] == 3 and summ["pieces"] == len(g)
+    assert [summ["mean_gate"][e] for e in ("es", "fr", "ru")] == pytest.approx(g.mean(0).tolist(), abs=1e-6)
+    assert [summ["top_share"][e] for e in ("es", "fr", "ru")] == pytest.approx(
+        [float((g.argmax(1) == k).mean()) for k in range(3)])
+    assert summ["saturated_share"] == pytest.approx(float((g.max(1) > 0.99).mean()))
+    assert summ["mean_entropy"] == pytest.approx(float(-(g * np.log(g)).sum(1).mean()), abs=1e-5)
+    assert "(the first 2)" in p.stderr and "mean gate es" in p.stderr
     ids = (data / "raw" / "test.ids").read_text(encoding="utf-8").splitlines()
     src = (data / "spm" / "test.src").read_text(encoding="utf-8").splitlines()
     assert [r["index"] for r in recs] == [0, 1, 2] and [r["id"] for r in recs] == ids[:3]
@@ -331,10 +343,24 @@ def test_report_calls_gates_for_the_main_ulr_mole_checkpoint(mole_run, tmp_path)
     d.mkdir()
     shutil.copy(mole_run["mole"], d / "checkpoint_best.pt")
     (d / "data_dir").write_text(f"{mole_run['data']}\n")
+    n_test = n_lines(mole_run["data"] / "raw" / "test.ids")
+    # a MoLE diagnostic system (the residual one) gets its own figure and summary line
+    r = out / "300" / "ulr_mole_res"
+    r.mkdir()
+    shutil.copy(mole_run["mole"], r / "checkpoint_best.pt")
+    (r / "data_dir").write_text(f"{mole_run['data']}\n")
     assert rep.main(["--out", str(out), "--main", "300"]) == 0
     assert (out / "fig5_8_gates.png").read_bytes()[:8] == PNG
-    assert n_lines(out / "fig5_8_gates.jsonl") == 3
-    assert "Fig. 5.8: fig5_8_gates.png" in (out / "table5_4.md").read_text()
+    assert (out / "fig5_8_gates_ulr_mole_res.png").read_bytes()[:8] == PNG
+    assert n_lines(out / "fig5_8_gates.jsonl") == min(n_test, rep.GATE_SUMMARY_SENTENCES)
+    md = (out / "table5_4.md").read_text()
+    assert "Fig. 5.8, Multi-NMT + ULR + MoLE: fig5_8_gates.png (the gate of 3 test sentences)" in md
+    assert "Fig. 5.8, Multi-NMT + ULR + MoLE, residual (diagnostic): fig5_8_gates_ulr_mole_res.png" in md
+    summ = json.loads((out / "report.json").read_text())["gate_summary"]["ulr_mole"]
+    assert summ["sentences"] == min(n_test, rep.GATE_SUMMARY_SENTENCES)
+    assert sum(summ["mean_gate"].values()) == pytest.approx(1.0, abs=1e-4)
+    assert sum(summ["top_share"].values()) == pytest.approx(1.0)
+    assert 0 <= summ["mean_entropy"] <= math.log(3) + 1e-6
 
 
 # ============================================================================ tiny end to end

@@ -35,8 +35,10 @@ Subcommands (run in this order; each one is skipped when its stamp is up to date
                runs the encoder on the first N sentences of the split (or the verse ids of DIR/raw/<split>.ids)
                and writes per sentence a JSON line (index, id, lang, experts = the auxiliary languages, src,
                tokens: [{piece, symbol, gate = softmax_k(g(h)) over the experts, top}], padding and </s>
-               left out) and one heatmap per sentence (experts x pieces) in one PNG.  A checkpoint without
-               MoLE is one error.
+               left out) and one heatmap per sentence (experts x pieces) in one PNG (``--plot-n N``: only the
+               first N); ``--summary OUT.json``: over all pieces the mean gate and top-expert share per expert,
+               the share of saturated pieces (max gate > 0.99) and the mean gate entropy (also logged).
+               A checkpoint without MoLE is one error.
 
 Errors (one ``error: ...`` line, exit status 2): a language without its text / embeddings / seed file,
 an unknown language code, an empty seed dictionary, a dict.src.txt symbol without a ``__<lang>`` suffix.
@@ -650,13 +652,37 @@ def cmd_gates(a) -> None:
     with atomic_write(a.json) as f:
         for rec in records:
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    shown = records if a.plot_n is None else records[:a.plot_n]
     plot_gates(a.plot, [{"id": r["id"], "lang": r["lang"], "pieces": [t["piece"] for t in r["tokens"]],
-                         "gates": [t["gate"] for t in r["tokens"]]} for r in records], experts)
+                         "gates": [t["gate"] for t in r["tokens"]]} for r in shown], experts)
+    summary = gate_summary(records, experts)
+    if a.summary:
+        with atomic_write(a.summary) as f:
+            f.write(json.dumps(summary, indent=1) + "\n")
     for rec in records:
         share = Counter(t["top"] for t in rec["tokens"])
         log(f"[ulr gates] {rec['id']} ({rec['lang']}): {len(rec['tokens'])} pieces, top expert per piece "
             + ", ".join(f"{e} {share.get(e, 0)}" for e in experts))
-    log(f"[ulr gates] {len(records)} sentences of {a.split} -> {a.json}, {a.plot}")
+    log(f"[ulr gates] {len(records)} sentences of {a.split} -> {a.json}, {a.plot}"
+        + (f" (the first {len(shown)})" if len(shown) < len(records) else ""))
+    log(f"[ulr gates] over {summary['pieces']} pieces: mean gate "
+        + ", ".join(f"{e} {summary['mean_gate'][e]:.3f}" for e in experts) + "; top expert "
+        + ", ".join(f"{e} {summary['top_share'][e]:.3f}" for e in experts)
+        + f"; max gate > 0.99 for {summary['saturated_share']:.3f}; mean entropy {summary['mean_entropy']:.3f} nats")
+
+
+def gate_summary(records: list[dict], experts: list[str]) -> dict:
+    """Over every piece of ``records`` (cmd_gates's): the mean gate per expert, the share of pieces whose top expert
+    it is, the share of saturated pieces (max gate > 0.99) and the mean gate entropy (nats; ln K = uniform)."""
+    g = np.asarray([t["gate"] for r in records for t in r["tokens"]], dtype=np.float64).reshape(-1, len(experts))
+    if not len(g):
+        raise ToolError("no source piece in the chosen sentences: nothing to summarise")
+    top = g.argmax(1)
+    return {"sentences": len(records), "pieces": int(len(g)),
+            "mean_gate": {e: float(g[:, k].mean()) for k, e in enumerate(experts)},
+            "top_share": {e: float((top == k).mean()) for k, e in enumerate(experts)},
+            "saturated_share": float((g.max(1) > 0.99).mean()),
+            "mean_entropy": float(-(g * np.log(np.clip(g, 1e-12, None))).sum(1).mean())}
 
 
 # =========================================================================== CLI
@@ -716,6 +742,8 @@ def build_parser() -> ArgumentParser:
     which.add_argument("--ids", help="comma-separated verse ids of DIR/raw/<split>.ids instead")
     g.add_argument("--json", required=True, help="output JSONL, one sentence a line")
     g.add_argument("--plot", required=True, help="output PNG, one heatmap (experts x pieces) per sentence")
+    g.add_argument("--plot-n", type=positive_int, help="plot only the first N of the sentences (default: all)")
+    g.add_argument("--summary", help="output JSON: mean gate, top-expert share, saturation, entropy over all pieces")
     return p
 
 

@@ -53,6 +53,8 @@
 #   ulr_a_i   + ULR with A fixed to I
 #   ulr       + ULR
 #   ulr_mole  + ULR + MoLE (criterion universal_mole_cross_entropy, gate loss weight 1)
+#   ulr_mole_res, ulr_mole_gw0   MoLE diagnostics (not in the default SYSTEMS): s' = h + MoLE(h) (--mole-residual),
+#             and the gate left unsupervised (--gate-loss-weight 0)
 #   closest   Closest Uni-Token Only: every source token is its closest universal token (--ulr-closest-only
 #             --ulr-no-language-specific)
 #   multi_bt, ulr_bt, ulr_mole_bt   the same + back-translated pairs (--bt-split bt; BT=0 skips them): two passes
@@ -180,9 +182,12 @@ system_flags() {
     ulr_a_i) echo "--ulr --ulr-fixed-A --criterion cross_entropy" ;;
     ulr) echo "--ulr --criterion cross_entropy" ;;
     ulr_mole) echo "--ulr --mole --criterion universal_mole_cross_entropy" ;;
+    ulr_mole_res) echo "--ulr --mole --mole-residual --criterion universal_mole_cross_entropy" ;;
+    ulr_mole_gw0) echo "--ulr --mole --criterion universal_mole_cross_entropy --gate-loss-weight 0" ;;
     closest) echo "--ulr --ulr-closest-only --ulr-no-language-specific --criterion cross_entropy" ;;
     *_bt) system_flags "${1%_bt}" > /dev/null && echo "$(system_flags "${1%_bt}") --bt-split bt" ;;
-    *) echo "error: unknown system $1 (vanilla multi ulr_a_i ulr ulr_mole closest, + _bt)" >&2; return 2 ;;
+    *) echo "error: unknown system $1 (vanilla multi ulr_a_i ulr ulr_mole ulr_mole_res ulr_mole_gw0 closest, + _bt)" >&2
+       return 2 ;;
   esac
 }
 BT_SYSTEMS=(${BT_SYSTEMS:-multi_bt ulr_bt ulr_mole_bt})

@@ -20,8 +20,10 @@ Reads the recipe's output folder OUT (``runs/gu_ch5/<lowres>/<budget>min`` or ``
   ``wps``; separate runs, so load-dependent);
 * ``OUT/fig5_5.png`` + ``OUT/fig5_5.md``: BLEU against the low-resource size (English tokens of the low-resource
   training pairs, from each data folder's manifest) for vanilla / multi / ulr;
-* ``OUT/fig5_8_gates.png`` (+ ``.jsonl``): when ``OUT/<main>/ulr_mole/checkpoint_best.pt`` exists, the MoLE gate of
-  3 test sentences (``python -m fairseq_ext.tools.ulr gates``);
+* ``OUT/fig5_8_gates.png`` (+ ``.jsonl``, ``_summary.json``): when ``OUT/<main>/ulr_mole/checkpoint_best.pt``
+  exists, the MoLE gate of 3 test sentences (``python -m fairseq_ext.tools.ulr gates``) and its summary over the
+  first GATE_SUMMARY_SENTENCES test sentences (mean gate per expert, saturated share, entropy); the same as
+  ``fig5_8_gates_<system>.*`` for each MoLE diagnostic system (ulr_mole_res, ulr_mole_gw0) that was trained;
 * ``OUT/report.json``: every number above.
 
 The table is printed on stdout.
@@ -44,7 +46,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SYSTEMS = [("vanilla", "Vanilla"), ("multi", "Multi-NMT"), ("closest", "Closest Uni-Token Only"),
            ("ulr_a_i", "Multi-NMT + ULR (A=I)"), ("ulr", "Multi-NMT + ULR"), ("multi_bt", "Multi-NMT + BT"),
            ("ulr_bt", "Multi-NMT + ULR + BT"), ("ulr_mole", "Multi-NMT + ULR + MoLE"),
-           ("ulr_mole_bt", "Multi-NMT + ULR + MoLE + BT")]
+           ("ulr_mole_bt", "Multi-NMT + ULR + MoLE + BT"),
+           ("ulr_mole_res", "Multi-NMT + ULR + MoLE, residual (diagnostic)"),
+           ("ulr_mole_gw0", "Multi-NMT + ULR + MoLE, unsupervised gate (diagnostic)")]
 LABELS = dict(SYSTEMS)
 # Thesis Table 5.4 (spec 004a §5.8): Ro-En test BLEU, 6k Ro-En pairs, aux Es Fr It Pt
 THESIS_BLEU = {"vanilla": 1.21, "multi": 14.94, "closest": 5.83, "ulr_a_i": 18.61, "ulr": 20.01, "multi_bt": 17.91,
@@ -53,6 +57,8 @@ FIG55_SYSTEMS = ("vanilla", "multi", "ulr")
 BASELINE = "multi"
 NO_DATA = "no_data"
 GATE_SENTENCES = 3
+GATE_SUMMARY_SENTENCES = 300
+MOLE_SYSTEMS = ("ulr_mole", "ulr_mole_res", "ulr_mole_gw0")   # the systems whose gate the report exports
 
 _NUM = r"(-?[0-9.]+(?:e[-+]?\d+)?)"
 EPOCH_RE = re.compile(r"\| train \| epoch \d+ \|.*?\| wps " + _NUM + r" \|.*?\| wpb " + _NUM + r" \|.*?"
@@ -247,15 +253,16 @@ def plot_fig5_5(pts: dict, path: str, lowres: str) -> None:
         plt.close(fig)
 
 
-def run_gates(out: str, main_tag: str, n: int = GATE_SENTENCES):
-    """``python -m fairseq_ext.tools.ulr gates`` on OUT/<main>/ulr_mole's best checkpoint -> OUT/fig5_8_gates.png;
-    the PNG path, or None when there is no such checkpoint."""
-    sysdir = os.path.join(out, main_tag, "ulr_mole")
+def run_gates(out: str, main_tag: str, n: int = GATE_SENTENCES, system: str = "ulr_mole"):
+    """``python -m fairseq_ext.tools.ulr gates`` on OUT/<main>/<system>'s best checkpoint -> OUT/fig5_8_gates.png
+    (``fig5_8_gates_<system>.png`` for another system than ulr_mole; the first ``n`` sentences plotted, the summary
+    over GATE_SUMMARY_SENTENCES); (PNG path, summary dict), or None when there is no such checkpoint."""
+    sysdir = os.path.join(out, main_tag, system)
     ckpt = os.path.join(sysdir, "checkpoint_best.pt")
     if not os.path.isfile(ckpt):
         return None
     data = None
-    for s in ("ulr_mole", BASELINE):
+    for s in (system, BASELINE):
         p = os.path.join(out, main_tag, s, "data_dir")
         if os.path.isfile(p):
             with open(p, encoding="utf-8") as f:
@@ -263,14 +270,28 @@ def run_gates(out: str, main_tag: str, n: int = GATE_SENTENCES):
             break
     if not data:
         raise ToolError(f"{ckpt} exists but no data_dir file names its data folder", sysdir)
-    png, jsonl = os.path.join(out, "fig5_8_gates.png"), os.path.join(out, "fig5_8_gates.jsonl")
+    stem = os.path.join(out, "fig5_8_gates" + ("" if system == "ulr_mole" else f"_{system}"))
+    png, jsonl, summary = stem + ".png", stem + ".jsonl", stem + "_summary.json"
     cmd = [sys.executable, "-m", "fairseq_ext.tools.ulr", "gates", "--path", ckpt, "--data", os.path.join(data, "bin"),
-           "--split", "test", "--n", str(n), "--json", jsonl, "--plot", png]
+           "--split", "test", "--n", str(max(n, GATE_SUMMARY_SENTENCES)), "--plot-n", str(n), "--json", jsonl,
+           "--plot", png, "--summary", summary]
     log("[ch5 report] " + " ".join(cmd))
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if p.returncode != 0:
         raise ToolError(f"the gates subcommand failed ({p.returncode}):\n{p.stderr[-2000:]}")
-    return png
+    with open(summary, encoding="utf-8") as f:
+        return png, json.load(f)
+
+
+def gate_line(system: str, png: str, summ: dict) -> str:
+    """One line of table5_4.md on a MoLE system's gate (its PNG and the summary of ``ulr gates --summary``)."""
+    experts = list(summ["mean_gate"])
+    return (f"Fig. 5.8, {LABELS.get(system, system)}: {os.path.basename(png)} (the gate of {GATE_SENTENCES} test "
+            f"sentences). Over {summ['pieces']:,} pieces of {summ['sentences']} test sentences: mean gate "
+            + ", ".join(f"{e} {summ['mean_gate'][e]:.3f}" for e in experts) + "; top expert "
+            + ", ".join(f"{e} {summ['top_share'][e]:.3f}" for e in experts)
+            + f"; saturated (max > 0.99) {summ['saturated_share']:.3f}; mean entropy {summ['mean_entropy']:.3f} nats "
+            f"(uniform {math.log(len(experts)):.3f}).")
 
 
 # --------------------------------------------------------------------------- main
@@ -377,11 +398,13 @@ def main(argv=None) -> int:
 
     # Fig. 5.8
     if not a.no_gates:
-        gates = run_gates(a.out, a.main)
-        if gates:
-            md += [f"Fig. 5.8: {os.path.basename(gates)} (MoLE gate of {GATE_SENTENCES} test sentences; numbers in "
-                   "fig5_8_gates.jsonl)", ""]
-            report["fig5_8"] = gates
+        for system in MOLE_SYSTEMS:
+            got = run_gates(a.out, a.main, system=system)
+            if got:
+                png, summ = got
+                md += [gate_line(system, png, summ), ""]
+                report["fig5_8" if system == "ulr_mole" else f"fig5_8_{system}"] = png
+                report.setdefault("gate_summary", {})[system] = summ
 
     with open(os.path.join(a.out, "table5_4.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(md))
