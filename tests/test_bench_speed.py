@@ -55,6 +55,32 @@ def test_speed_universal_configurations(tmp_path):
     assert p.returncode != 0 and "gu5_ulr" in p.stderr and "--baseline gu5_multi" in p.stderr
 
 
+def test_speed_conversation_configurations(tmp_path):
+    """Maruf ch. 5's cost ratio: the Bi-MSMT context models vs the base on the same conversation batches."""
+    import shutil
+
+    from harness import fairseq
+    fx = ROOT / "tests" / "data" / "conversations"
+    binp = tmp_path / "conv" / "bin"
+    fairseq("preprocess", "-s", "src", "-t", "tgt", "--joined-dictionary", "--trainpref", fx / "train",
+            "--validpref", fx / "valid", "--destdir", binp, "--workers", "1", user_dir=False)
+    shutil.copyfile(fx / "train.conv", binp / "train.conv")
+    shutil.copyfile(fx / "valid.conv", binp / "valid.conv")
+    out = tmp_path / "maruf5"
+    run([sys.executable, SPEED, "--data", binp.parent, "--baseline", "maruf5_base", "--configs",
+         "maruf5_src_lsa,maruf5_dual", "--rounds", "2", "--steps", "1", "--warmup", "1", "--max-tokens", "2048",
+         "--out", out])
+    res = json.loads((out / "speed.json").read_text())
+    assert list(res["configs"]) == ["maruf5_base", "maruf5_src_lsa", "maruf5_dual"]
+    assert res["configs"]["maruf5_base"]["ratios"] == [1.0, 1.0]
+    # the Turn-RNNs, the attention and the gate add parameters; the dual model adds the target side on top
+    n = {k: v["params"] for k, v in res["configs"].items()}
+    assert n["maruf5_base"] < n["maruf5_src_lsa"] < n["maruf5_dual"]
+    p = run([sys.executable, SPEED, "--data", binp.parent, "--configs", "maruf5_tgt", "--rounds", "1",
+             "--steps", "1", "--out", tmp_path / "j"], check=False)
+    assert p.returncode != 0 and "maruf5_tgt" in p.stderr and "--baseline maruf5_base" in p.stderr
+
+
 DECODE_SPEED = ROOT / "recipes" / "bench" / "decode_speed.py"
 
 

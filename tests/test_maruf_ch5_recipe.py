@@ -153,3 +153,8 @@ def test_tiny_end_to_end(tmp_path):
     md = (out / "results.md").read_text()
     assert "Table 5.3 layout" in md and "| dual_mix (Dual Context Src-Tgt-Mix) |" in md and "24.7 / 21.8 / 27.7" in md
     assert "decode time × first" in md and "conversations score" in md
+    # the training-cost stage: every context model against the base, interleaved on the same batches
+    cost = json.loads((out / "cost" / "speed.json").read_text())
+    assert list(cost["configs"]) == [f"maruf5_{s}" for s in systems]
+    assert cost["configs"]["maruf5_base"]["ratios"] == [1.0]
+    assert "training time per target word" in md and "| maruf5_dual_mix |" in md

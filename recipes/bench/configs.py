@@ -234,6 +234,26 @@ for _name, _desc, _flags in [
          ["--ulr", "--mole", "--criterion", "universal_mole_cross_entropy"])]:
     CONFIGS[_name] = {"desc": _desc, "task": "universal_translation", "train": GU5 + _flags, "generate": GENERATE}
 
+# Maruf ch. 5 (issue 14; recipes/maruf/ch5.sh): Bi-MSMT on conversations (task conversation_translation on
+# data/bible_conv_es_en, whole conversations per batch), the recipe's CPU-mode systems (the thesis's 256/256/128
+# sizes, the NMT-encoder sentence vectors, InitDec), Adam 1e-3 + clip 1. speed.py times them against maruf5_base
+# (the reference target history: the same work as the generated one); bench.py does not run them (the recipe does).
+MARUF5 = ["--conv-langs", "en,es", "--conv-target-history", "reference", "--criterion", "conversation_cross_entropy",
+          "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3", "--clip-norm", "1.0",
+          "--max-tokens", "2048"]
+MARUF5_CTX = ["--arch", "bimsmt_rnn", "--src-sent-encoder", "nmt_encoder", "--ctx-inject", "initdec"]
+for _name, _desc, _flags in [
+        ("maruf5_base", "Maruf ch.5 base (two RNNsearch directions, no context)", ["--arch", "bimsmt_rnn_base"]),
+        ("maruf5_src_lsa", "Maruf ch.5 source context, Lang-Specific Sentence-level Attention (Eqs. 5.1-5.2)",
+         MARUF5_CTX + ["--src-ctx", "lang_sent_attn"]),
+        ("maruf5_src_la", "Maruf ch.5 source context, Lang-Specific (turn) Attention", MARUF5_CTX + ["--src-ctx", "lang_attn"]),
+        ("maruf5_tgt", "Maruf ch.5 target context (frozen base vectors)",
+         MARUF5_CTX + ["--src-ctx", "none", "--tgt-ctx", "lang_sent_attn", "--tgt-vectors", "frozen_base"]),
+        ("maruf5_dual", "Maruf ch.5 Dual Context Src-Tgt", MARUF5_CTX + ["--dual", "src_tgt", "--tgt-vectors", "frozen_base"]),
+        ("maruf5_dual_mix", "Maruf ch.5 Dual Context Src-Tgt-Mix",
+         MARUF5_CTX + ["--dual", "src_tgt_mix", "--tgt-vectors", "frozen_base"])]:
+    CONFIGS[_name] = {"desc": _desc, "task": "conversation_translation", "train": MARUF5 + _flags, "generate": GENERATE}
+
 BASELINE = "transformer"
 
 

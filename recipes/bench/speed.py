@@ -20,7 +20,8 @@ reading the same folder) are accepted; ``doc_translation`` configurations (Maruf
 = the segmented folder and must be timed against a ``doc_translation`` baseline (``--baseline
 maruf_sentence``) so that every configuration trains on the same document batches; ``universal_translation``
 configurations (Gu ch. 5) take a ``fairseq-ext-data universal`` folder as ``--data`` and the ``gu5_multi``
-baseline.
+baseline; ``conversation_translation`` configurations (Maruf ch. 5) take the conversation folder
+(``data/bible_conv_es_en``) and the ``maruf5_base`` baseline.
 """
 import argparse
 import json
@@ -37,6 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import configs as bench_configs  # noqa: E402
 
 START, END = "<!-- speed:table -->", "<!-- /speed:table -->"
+# the baseline configuration of each task whose batches only its own kind reads
+BASELINES = {"universal_translation": "gu5_multi", "doc_translation": "maruf_sentence",
+             "conversation_translation": "maruf5_base"}
 
 
 def log(msg: str) -> None:
@@ -50,7 +54,7 @@ def build(name: str, data: Path):
 
     cfg = bench_configs.get(name)
     if cfg["task"] not in ("translation_ext", "translation", "translation_decoding", "doc_translation",
-                           "universal_translation"):
+                           "universal_translation", "conversation_translation"):
         raise SystemExit(f"error: configuration '{name}' uses task {cfg['task']}; speed.py times "
                          f"plain translation configurations only")
     extra = ["--doc-ids-dir", str(data.parent)] if cfg["task"] == "doc_translation" else []
@@ -136,14 +140,14 @@ def main(argv=None) -> int:
     names = [c for c in args.configs.split(",") if c]
     if args.baseline not in names:
         names.insert(0, args.baseline)
-    special = ("doc_translation", "universal_translation")  # tasks whose batches only their own kind reads
+    special = ("doc_translation", "universal_translation", "conversation_translation")  # batches only their own kind reads
     base_task = bench_configs.get(args.baseline)["task"]
     for name in names:
         task = bench_configs.get(name)["task"]
         if task != base_task and (task in special or base_task in special):
             raise SystemExit(f"error: configuration '{name}' (task {task}) cannot be timed against the baseline "
                              f"'{args.baseline}' (task {base_task}): every configuration must train on the "
-                             f"same batches (--baseline {'gu5_multi' if task == 'universal_translation' else 'maruf_sentence' if task == 'doc_translation' else 'transformer'})")
+                             f"same batches (--baseline {BASELINES.get(task, 'transformer')})")
     systems = {}
     for name in names:
         torch.manual_seed(1)

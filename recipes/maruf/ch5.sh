@@ -246,6 +246,7 @@ if [ "${DATA:-bible}" = tiny ]; then
   POST=()
   N_BOOTSTRAP=${N_BOOTSTRAP:-50}
   ROUNDS=${ROUNDS:-1}
+  COST_ROUNDS=${COST_ROUNDS:-1} COST_STEPS=${COST_STEPS:-1}
 else
   RAW=data/bible_conv_es_en/raw
   BIN=data/bible_conv_es_en/bin
@@ -262,6 +263,7 @@ else
   POST=(--post-process sentencepiece)
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
   ROUNDS=${ROUNDS:-3}
+  COST_ROUNDS=${COST_ROUNDS:-5} COST_STEPS=${COST_STEPS:-10}
 fi
 mkdir -p $OUT
 T=(--task conversation_translation --conv-langs en,es)
@@ -349,6 +351,20 @@ if [ ! -s $OUT/decode_speed.json ]; then
     "${sp_args[@]}" > $OUT/decode_speed.md && mv $OUT/decode_speed.json.tmp $OUT/decode_speed.json
 fi
 
+# ---- training-cost ratio × base (MEASURE_COST=1): time per target word of each system's model, measured interleaved in
+# one process on the same fixed conversation batches (recipes/bench/speed.py, configurations maruf5_<system> of
+# recipes/bench/configs.py: the CPU mode's model flags), COST_ROUNDS rounds x COST_STEPS steps
+if [ "${MEASURE_COST:-1}" = 1 ] && [ ! -s $OUT/cost/speed.json ]; then
+  cost_configs=$(for s in "${SYSTEMS[@]:1}"; do echo "maruf5_$s"; done | paste -sd,)
+  if [ -n "$cost_configs" ]; then
+    $PY recipes/bench/speed.py --data "$(dirname $BIN)" --baseline maruf5_base --configs "$cost_configs" \
+      --rounds "$COST_ROUNDS" --steps "$COST_STEPS" --warmup 1 --max-tokens 2048 --out $OUT/cost \
+      > $OUT/cost.rows 2> $OUT/cost.log || { tail -20 $OUT/cost.log; exit 1; }
+    { echo "| config | params | ms per step | time per target token × base (median) | range over rounds | rounds × steps | job |"
+      echo "|---|---|---|---|---|---|---|"; cat $OUT/cost.rows; } > $OUT/cost/speed.md
+  fi
+fi
+
 # ---- scores: Table 5.3 layout (ch5_report.py), the tool's per-direction BLEU, score compare (overall)
 args=() logs=()
 for s in "${SYSTEMS[@]}"; do args+=(--system "$s=$OUT/decode/$s/generate-test.txt"); logs+=(--log "$s=$OUT/$s.log"); done
@@ -370,6 +386,12 @@ $PY recipes/maruf/ch5_report.py report --out $OUT --conv $BIN/test.conv --ref $R
   printf '```\n\n## decode time (valid, %s interleaved rounds)\n\n' "$ROUNDS"
   cat $OUT/decode_speed.md
   echo
+  if [ -s $OUT/cost/speed.md ]; then
+    printf '\n## training time per target word (recipes/bench/speed.py, %s rounds x %s steps, interleaved)\n\n' \
+      "$COST_ROUNDS" "$COST_STEPS"
+    cat $OUT/cost/speed.md
+    echo
+  fi
 } >> $OUT/results.md
 cat $OUT/results.md
 echo "results: $OUT/results.md"
