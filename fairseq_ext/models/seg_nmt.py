@@ -12,7 +12,8 @@ pairs arrive in ``net_input`` as the ``seg_translation`` task gives them (:mod:`
   of all pairs of an example are concatenated; they are computed once per sentence, by the encoder, and
   kept in ``encoder_out`` (``tm_keys`` (B, M, C), ``tm_values`` (B, M, H), ``tm_tokens`` (B, M),
   ``tm_padding_mask`` (B, M), ``tm_pair`` / ``tm_position`` (B, M): which pair k and position τ a slot
-  is, −1 at padding), so ``reorder_encoder_out`` carries them through beam search.
+  is, −1 at padding), so ``reorder_encoder_out`` carries them through beam search — the keys and values
+  stay one row per sentence there, read through ``tm_row`` (the row of each hypothesis).
 * **Matching** (Eq. 4.6): q_{t,τ} = softmax_τ(c_tᵀ M c'_τ − λ β_{t−1,τ}), the query c_t = this step's
   attention context; ``--tm-metric diagonal`` (default) or ``full``, M initialised to the identity; λ
   initialised to 0. **Coverage** (Eq. 4.7): β_t = β_{t−1} + q_t ζ_t per slot, in the decoder state
@@ -62,7 +63,10 @@ from fairseq_ext.modules.tm_memory import (
     gate_log_probs,
     gather_slots,
     memory_log_attention,
+    reorder_shared,
     shallow_fusion,
+    shared_read,
+    shared_scores,
 )
 from fairseq_ext.modules.warm_start import SentenceWarmStartMixin
 
@@ -70,6 +74,9 @@ FUSIONS = ("shallow", "deep")
 
 #: the memory-only parameters (absent from a sentence checkpoint): M, λ, the gate
 TM_PARAM_PREFIXES = ("decoder.tm_",)
+
+#: the memory tables a sentence's beam hypotheses share (one row per sentence, indexed by ``tm_row``)
+SHARED_MEMORY = ("tm_keys", "tm_values")
 
 #: the ``net_input`` keys of the ``seg_translation`` task
 TM_INPUT_KEYS = ("tm_src_tokens", "tm_src_lengths", "tm_prev_output_tokens", "tm_tgt_tokens", "tm_index")
@@ -100,6 +107,21 @@ class SegNMTEncoder(RNNSearchEncoder):
         if tm_src_tokens is not None and tm_src_tokens.size(0) > 0 and bool(tm_index.ge(0).any()):
             tm_out = super().forward(tm_src_tokens, tm_src_lengths)
         out.update(self.memory_builder(tm_out, tm_prev_output_tokens, tm_tgt_tokens, tm_index))
+        return out
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
+        """rnnsearch's reordering, except for the big memory tables (``tm_keys``, ``tm_values``: (S, M, ·)),
+        which stay one row per sentence: only ``tm_row`` (N,), the row each hypothesis reads, follows the beam
+        (rows of finished sentences are dropped). Re-indexing the tables at every step was a quarter of
+        SEG-NMT's beam-search time."""
+        shared = {k: encoder_out[k][0] for k in SHARED_MEMORY if k in encoder_out}
+        out = super().reorder_encoder_out(
+            {k: v for k, v in encoder_out.items() if k not in SHARED_MEMORY and k != "tm_row"}, new_order)
+        if shared:
+            row, shared = reorder_shared(encoder_out["tm_row"][0] if "tm_row" in encoder_out else None, shared,
+                                         new_order)
+            out.update({k: [t] for k, t in shared.items()})
+            out["tm_row"] = [row]
         return out
 
 
@@ -179,11 +201,12 @@ class SegNMTDecoder(RNNSearchDecoder):
             ctx = torch.bmm(weights.unsqueeze(1), encoder_out["encoder_out"][0].transpose(0, 1)).squeeze(1)
         z = new_state["hidden"][:, -1]
         padding = encoder_out["tm_padding_mask"][0]
-        scores = self.tm_metric(ctx, encoder_out["tm_keys"][0].type_as(ctx))  # c_tᵀ M c'_τ
+        row = encoder_out["tm_row"][0] if "tm_row" in encoder_out else None  # the memory row of each hypothesis
+        scores = shared_scores(self.tm_metric, ctx, encoder_out["tm_keys"][0].type_as(ctx), row)  # c_tᵀ M c'_τ
         coverage = state.get("tm_coverage")
         log_q = memory_log_attention(scores, padding, coverage, getattr(self, "tm_coverage_weight", None))
         q = log_q.exp()
-        z_tilde = torch.bmm(q.type_as(z).unsqueeze(1), encoder_out["tm_values"][0].type_as(z)).squeeze(1)  # Eq. 4.3
+        z_tilde = shared_read(q.type_as(z), encoder_out["tm_values"][0].type_as(z), row)  # Eq. 4.3
         log_zeta, log_rest = gate_log_probs(self.tm_gate(torch.cat([ctx, z, z_tilde], dim=-1)), padding.all(1))
         zeta = log_zeta.exp()
         if coverage is not None:

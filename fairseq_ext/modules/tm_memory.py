@@ -47,10 +47,65 @@ class BilinearMetric(nn.Module):
         self.kind = kind
         self.weight = nn.Parameter(torch.ones(dim) if kind == "diagonal" else torch.eye(dim))
 
+    def project(self, query: Tensor) -> Tensor:
+        """c_tᵀ M as a (B, C) row per query: (Mᵀ c_t)ᵀ."""
+        return query * self.weight if self.kind == "diagonal" else query @ self.weight
+
     def forward(self, query: Tensor, keys: Tensor) -> Tensor:
         """query c_t (B, C), keys c' (B, M, C) → scores (B, M)."""
-        q = query * self.weight if self.kind == "diagonal" else query @ self.weight  # (Mᵀ c_t)ᵀ = c_tᵀ M
-        return torch.bmm(keys, q.unsqueeze(2)).squeeze(2)
+        return torch.bmm(keys, self.project(query).unsqueeze(2)).squeeze(2)
+
+
+# --------------------------------------------------------------------------- a memory shared by a sentence's beam
+def shared_group(row: Optional[Tensor], n: int, rows: int) -> Optional[int]:
+    """G when hypothesis i reads memory row i // G — fairseq's beam layout (each sentence's hypotheses
+    contiguous, the sentences in order; G = 1 without a beam) — else None (an arbitrary ``row``: gather).
+    ``row`` (n,) the memory row of each hypothesis (None: row i for hypothesis i); ``rows`` the memory's rows."""
+    if row is None:
+        return 1 if n == rows else None
+    if rows == 0 or n % rows:
+        return None
+    g = n // rows
+    return g if torch.equal(row, torch.arange(rows, device=row.device).repeat_interleave(g)) else None
+
+
+def shared_scores(metric: BilinearMetric, query: Tensor, keys: Tensor, row: Optional[Tensor]) -> Tensor:
+    """c_tᵀ M c'_τ (Eq. 4.6) of the queries (N, C) against the keys (S, M, C) of their memory rows ``row``
+    (N,) → (N, M). In the beam layout (:func:`shared_group`) one batched product per sentence reads its
+    keys in place; otherwise the rows are gathered first."""
+    n, (s, m, c) = query.size(0), keys.shape
+    g = shared_group(row, n, s)
+    if g is None:
+        return metric(query, keys.index_select(0, row))
+    q = metric.project(query).view(s, g, c)
+    return torch.bmm(q, keys.transpose(1, 2)).reshape(n, m)
+
+
+def shared_read(weights: Tensor, values: Tensor, row: Optional[Tensor]) -> Tensor:
+    """Σ_τ q_{t,τ} z'_τ (Eq. 4.3) of the weights (N, M) over the values (S, M, H) of their memory rows ``row``
+    (N,) → (N, H), batched per sentence in the beam layout like :func:`shared_scores`."""
+    n, (s, m, h) = weights.size(0), values.shape
+    g = shared_group(row, n, s)
+    if g is None:
+        return torch.bmm(weights.unsqueeze(1), values.index_select(0, row)).squeeze(1)
+    return torch.bmm(weights.view(s, g, m), values).reshape(n, h)
+
+
+def reorder_shared(row: Optional[Tensor], tables: Dict[str, Tensor], new_order: Tensor):
+    """Beam reordering of a shared memory: only the (N,) row index moves (``row`` None: the identity over
+    the tables' rows); the tables (S, ...) are left in place, except that rows no hypothesis reads any more
+    (finished sentences) are dropped. Returns (new row index, tables)."""
+    s = next(iter(tables.values())).size(0)
+    if row is None:
+        row = torch.arange(s, device=new_order.device)
+    row = row.index_select(0, new_order)
+    used = torch.unique(row)  # sorted
+    if used.numel() < s:
+        remap = torch.full((s,), -1, dtype=torch.long, device=row.device)
+        remap[used] = torch.arange(used.numel(), device=row.device)
+        row = remap[row]
+        tables = {k: t.index_select(0, used) for k, t in tables.items()}
+    return row, tables
 
 
 def memory_log_attention(scores: Tensor, padding_mask: Tensor, coverage: Optional[Tensor] = None,
