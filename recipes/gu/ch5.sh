@@ -59,7 +59,8 @@
 #             --ulr-no-language-specific)
 #   multi_bt, ulr_bt, ulr_mole_bt   the same + back-translated pairs (--bt-split bt; BT=0 skips them): two passes
 #             from the +ULR model -- LOWRES's 2,000 held-back monolingual verses -> English*; an English -> LOWRES
-#             rnnsearch (the same shape) on the 650 real pairs reversed + those, BT_BUDGET_MIN (15) minutes;
+#             rnnsearch (the same shape) on the 650 real pairs reversed + those, BT_BUDGET_MIN (15) minutes
+#             (BT_UPDATES=n: n updates instead);
 #             N_BT_EN (5,000) English verses of the training books (none of LOWRES's) -> LOWRES*; translations
 #             greedy (BT_BEAM 1). The thesis's amounts are not given (spec REC: 2M synthetic pairs).
 # Fig. 5.5 (FIG55=1): vanilla / multi / ulr also at LOWRES_TOKENS 0 (zero-resource; vanilla has no data) and -1
@@ -285,6 +286,7 @@ if [ "${BT:-1}" = 1 ] && [ ${#BT_SYSTEMS[@]} -gt 0 ]; then
   if [ ! -e $B/backward/train.done ]; then
     BW_LIMIT=("${LIMIT[@]}")
     [ "${DATA:-bible}" = tiny ] || BW_LIMIT=(--stop-time-hours "$(echo "${BT_BUDGET_MIN:-15} / 60" | bc -l)")
+    [ -z "${BT_UPDATES:-}" ] || BW_LIMIT=(--max-update "$BT_UPDATES")   # equal updates (load-independent)
     $FS/fairseq-train $B/backward/bin "${UD[@]}" --task translation_decoding -s en -t src --arch rnnsearch \
       --rnn-type lstm --decoder-variant plain --decoder-layers 2 --encoder-embed-dim "${BW_UNITS:-256}" \
       --encoder-hidden-size "${BW_UNITS:-256}" --attention-dim "${BW_UNITS:-256}" --dropout 0.2 \
