@@ -227,6 +227,7 @@ def test_tiny_end_to_end(tmp_path):
     """DATA=tiny: ~5-6 min on one thread next to other work."""
     run(["bash", RECIPE], timeout=1500, DATA="tiny", RUNS=tmp_path, THREADS="1")
     out = tmp_path / "gu_ch9_tiny"
+    assert (out / "nmt" / "train.done").exists()   # stage 1 finished: a rerun skips it, a killed one resumes it
     ev = out / "eval_lt100"          # the tiny slice's limit: both sides < 100 subwords, every such pair
     n_test = n_lines(ev / "test" / "ref.txt")
     systems = {f"{a}.{s}" for a in ("ap0.3", "ap0.5", "ap0.7") for s in ("greedy", "beam")}

@@ -22,6 +22,7 @@
 #   STAGE1=ckpt.pt bash recipes/gu/ch9.sh     # the frozen environment: that rnnsearch checkpoint (no stage 1); it must
 #                                             # have a uni-directional encoder (--encoder-unidirectional, refused
 #                                             # otherwise) and the PAIR's data and direction
+#   STAGE1_UPDATES=1600 bash recipes/gu/ch9.sh         # stage 1 for that many updates instead of BUDGET_MIN minutes
 #   TARGETS="ap0.3 ap0.7 cw2" bash recipes/gu/ch9.sh   # the agents' delay targets (default ap0.3 ap0.5 ap0.7)
 #   WAITK="1 3 5" BEAM=3 bash recipes/gu/ch9.sh        # the wait-k reading, the simul_beam width
 #   DATA=tiny bash recipes/gu/ch9.sh          # the committed tiny slice, tiny models, a few updates (~5 min)
@@ -80,7 +81,7 @@
 # Report (ch9_report.py report): sacreBLEU BLEU / chrF and corpus AP / CW / AL / DAL per system -> OUT/results.md
 # (+ results.json, fig9_5_bleu_ap.png, fig9_6_bleu_cw.png, bleu_al.png, fig9_4_curves.png) with the dominance check of
 # the agents against WIW / WID on AP, CW and AL (stated either way) and the agents against the wait-k curve at their AL.
-# Caching: a step is skipped when its output exists (stage 1 checkpoint, agents' train.done, finished decode folders;
+# Caching: a step is skipped when its output exists (stage 1's and the agents' train.done, finished decode folders;
 # decodes are written to .tmp folders and moved), so a killed run resumes where it stopped.
 # CPU budget (THREADS=1, two lanes). Timed here with a smoke run (15 stage-1 updates, 6 agent updates, 64 test verses
 # per decode) next to other training runs on the 2 cores (load 5-8), on the barely trained environment, whose outputs
@@ -229,6 +230,7 @@ else
   UPDATES=${UPDATES:-200} VALID_EVERY=${VALID_EVERY:-50} VALID_STEPS=${VALID_STEPS:-} BATCH=${BATCH:-10}
   TRAJ=${TRAJ:-5} TEST_N=${TEST_N:-600}
   STAGE1_LIMIT=(--stop-time-hours "$(echo "$STAGE1_MIN / 60" | bc -l)")
+  [ -z "${STAGE1_UPDATES:-}" ] || STAGE1_LIMIT=(--max-update "$STAGE1_UPDATES")   # equal updates across pairs
 fi
 EVAL=$OUT/eval_lt$MAXLEN${TEST_N:+_n$TEST_N}   # the test pairs (and their decodes) of these MAXLEN / TEST_N
 DEC=$EVAL/decode
@@ -252,14 +254,18 @@ if [ ! -s $T50/bin/test.$SRC-$TGT.$SRC.idx ]; then
 fi
 
 # ---- stage 1: the frozen uni-directional environment
+# (our own stage 1 is finished when nmt/train.done exists: a killed run resumes from checkpoint_last.pt, with its
+# training clock, instead of taking the best checkpoint so far as the environment)
 STAGE1=${STAGE1:-$OUT/nmt/checkpoint_best.pt}
-if [ ! -s "$STAGE1" ]; then
-  [ "$STAGE1" = $OUT/nmt/checkpoint_best.pt ] || { echo "error: STAGE1=$STAGE1 does not exist" >&2; exit 2; }
+if [ "$STAGE1" = $OUT/nmt/checkpoint_best.pt ] && [ ! -e $OUT/nmt/train.done ]; then
   $FS/fairseq-train $BIN "${UD[@]}" --task translation_decoding "${LANGS[@]}" --arch $NMT_ARCH \
     --encoder-unidirectional --criterion cross_entropy --optimizer adam --adam-betas '(0.9,0.98)' --lr 1e-3 \
     --clip-norm 1.0 --max-tokens 2048 "${POS[@]}" --skip-invalid-size-inputs-valid-test "${COMMON[@]}" \
     "${STAGE1_LIMIT[@]}" --save-dir $OUT/nmt \
-    > $OUT/nmt.log 2>&1 || { tail -20 $OUT/nmt.log; exit 1; }
+    >> $OUT/nmt.log 2>&1 || { tail -20 $OUT/nmt.log; exit 1; }
+  touch $OUT/nmt/train.done
+elif [ ! -s "$STAGE1" ]; then
+  echo "error: STAGE1=$STAGE1 does not exist" >&2; exit 2
 fi
 STAGE1=$(realpath "$STAGE1")
 $PY - "$STAGE1" <<'EOF' || exit 2
