@@ -191,6 +191,9 @@ for _name, _desc, _flags in [
          ["--arch", "selattn_enc_hier_sparsesoft_bench", "--doc-context-mode", "offline"]),
         ("maruf_hatt_enc_on", "Maruf ch.4 H-attention sparse-soft, encoder, online (earlier verses)",
          ["--arch", "selattn_enc_hier_sparsesoft_bench", "--doc-context-mode", "online"]),
+        ("maruf_hatt_dec", "Maruf ch.4 H-attention sparse-soft, decoder (target context = stage-1 translations; "
+         "the recipe adds --doc-generated-dir)",
+         ["--arch", "selattn_dec_hier_sparsesoft_bench", "--doc-target-context", "generated"]),
         ("maruf_zhang_enc", "Zhang et al. 2018 (2 previous verses, sentence parameters frozen), encoder",
          ["--arch", "zhang2018_doc_transformer_bench", "--ctx-integration", "encoder", "--doc-context-mode",
           "online"]),

@@ -38,6 +38,9 @@
 #   hatt_enc_off    selattn_enc_hier_sparsesoft_bench, offline context (the whole chapter)
 #   hatt_enc_on     selattn_enc_hier_sparsesoft_bench, online context (earlier verses)
 #   zhang_enc       zhang2018_doc_transformer_bench (2 previous verses, sentence parameters frozen)
+#   hatt_dec        (in SYSTEMS only when named) selattn_dec_hier_sparsesoft_bench: the decoder integration (the
+#                   context = the other verses' target side: stage 1's greedy translations of every split, written
+#                   once to runs/maruf_ch4/PAIR/generated, ~30k verses); decoded with doc_bcd K = 1 (pass 0 = stage 1)
 #   concat_warm     (in SYSTEMS only when named) the 2-to-1 concatenation model (the previous verse + <brk>
 #                   prepended to the source), warm-started like the others (the <brk> embedding row added)
 #   concat          (in SYSTEMS only when named) the same model trained from scratch like stage 1 for as many
@@ -119,9 +122,10 @@ GREEDY=(--beam 1 --max-len-a 1.2 --max-len-b 10 --batch-size 64 --post-process s
 system_flags() {
   $PY recipes/bench/configs.py "maruf_$1"
 }
-ctx_flags() {  # the task flags a system also needs at decoding time (--doc-context-mode, --doc-concat-prev)
+ctx_flags() {  # the task flags a system also needs at decoding time (--doc-context-mode, --doc-concat-prev,
+  # the generated target context)
   local f
-  case $1 in concat) echo "--doc-concat-prev 1"; return 0 ;; stage1) return 0 ;; esac
+  case $1 in concat) echo "--doc-concat-prev 1"; return 0 ;; stage1) return 0 ;; hatt_dec) echo "${CTX[*]}" ;; esac
   eval "f=($(system_flags "$1"))"
   for ((k = 0; k < ${#f[@]}; k++)); do
     case ${f[k]} in --doc-context-mode|--doc-concat-prev) echo "${f[k]} ${f[k+1]}" ;; esac
@@ -146,21 +150,44 @@ run_concat() {
 }
 
 run_system() {
-  local name=$1 flags
+  local name=$1 flags path dec=()
   [ "$name" != concat ] || { run_concat; return; }
   eval "flags=($(system_flags "$name"))"
+  [ "$name" != hatt_dec ] || flags+=("${CTX[@]}")
   if [ ! -s $OUT/$name/checkpoint_last.pt ]; then
     $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${flags[@]}" "${RUN_OPT[@]}" --max-update "$UPDATES" \
       --finetune-from-model "$STAGE1" --save-dir $OUT/$name > $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
   fi
+  path=$OUT/$name/checkpoint_last.pt
+  if [ "$name" = hatt_dec ]; then   # two passes: stage 1's greedy translations, then the document model
+    path=$path:$STAGE1 dec=(--decoding-algorithm doc_bcd --doc-iterations 1 --bcd-update jacobi --bcd-init base_model)
+  fi
   if [ ! -s $OUT/$name/generate-test.txt ]; then
     # shellcheck disable=SC2046
-    $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" $(ctx_flags "$name") --path $OUT/$name/checkpoint_last.pt \
+    $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" $(ctx_flags "$name") "${dec[@]}" --path "$path" \
       "${GREEDY[@]}" --results-path $OUT/$name > $OUT/$name.generate.log 2>&1 || { tail -20 $OUT/$name.generate.log; return 1; }
   fi
 }
 
 SYSTEMS=(${SYSTEMS:-sentence hatt_enc_off hatt_enc_on zhang_enc})
+
+# the target context of the decoder integration: stage 1's greedy translations of every split (the same document
+# batches and length limits as doc_bcd's pass 0; dictionary units, no --post-process), once per stage 1
+GEN=$OUT/generated
+CTX=(--doc-target-context generated --doc-generated-dir $GEN)
+if [[ " ${SYSTEMS[*]} " == *" hatt_dec "* ]]; then
+  for split in train valid test; do
+    if [ ! -s $GEN/$split.$TGT ]; then
+      mkdir -p $OUT/stage1_gen
+      $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" --gen-subset $split --path "$STAGE1" \
+        --decoding-algorithm greedy --beam 1 --max-len-a 1.2 --max-len-b 10 --batch-size 128 --cpu \
+        > $OUT/stage1_gen/generate-$split.txt 2> $OUT/stage1_gen/generate-$split.log \
+        || { tail -20 $OUT/stage1_gen/generate-$split.log; exit 1; }
+      $PY -m fairseq_ext.tools.doc_context $OUT/stage1_gen/generate-$split.txt --data $SEG/bin --split $split --out $GEN \
+        || exit 1
+    fi
+  done
+fi
 for ((i = 0; i < ${#SYSTEMS[@]}; i += 2)); do   # two single-thread runs side by side
   run_system "${SYSTEMS[i]}" & p1=$!
   if [ -n "${SYSTEMS[i+1]:-}" ]; then run_system "${SYSTEMS[i+1]}" & p2=$!; wait $p2; fi
