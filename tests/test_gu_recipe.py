@@ -30,6 +30,39 @@ def test_parse_system_names():
             latency.parse_system(bad)
 
 
+def test_ct2_system_names():
+    s = latency.parse_system("ct2_int8_b4")
+    assert (s["kind"], s["beam"], s["quantization"], s["ckpt"]) == ("ct2", 4, "int8", "teacher")
+    assert latency.parse_system("ct2_fp32_b1")["quantization"] == "float32"
+    for bad in ("ct2_int4_b4", "ct2_int8", "ct2_fp32_b0"):
+        with pytest.raises(ValueError):
+            latency.parse_system(bad)
+
+
+def test_latency_ct2_teacher_matches_fairseq_greedy(tiny_bin, tmp_path):
+    """The CTranslate2 systems decode every test sentence once; the float32 export's greedy output is fairseq's
+    greedy output (the export's equivalence), at batch 1 and batched; speed-ups are reported against them."""
+    from harness import train
+
+    teacher = train(tiny_bin, tmp_path / "teacher")
+    out = tmp_path / "lat"
+    assert latency.main(["--data", str(tiny_bin), "--teacher", str(teacher), "--systems",
+                         "ar_b1,ct2_fp32_b1,ct2_int8_b2", "--batch-sizes", "1", "8", "--b1-max-sentences", "4",
+                         "--reference", "ct2_int8_b2", "--out", str(out), "--hyp-dir", str(out / "hyps"),
+                         "--post-process", "none", "--warmup", "1"]) == 0
+    lat = json.loads((out / "latency.json").read_text())
+    n_test = n_lines(tiny_bin / "test.ids")
+    for name in ("ar_b1", "ct2_fp32_b1", "ct2_int8_b2"):
+        s = lat["systems"][name]
+        assert s["b1"]["sentences"] == 4 and s["b8"]["sentences"] == n_test
+        assert s["b8"]["speedup_vs_ct2_int8_b2"] > 0
+    hyps = {n: [ln.split("\t")[2] for ln in (out / "hyps" / f"{n}.out").read_text().splitlines()
+                if ln.startswith("H-")] for n in ("ar_b1", "ct2_fp32_b1", "ct2_int8_b2")}
+    assert len(hyps["ct2_int8_b2"]) == n_test
+    assert hyps["ct2_fp32_b1"] == hyps["ar_b1"]
+    assert json.loads((out / "ct2_teacher" / "int8" / "fairseq_ext_export.json").read_text())["quantization"] == "int8"
+
+
 def test_npd_sub_batches_cover_the_batch():
     src = torch.arange(7 * 5).view(7, 5)
     sample = {"id": torch.arange(7), "nsentences": 7, "fertility": src.clone(),

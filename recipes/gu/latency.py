@@ -4,11 +4,17 @@
     python recipes/gu/latency.py --data runs/gu_ch8/kd --teacher T.pt --nat NAT.pt [--ft FT.pt] \\
         --systems ar_b4,ar_b1,nat,nat_ft,nat_ft_npd10,nat_ft_npd100 --batch-sizes 1 64 --out DIR \\
         [--hyp-dir DIR --post-process sentencepiece] [--b1-max-sentences N] [--threads 1] [--seed 1]
+    python recipes/gu/latency.py ... --systems ct2_int8_b4,ct2_int8_b1,nat_ft,nat_ft_npd10 --reference ct2_int8_b4 \
+        [--ct2-dir DIR]    # the NAT against the fastest autoregressive decoder (the teacher in CTranslate2)
 
 Systems (names parsed, any K / s):
 
 * ``ar_bK``: the AR teacher, fairseq's beam search with beam K (K = 1 greedy), lenpen 1 (spec §3.9.15),
   max length 1.2·T' + 10 (the bench's generate flags);
+* ``ct2_int8_bK`` / ``ct2_fp32_bK``: the same teacher exported to CTranslate2 (``fairseq-ext-export``, the
+  optional extra; int8 or float32 weights, once into ``--ct2-dir``) and decoded by ``Translator.translate_batch``
+  with beam K, the same length limit and batch sizes: the fastest autoregressive decoder on a CPU, against
+  which the NAT's speed-up is restated (``--reference ct2_int8_b4``);
 * ``nat`` / ``nat_ft``: the NAT / the fine-tuned NAT with argmax fertilities (Eq. 8.5); suffix ``_avg`` for
   average fertilities (Eq. 8.6), ``_npdS`` for noisy parallel decoding with S sampled fertility sequences
   rescored by the teacher (Eq. 8.7), ``_epdK`` for exact parallel decoding with the K most probable
@@ -50,7 +56,9 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-SYSTEM_RE = re.compile(r"^(?:ar_b(?P<beam>\d+)|nat(?P<ft>_ft)?(?:_(?P<mode>avg|npd(?P<s>\d+)|epd(?P<k>\d+)))?)$")
+SYSTEM_RE = re.compile(r"^(?:ar_b(?P<beam>\d+)|ct2_(?P<ct2>int8|fp32)_b(?P<ct2beam>\d+)"
+                       r"|nat(?P<ft>_ft)?(?:_(?P<mode>avg|npd(?P<s>\d+)|epd(?P<k>\d+)))?)$")
+CT2_COMPUTE = {"int8": "int8", "fp32": "float32"}
 
 
 def log(msg: str) -> None:
@@ -61,7 +69,14 @@ def log(msg: str) -> None:
 def parse_system(name: str) -> Dict:
     m = SYSTEM_RE.match(name)
     if not m:
-        raise ValueError(f"unknown system {name!r}: expected ar_bK, nat[_ft][_avg|_npdS|_epdK]")
+        raise ValueError(f"unknown system {name!r}: expected ar_bK, ct2_int8_bK, ct2_fp32_bK, "
+                         f"nat[_ft][_avg|_npdS|_epdK]")
+    if m.group("ct2"):
+        k = int(m.group("ct2beam"))
+        if k < 1:
+            raise ValueError(f"{name}: beam must be >= 1")
+        return {"name": name, "kind": "ct2", "beam": k, "ckpt": "teacher", "quantization": CT2_COMPUTE[m.group("ct2")],
+                "desc": f"autoregressive teacher in CTranslate2 {m.group('ct2')} ({'greedy' if k == 1 else f'beam {k}'})"}
     if m.group("beam"):
         k = int(m.group("beam"))
         if k < 1:
@@ -114,7 +129,54 @@ def load_models(data: str, teacher: Optional[str], nat: Optional[str], ft: Optio
     return models, task
 
 
-def build_generator(system: Dict, models: Dict, task):
+class CT2Generator:
+    """fairseq's ``generate([model], sample)`` interface over a CTranslate2 ``Translator``: the batch's source
+    ids become pieces, ``translate_batch`` decodes them with beam K and fairseq's length limit (1.2 x the
+    batch's longest source + 10), the output pieces become target ids + EOS. The id <-> piece mapping is timed
+    with the decode, as fairseq's own Python bookkeeping is."""
+
+    def __init__(self, translator, beam: int, src_dict, tgt_dict):
+        self.translator, self.beam, self.src_dict, self.tgt_dict = translator, beam, src_dict, tgt_dict
+
+    def generate(self, models, sample: Dict, **kwargs) -> List[List[Dict]]:
+        src = sample["net_input"]["src_tokens"]
+        drop = {self.src_dict.pad(), self.src_dict.eos()}
+        pieces = [[self.src_dict[t] for t in row if t not in drop] for row in src.tolist()]
+        res = self.translator.translate_batch(pieces, beam_size=self.beam, max_batch_size=len(pieces),
+                                              max_decoding_length=int(1.2 * src.size(1) + 10),
+                                              length_penalty=1.0, return_scores=True)
+        eos = self.tgt_dict.eos()
+        return [[{"tokens": torch.tensor([self.tgt_dict.index(p) for p in r.hypotheses[0]] + [eos]),
+                  "score": float(r.scores[0])}] for r in res]
+
+
+def ct2_translators(systems: List[Dict], teacher: Optional[str], data: str, ct2_dir: Path, threads: int) -> Dict:
+    """{quantization: ctranslate2.Translator} for the ct2_* systems: the teacher exported once per
+    quantization into ``ct2_dir/<quantization>`` (reused when its provenance names the same checkpoint)."""
+    quants = sorted({s["quantization"] for s in systems if s["kind"] == "ct2"})
+    if not quants:
+        return {}
+    try:
+        import ctranslate2
+    except ImportError:
+        raise SystemExit("error: ct2_* systems need CTranslate2: pip install 'fairseq_ext[ctranslate2]'") from None
+    from fairseq_ext.tools.export import export
+
+    out = {}
+    for q in quants:
+        d = ct2_dir / q
+        rec = d / "fairseq_ext_export.json"
+        same = rec.exists() and json.loads(rec.read_text()).get("checkpoint") == os.path.abspath(teacher)
+        if not same:
+            export(teacher, str(d), data=data, quantization=q, force=True)
+        out[q] = ctranslate2.Translator(str(d), device="cpu", compute_type=q, intra_threads=threads, inter_threads=1)
+    return out
+
+
+def build_generator(system: Dict, models: Dict, task, translators: Optional[Dict] = None):
+    if system["kind"] == "ct2":
+        return (CT2Generator(translators[system["quantization"]], system["beam"], task.source_dictionary,
+                             task.target_dictionary), None)
     if system["kind"] == "ar":
         gen_args = Namespace(beam=system["beam"], lenpen=1.0, max_len_a=1.2, max_len_b=10, min_len=1,
                              unkpen=0, sampling=False, nbest=1)
@@ -338,11 +400,13 @@ def measure(args) -> Dict:
               "checkpoints": {"teacher": args.teacher, "nat": args.nat, "ft": args.ft},
               "systems": {}, "per_sentence": {}}
     src_sizes = np.asarray(ds.src_sizes)
+    translators = ct2_translators(systems, args.teacher, str(args.data), args.ct2_dir or args.out / "ct2_teacher",
+                                  args.threads)
     for bs in args.batch_sizes:
         batches = make_batches(ds, b1_ids if bs == 1 else ids, bs, args.gpu)
         warmup = min(args.warmup if bs == 1 else 1, len(batches))
         for system in systems:
-            gen, model = build_generator(system, models, task)
+            gen, model = build_generator(system, models, task, translators)
             t0 = time.time()
             times, hyps, chunk = decode_batches(gen, model, system, batches, args.max_candidate_tokens, warmup,
                                                 args.seed, args.gpu)
@@ -388,6 +452,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--hyp-dir", type=Path, help="write the translations of the largest batch size here")
+    ap.add_argument("--ct2-dir", type=Path, help="the teacher's CTranslate2 exports (default: OUT/ct2_teacher)")
     ap.add_argument("--post-process", default="sentencepiece", help="subword marker to remove ('none': keep)")
     ap.add_argument("--title", help="plot title")
     ap.add_argument("--plot-systems", help="systems drawn in the plot (default: all), e.g. ar_b4,nat_ft,nat_ft_npd10")
