@@ -149,7 +149,8 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     assert "| rl " in ft_log and "| bp " in ft_log and "| kd " in ft_log
     # translations of every system for every test sentence
     n_test = n_lines(tiny_bin / "test.ids")
-    names = ["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg", "nat_ft_npd2", "nat_ft_npd3", "nat_ft_epd2"]
+    names = ["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg", "nat_ft_npd2", "nat_ft_npd3", "nat_ft_epd2",
+             "ct2_int8_b4"]   # --fastest-ar auto: CTranslate2 is installed (the dev extra)
     for n in names:
         assert sum(line.startswith("D-") for line in (out / "decode" / "hyps" / f"{n}.out").open()) == n_test
     # latency: batch 1 on the 5-sentence subset, batch 16 on the whole test set, speed-ups vs AR b=4
@@ -161,6 +162,7 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
         assert s["b1"]["ms_per_sentence"] > 0 and s["b16"]["speedup_vs_ar_b4"] > 0
         assert len(lat["per_sentence"][n]) == 5
     assert lat["systems"]["ar_b4"]["b1"]["speedup_vs_ar_b4"] == 1.0
+    assert lat["systems"]["nat_ft"]["b16"]["speedup_vs_ct2_int8_b4"] > 0   # against the fastest AR decoder too
     png = out / "decode" / "latency_vs_length.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # BLEU / bootstrap / targets
@@ -180,6 +182,7 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     md = (out / "results.md").read_text()
     assert "| NAT (+FT + NPD s=3) |" in md and "| NAT (+FT + EPD K=2) |" in md and "Targets" in md
     assert "BLEU gap with EPD K=2" in md
+    assert "| Autoregressive, CTranslate2 int8 (b=4) |" in md and "speed-up b=16 vs ct2_int8_b4 |" in md
     assert "| Autoregressive (b=4) |" in p.stdout
     # a rerun reuses every stage
     p = run(cmd, timeout=300)

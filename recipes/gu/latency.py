@@ -282,14 +282,14 @@ def _speedup(ref: Optional[float], x: Optional[float]) -> Optional[float]:
 
 
 def summarise(result: Dict, reference: str) -> None:
-    """Adds speed-ups vs ``reference`` and vs ar_b1 at every batch size."""
+    """Adds speed-ups vs ``reference``, vs ar_b1 and vs every CTranslate2 system at every batch size."""
     systems = result["systems"]
     for bs in result["batch_sizes"]:
         key = f"b{bs}"
         for name, s in systems.items():
             if key not in s:
                 continue
-            for ref in dict.fromkeys([reference, "ar_b1"]):
+            for ref in dict.fromkeys([reference, "ar_b1", *(n for n in systems if n.startswith("ct2_"))]):
                 if ref in systems and key in systems[ref]:
                     s[key][f"speedup_vs_{ref}"] = _speedup(systems[ref][key]["ms_per_sentence"],
                                                           s[key]["ms_per_sentence"])

@@ -26,7 +26,9 @@ Stages (each skipped when its ``done.json`` / output exists, unless ``--force``)
 5. ``decode/``    ``recipes/gu/latency.py``: every system on the test set at batch 64 (translations) and
                   batch 1 (per-sentence latency): ar_b4 (thesis reference 1.00×), ar_b1, nat, nat_avg,
                   nat_ft, nat_ft_avg, nat_ft_npd{s} for every s in ``--npd`` and, only when asked,
-                  nat_ft_epd{K} (exact parallel decoding, Eq. 8.8) for every K in ``--epd`` (default none);
+                  nat_ft_epd{K} (exact parallel decoding, Eq. 8.8) for every K in ``--epd`` (default none),
+                  and ``--fastest-ar`` (default: the teacher in CTranslate2 int8, beam 4, when CTranslate2 is
+                  installed: the NAT's speed-ups are also given against the fastest autoregressive decoder);
 6. ``results.{json,md}``: sacreBLEU BLEU/chrF vs the reference, BLEU(T) vs the teacher's greedy output,
                   paired bootstrap (1000 samples) of every system vs ar_b4, latency and speed-ups, and the
                   acceptance targets (≥10× at batch 1, ≥2× at batch 64, BLEU gap ≤ 2 with NPD) checked.
@@ -226,8 +228,9 @@ def stage_ft(args, kd: Path, teacher: Path, nat: Path, post_process: str) -> Pat
 
 
 def systems(args):
+    fastest = [args.fastest_ar] if getattr(args, "fastest_ar", "") else []
     return (["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg"] + [f"nat_ft_npd{s}" for s in args.npd]
-            + [f"nat_ft_epd{k}" for k in getattr(args, "epd", [])])
+            + [f"nat_ft_epd{k}" for k in getattr(args, "epd", [])] + fastest)
 
 
 def stage_decode(args, kd: Path, teacher: Path, nat: Path, ft: Path, post_process: str) -> dict:
@@ -254,9 +257,13 @@ ROW_NAMES = {"ar_b4": "Autoregressive (b=4)", "ar_b1": "Autoregressive (b=1)", "
 
 
 def row_name(system: str) -> str:
-    """Table 8.2's row name: "NAT (+FT + NPD s=10)", "NAT (+FT + EPD K=10)"."""
+    """Table 8.2's row name: "NAT (+FT + NPD s=10)", "NAT (+FT + EPD K=10)", "Autoregressive, CTranslate2 int8
+    (b=4)"."""
     if system in ROW_NAMES:
         return ROW_NAMES[system]
+    if system.startswith("ct2_"):
+        _, q, b = system.split("_")
+        return f"Autoregressive, CTranslate2 {q} (b={b[1:]})"
     if "_npd" in system:
         return "NAT (+FT + NPD s=" + system.split("npd")[1] + ")"
     return "NAT (+FT + EPD K=" + system.split("epd")[1] + ")"
@@ -325,8 +332,10 @@ def _f(x, spec=".2f"):
 def results_markdown(summary: dict, names, bs: int) -> str:
     res = summary["systems"]
     base = res["ar_b4"]["bleu"]
+    fastest = summary["args"].get("fastest_ar") or ""
+    extra = (f" speed-up b=1 vs {fastest} | speed-up b={bs} vs {fastest} |", "---|---|") if fastest else ("", "")
     lines = [f"| system | BLEU | chrF | ΔBLEU vs AR b=4 (bootstrap p) | BLEU(T) | ms/sent b=1 | speed-up b=1 "
-             f"| ms/sent b={bs} | speed-up b={bs} |", "|---|---|---|---|---|---|---|---|---|"]
+             f"| ms/sent b={bs} | speed-up b={bs} |{extra[0]}", "|---|---|---|---|---|---|---|---|---|" + extra[1]]
     for n in names:
         r = res[n]
         lat = r["latency"]
@@ -337,7 +346,9 @@ def results_markdown(summary: dict, names, bs: int) -> str:
         lines.append(f"| {name} | {r['bleu']:.2f} | {r['chrf']:.2f} | {delta} | {r['bleu_t']:.2f} | "
                      f"{_f(lat['b1']['ms_per_sentence'], '.1f')} | {_f(lat['b1'].get('speedup_vs_ar_b4'))}× | "
                      f"{_f(lat[f'b{bs}']['ms_per_sentence'], '.2f')} | "
-                     f"{_f(lat[f'b{bs}'].get('speedup_vs_ar_b4'))}× |")
+                     f"{_f(lat[f'b{bs}'].get('speedup_vs_ar_b4'))}× |"
+                     + (f" {_f(lat['b1'].get(f'speedup_vs_{fastest}'))}× | "
+                        f"{_f(lat[f'b{bs}'].get(f'speedup_vs_{fastest}'))}× |" if fastest else ""))
     t = summary["targets"]
     gaps = ", ".join(f"s={k.split('npd')[1]}: {v:.2f}" for k, v in t["bleu_gap_npd"].items()) or "–"
     epd = "".join(f" BLEU gap with EPD K={k.split('epd')[1]}: {v:.2f}." for k, v in t.get("bleu_gap_epd", {}).items())
@@ -383,6 +394,10 @@ def main(argv=None) -> int:
     ap.add_argument("--npd", default="10,100", help="NPD sample sizes")
     ap.add_argument("--epd", default="", help="EPD sizes K (exact parallel decoding, e.g. 10; default: none)")
     ap.add_argument("--batch-size", type=int, default=64, help="the batched latency setting (and decoding)")
+    ap.add_argument("--fastest-ar", default="auto",
+                    help="the fastest autoregressive decoder, a latency.py CTranslate2 system (e.g. ct2_int8_b4), "
+                         "decoded beside the others: speed-ups are also given against it; 'auto' = ct2_int8_b4 "
+                         "when CTranslate2 is installed, 'none' = not decoded")
     ap.add_argument("--b1-max-sentences", type=int, default=0, help="batch-1 latency on a subset (0 = all)")
     ap.add_argument("--n-bootstrap", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1)
@@ -391,6 +406,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.npd = [int(s) for s in str(args.npd).split(",") if s]
     args.epd = [int(k) for k in str(args.epd).split(",") if k]
+    if args.fastest_ar == "auto":
+        import importlib.util
+        args.fastest_ar = "ct2_int8_b4" if importlib.util.find_spec("ctranslate2") else ""
+    elif args.fastest_ar == "none":
+        args.fastest_ar = ""
+    elif not args.fastest_ar.startswith("ct2_"):
+        raise SystemExit(f"error: --fastest-ar {args.fastest_ar}: a CTranslate2 system (ct2_int8_bK, ct2_fp32_bK)")
     args.out = args.out.resolve()
     data_bin = args.data / "bin" if (args.data / "bin").is_dir() else args.data
     seg_file = next((p for p in (args.data / "segment.json", data_bin / "segment.json") if p.exists()), None)
