@@ -101,3 +101,30 @@ def test_decode_speed_interleaved_ratios(tiny_bin, tmp_path):
     p = run([sys.executable, DECODE_SPEED, "--rounds", "1", "--system", f"test={common} --beam 1",
              "--system", f"valid={common} --beam 1 --gen-subset valid"], check=False)
     assert p.returncode != 0 and "different numbers of sentences" in p.stderr
+
+
+def test_deep_shallow_configuration_moves_the_layers():
+    """transformer_6_1 is the baseline with 6 encoder and 1 decoder layers (Kasai et al. 2021), nothing else
+    changed; its non-embedding parameters are within 5% of the baseline's (the 6+1 vs 3+3 tables)."""
+    sys.path.insert(0, str(ROOT / "recipes" / "bench"))
+    import configs
+    import fairseq_ext  # noqa: F401
+    from fairseq import options
+    from fairseq.data import Dictionary
+    from fairseq.models.transformer import TransformerModel
+
+    base, ds = configs.CONFIGS["transformer"]["train"], configs.CONFIGS["transformer_6_1"]["train"]
+    diff = [(i, a, b) for i, (a, b) in enumerate(zip(base, ds)) if a != b]
+    assert len(base) == len(ds) and [(base[i - 1], a, b) for i, a, b in diff] == [
+        ("--encoder-layers", "3", "6"), ("--decoder-layers", "3", "1")]
+    d = Dictionary()
+    for i in range(96):
+        d.add_symbol(f"w{i}")
+    task = type("T", (), {"source_dictionary": d, "target_dictionary": d})()
+    counts = {}
+    for name, flags in (("base", base), ("ds", ds)):
+        args = options.parse_args_and_arch(options.get_training_parser(), ["x", "--task", "translation", *flags])
+        m = TransformerModel.build_model(args, task)
+        assert (len(m.encoder.layers), len(m.decoder.layers)) == ((3, 3) if name == "base" else (6, 1))
+        counts[name] = sum(p.numel() for p in m.parameters()) - m.encoder.embed_tokens.weight.numel()
+    assert 1.0 < counts["ds"] / counts["base"] < 1.05

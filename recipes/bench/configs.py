@@ -203,6 +203,16 @@ for _name, _desc, _flags in [
                       "generate": GREEDY}
 
 # ---------------------------------------------------------------------------------------------
+# CPU inference (issue 17): Kasai et al. (2021) "Deep Encoder, Shallow Decoder": the baseline's layers moved to
+# the encoder, 6+1 at the same dimensions (5.79M parameters without the embeddings against 3+3's 5.53M: a
+# decoder layer has cross-attention), the autoregressive model a NAT should be compared with for speed; a plain
+# fairseq transformer, so fairseq-ext-export converts it to CTranslate2.
+_DEEP_SHALLOW = [("6" if TRANSFORMER_SMALL[i - 1] == "--encoder-layers" else
+                  "1" if TRANSFORMER_SMALL[i - 1] == "--decoder-layers" else f) for i, f in enumerate(TRANSFORMER_SMALL)]
+CONFIGS["transformer_6_1"] = {"desc": "Kasai et al. 2021 deep encoder, shallow decoder: transformer 6+1 (same dims)",
+                              "task": "translation_ext", "train": _DEEP_SHALLOW + OPTIM, "generate": GENERATE}
+
+# ---------------------------------------------------------------------------------------------
 # Reproduction at convergence (issue 19; recipes/bench/converged.sh): the candidate causes of Enc-DC's
 # per-update gap and the AIF initialisation, one change each against enc_dc / ms12_aif, at equal updates.
 _LR_7E4 = [("7e-4" if f == "3e-3" else f) for f in OPTIM]
