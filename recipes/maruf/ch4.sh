@@ -46,7 +46,8 @@
 #   concat          (in SYSTEMS only when named) the same model trained from scratch like stage 1 for as many
 #                   updates as the stage-1 checkpoint (CONCAT_UPDATES) and compared with stage 1
 # then greedy decoding of test, sacreBLEU + paired bootstrap against `sentence`, the contrastive pronoun
-# accuracy (Table 4.4 layout) and the chapter-level consistency -> runs/maruf_ch4/results.md.
+# accuracy (Table 4.4 layout) and the chapter-level consistency -> runs/maruf_ch4/PAIR/results.md (a SYSTEMS
+# subset: results.<systems>.md).
 # About 2 x (UPDATES x 2 s) + 10 min on an otherwise idle machine.
 source "$(dirname "$0")/../lib.sh"
 PY=.venv/bin/python
@@ -199,22 +200,27 @@ done
 [ "${SCORE:-1}" = 1 ] || exit 0
 sys_args=()
 for s in "${SYSTEMS[@]}"; do [ "$s" = sentence ] || [ "$s" = concat ] || sys_args+=(--system $OUT/$s/generate-test.txt); done
-: > $OUT/results.md
+# one report per set of systems (the default set: results.md; SYSTEMS="a b": results.a_b.md, compare.a_b.json,
+# meteor.a_b.json), so that scoring a subset never overwrites an earlier report
+TAG=""
+[ "${SYSTEMS[*]}" = "sentence hatt_enc_off hatt_enc_on zhang_enc" ] || TAG=.$(IFS=_; echo "${SYSTEMS[*]}")
+RES=$OUT/results$TAG.md
+: > $RES
 [ ${#sys_args[@]} = 0 ] || $PY -m fairseq_ext.tools.score compare --baseline $OUT/sentence/generate-test.txt \
-  "${sys_args[@]}" --ref $RAW/test.${TGT} --json $OUT/compare.json | tee -a $OUT/results.md
+  "${sys_args[@]}" --ref $RAW/test.${TGT} --json $OUT/compare$TAG.json | tee -a $RES
 SCORED=("${SYSTEMS[@]}")
 if [[ " ${SYSTEMS[*]} " == *" concat "* ]]; then  # the concatenation model against stage 1 (same updates)
   $PY -m fairseq_ext.tools.score compare --baseline $OUT/stage1_greedy/generate-test.txt \
-    --system $OUT/concat/generate-test.txt --ref $RAW/test.${TGT} --json $OUT/compare_concat.json \
-    | tee -a $OUT/results.md
+    --system $OUT/concat/generate-test.txt --ref $RAW/test.${TGT} --json $OUT/compare_concat$TAG.json \
+    | tee -a $RES
   SCORED+=(stage1)
 fi
 hyp_of() { if [ "$1" = stage1 ]; then echo $OUT/stage1_greedy/generate-test.txt; else echo $OUT/$1/generate-test.txt; fi; }
 ckpt_of() { if [ "$1" = stage1 ]; then echo "$STAGE1"; else echo $OUT/$1/checkpoint_last.pt; fi; }
 hyps=()
 for s in "${SCORED[@]}"; do hyps+=(--hyp "$(hyp_of $s)"); done
-$PY -m fairseq_ext.tools.score meteor "${hyps[@]}" --ref $RAW/test.${TGT} --json $OUT/meteor.json \
-  | tee -a $OUT/results.md
+$PY -m fairseq_ext.tools.score meteor "${hyps[@]}" --ref $RAW/test.${TGT} --json $OUT/meteor$TAG.json \
+  | tee -a $RES
 
 # contrastive pronoun test (Table 4.4 layout; built from the test split; the ambiguous pronouns are Spanish ones,
 # so es-en only) and chapter consistency
@@ -226,14 +232,14 @@ for s in "${SCORED[@]}"; do
   if [ "$PAIR" = es-en ] && [ ! -s $OUT/$s.contrastive.json ]; then
     $PY -m fairseq_ext.tools.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
       --json $OUT/$s.contrastive.json $SEG/bin --path "$(ckpt_of $s)" "${T[@]}" $(ctx_flags "$s") \
-      --gen-subset test --cpu | tee -a $OUT/results.md
+      --gen-subset test --cpu | tee -a $RES
   elif [ "$PAIR" = es-en ]; then
-    echo "contrastive ($s): $OUT/$s.contrastive.json (kept from an earlier run)" | tee -a $OUT/results.md
+    echo "contrastive ($s): $OUT/$s.contrastive.json (kept from an earlier run)" | tee -a $RES
   fi
   if [ ! -s $OUT/$s.consistency.json ]; then
     $PY -m fairseq_ext.tools.doc_consistency --raw $RAW --split test --src-lang $SRC --tgt-lang $TGT \
-      --hyp "$(hyp_of $s)" --json $OUT/$s.consistency.json | tee -a $OUT/results.md
+      --hyp "$(hyp_of $s)" --json $OUT/$s.consistency.json | tee -a $RES
   else
-    echo "consistency ($s): $OUT/$s.consistency.json (kept from an earlier run)" | tee -a $OUT/results.md
+    echo "consistency ($s): $OUT/$s.consistency.json (kept from an earlier run)" | tee -a $RES
   fi
 done
