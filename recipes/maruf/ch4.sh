@@ -150,14 +150,25 @@ run_concat() {
     "${GREEDY[@]}" --results-path $OUT/stage1_greedy > $OUT/stage1_greedy.generate.log 2>&1
 }
 
+# stage2_done NAME: its stage-2 run reached UPDATES (train.done, or an earlier run's checkpoint_last.pt at UPDATES)
+stage2_done() {
+  [ -e $OUT/$1/train.done ] && return 0
+  [ -s $OUT/$1/checkpoint_last.pt ] || return 1
+  $PY -c "import sys, torch, fairseq_ext; s = torch.load(sys.argv[1], weights_only=True); \
+sys.exit(0 if s['optimizer_history'][-1]['num_updates'] >= int(sys.argv[2]) else 1)" $OUT/$1/checkpoint_last.pt "$UPDATES"
+}
+
 run_system() {
   local name=$1 flags path dec=()
   [ "$name" != concat ] || { run_concat; return; }
   eval "flags=($(system_flags "$name"))"
   [ "$name" != hatt_dec ] || flags+=("${CTX[@]}")
-  if [ ! -s $OUT/$name/checkpoint_last.pt ]; then
+  if ! stage2_done "$name"; then   # a killed run resumes from its last 100-update checkpoint (fairseq prefers
+    # checkpoint_last.pt to --finetune-from-model)
     $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${flags[@]}" "${RUN_OPT[@]}" --max-update "$UPDATES" \
-      --finetune-from-model "$STAGE1" --save-dir $OUT/$name > $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
+      --save-interval-updates 100 --keep-interval-updates 1 --finetune-from-model "$STAGE1" --save-dir $OUT/$name \
+      >> $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
+    touch $OUT/$name/train.done
   fi
   path=$OUT/$name/checkpoint_last.pt
   if [ "$name" = hatt_dec ]; then   # two passes: stage 1's greedy translations, then the document model
