@@ -30,6 +30,15 @@ bench() {
       --budget-min "$BUDGET_MIN" --threads "$THREADS" --out "runs/$out"
 }
 
+# finished DIR UPDATES: the fairseq run in DIR is complete (DIR/train.done, or a checkpoint_last.pt that reached
+# UPDATES); a killed run's checkpoint_last.pt is not (fairseq-train resumes it)
+finished() {
+  [ -e "$1/train.done" ] && return 0
+  [ -s "$1/checkpoint_last.pt" ] || return 1
+  .venv/bin/python -c "import sys, torch, fairseq_ext; s = torch.load(sys.argv[1], weights_only=True); \
+sys.exit(0 if s['optimizer_history'][-1]['num_updates'] >= int(sys.argv[2]) else 1)" "$1/checkpoint_last.pt" "$2"
+}
+
 # thesis CMD...: print a thesis-setting command; run it when RUN=1
 thesis() {
   echo "+ $*"

@@ -134,7 +134,7 @@ def test_ch3_tiny_end_to_end(tmp_path):
         assert n_lines(out / "generated" / f"{split}.en") == n_lines(bin_dir / f"{split}.ids")
     n_test = n_lines(bin_dir / "test.ids")
     for s in ("sentence", "m2c_both", "prev_tgt"):
-        assert (out / s / "checkpoint_last.pt").exists()
+        assert (out / s / "checkpoint_last.pt").exists() and (out / s / "train.done").exists()  # finished, not killed
         hyps = [ln for ln in (out / s / "generate-test.txt").read_text().splitlines() if ln.startswith("D-")]
         assert len(hyps) == n_test, s
     log = (out / "m2c_both.log").read_text()

@@ -274,10 +274,11 @@ decode_flags() {  # document models: two-pass decoding, pass 0 = the stage-1 mod
 run_system() {
   local name=$1 flags path
   flags=$(system_flags "$name") || return 2
-  if [ ! -s $OUT/$name/checkpoint_last.pt ]; then
+  if ! finished $OUT/$name "$UPDATES"; then
     # shellcheck disable=SC2086
     $FS/fairseq-train $BIN "${UD[@]}" "${T[@]}" $flags "${OPT2[@]}" "${COMMON[@]}" --max-update "$UPDATES" \
-      --finetune-from-model "$STAGE1" --save-dir $OUT/$name > $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
+      --finetune-from-model "$STAGE1" --save-dir $OUT/$name >> $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
+    touch $OUT/$name/train.done
   fi
   path=$OUT/$name/checkpoint_last.pt
   [ "$name" = sentence ] || path=$path:$STAGE1

@@ -139,9 +139,10 @@ ctx_flags() {  # the task flags a system also needs at decoding time (--doc-cont
 # (CONCAT_UPDATES), and compared with stage 1 decoded the same way.
 run_concat() {
   local updates=${CONCAT_UPDATES:-$($PY -c "import sys, torch, fairseq_ext; print(torch.load(sys.argv[1], weights_only=True)['optimizer_history'][-1]['num_updates'])" "$STAGE1")}
-  if [ ! -s $OUT/concat/checkpoint_last.pt ]; then
+  if ! finished $OUT/concat "$updates"; then
     $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${STAGE1_TRAIN[@]}" --doc-concat-prev 1 "${RUN_OPT[@]}" \
-      --max-update "$updates" --save-dir $OUT/concat > $OUT/concat.log 2>&1 || { tail -20 $OUT/concat.log; return 1; }
+      --max-update "$updates" --save-dir $OUT/concat >> $OUT/concat.log 2>&1 || { tail -20 $OUT/concat.log; return 1; }
+    touch $OUT/concat/train.done
   fi
   [ -s $OUT/concat/generate-test.txt ] || $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" --doc-concat-prev 1 \
     --path $OUT/concat/checkpoint_last.pt "${GREEDY[@]}" --results-path $OUT/concat > $OUT/concat.generate.log 2>&1 \
@@ -150,20 +151,12 @@ run_concat() {
     "${GREEDY[@]}" --results-path $OUT/stage1_greedy > $OUT/stage1_greedy.generate.log 2>&1
 }
 
-# stage2_done NAME: its stage-2 run reached UPDATES (train.done, or an earlier run's checkpoint_last.pt at UPDATES)
-stage2_done() {
-  [ -e $OUT/$1/train.done ] && return 0
-  [ -s $OUT/$1/checkpoint_last.pt ] || return 1
-  $PY -c "import sys, torch, fairseq_ext; s = torch.load(sys.argv[1], weights_only=True); \
-sys.exit(0 if s['optimizer_history'][-1]['num_updates'] >= int(sys.argv[2]) else 1)" $OUT/$1/checkpoint_last.pt "$UPDATES"
-}
-
 run_system() {
   local name=$1 flags path dec=()
   [ "$name" != concat ] || { run_concat; return; }
   eval "flags=($(system_flags "$name"))"
   [ "$name" != hatt_dec ] || flags+=("${CTX[@]}")
-  if ! stage2_done "$name"; then   # a killed run resumes from its last 100-update checkpoint (fairseq prefers
+  if ! finished $OUT/$name "$UPDATES"; then   # a killed run resumes from its last 100-update checkpoint (fairseq prefers
     # checkpoint_last.pt to --finetune-from-model)
     $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${flags[@]}" "${RUN_OPT[@]}" --max-update "$UPDATES" \
       --save-interval-updates 100 --keep-interval-updates 1 --finetune-from-model "$STAGE1" --save-dir $OUT/$name \
