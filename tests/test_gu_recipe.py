@@ -61,6 +61,12 @@ def test_latency_ct2_teacher_matches_fairseq_greedy(tiny_bin, tmp_path):
     assert len(hyps["ct2_int8_b2"]) == n_test
     assert hyps["ct2_fp32_b1"] == hyps["ar_b1"]
     assert json.loads((out / "ct2_teacher" / "int8" / "fairseq_ext_export.json").read_text())["quantization"] == "int8"
+    # a retrained teacher at the same path is exported again (a stale export is never reused)
+    rec = out / "ct2_teacher" / "int8" / "fairseq_ext_export.json"
+    before = rec.stat().st_mtime
+    teacher.touch()
+    latency.ct2_translators([latency.parse_system("ct2_int8_b1")], str(teacher), str(tiny_bin), out / "ct2_teacher", 1)
+    assert rec.stat().st_mtime > before
 
 
 def test_npd_sub_batches_cover_the_batch():

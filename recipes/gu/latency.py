@@ -152,7 +152,8 @@ class CT2Generator:
 
 def ct2_translators(systems: List[Dict], teacher: Optional[str], data: str, ct2_dir: Path, threads: int) -> Dict:
     """{quantization: ctranslate2.Translator} for the ct2_* systems: the teacher exported once per
-    quantization into ``ct2_dir/<quantization>`` (reused when its provenance names the same checkpoint)."""
+    quantization into ``ct2_dir/<quantization>`` (reused when its provenance names the same checkpoint and is
+    newer than it; a retrained checkpoint at the same path is exported again)."""
     quants = sorted({s["quantization"] for s in systems if s["kind"] == "ct2"})
     if not quants:
         return {}
@@ -166,7 +167,8 @@ def ct2_translators(systems: List[Dict], teacher: Optional[str], data: str, ct2_
     for q in quants:
         d = ct2_dir / q
         rec = d / "fairseq_ext_export.json"
-        same = rec.exists() and json.loads(rec.read_text()).get("checkpoint") == os.path.abspath(teacher)
+        same = (rec.exists() and json.loads(rec.read_text()).get("checkpoint") == os.path.abspath(teacher)
+                and rec.stat().st_mtime >= os.path.getmtime(teacher))
         if not same:
             export(teacher, str(d), data=data, quantization=q, force=True)
         out[q] = ctranslate2.Translator(str(d), device="cpu", compute_type=q, intra_threads=threads, inter_threads=1)
