@@ -39,6 +39,16 @@ def test_ct2_system_names():
             latency.parse_system(bad)
 
 
+def test_second_ar_model_system_names():
+    s = latency.parse_system("ar2_b4")
+    assert (s["kind"], s["beam"], s["ckpt"], s["desc"]) == ("ar", 4, "ar2", "second autoregressive model (beam 4)")
+    s = latency.parse_system("ar2_ct2_int8_b1")
+    assert (s["kind"], s["beam"], s["ckpt"], s["quantization"]) == ("ct2", 1, "ar2", "int8")
+    for bad in ("ar2_ar_b4", "b4", "ar2_b0", "ar2_nat", "ar3_b4"):
+        with pytest.raises(ValueError):
+            latency.parse_system(bad)
+
+
 def test_latency_ct2_teacher_matches_fairseq_greedy(tiny_bin, tmp_path):
     """The CTranslate2 systems decode every test sentence once; the float32 export's greedy output is fairseq's
     greedy output (the export's equivalence), at batch 1 and batched; speed-ups are reported against them."""
@@ -60,6 +70,23 @@ def test_latency_ct2_teacher_matches_fairseq_greedy(tiny_bin, tmp_path):
                 if ln.startswith("H-")] for n in ("ar_b1", "ct2_fp32_b1", "ct2_int8_b2")}
     assert len(hyps["ct2_int8_b2"]) == n_test
     assert hyps["ct2_fp32_b1"] == hyps["ar_b1"]
+    # a second AR model (--ar2; here a copy of the teacher, so its outputs must be the teacher's) in fairseq and
+    # CTranslate2, exported into its own folder, speed-ups against every CTranslate2 system
+    ar2 = tmp_path / "ar2.pt"
+    ar2.write_bytes(teacher.read_bytes())
+    out2 = tmp_path / "lat2"
+    assert latency.main(["--data", str(tiny_bin), "--teacher", str(teacher), "--ar2", str(ar2), "--systems",
+                         "ar_b1,ar2_b1,ar2_ct2_fp32_b1", "--batch-sizes", "8", "--reference", "ar2_ct2_fp32_b1",
+                         "--out", str(out2), "--hyp-dir", str(out2 / "hyps"), "--post-process", "none",
+                         "--ct2-dir", str(out / "ct2_teacher")]) == 0
+    lat2 = json.loads((out2 / "latency.json").read_text())
+    assert lat2["checkpoints"]["ar2"] == str(ar2)
+    assert lat2["systems"]["ar_b1"]["b8"]["speedup_vs_ar2_ct2_fp32_b1"] > 0
+    hyps2 = {n: [ln.split("\t")[2] for ln in (out2 / "hyps" / f"{n}.out").read_text().splitlines()
+                 if ln.startswith("H-")] for n in ("ar_b1", "ar2_b1", "ar2_ct2_fp32_b1")}
+    assert hyps2["ar2_b1"] == hyps2["ar_b1"] == hyps2["ar2_ct2_fp32_b1"] == hyps["ar_b1"]
+    rec2 = json.loads((out / "ct2_teacher" / "ar2_float32" / "fairseq_ext_export.json").read_text())
+    assert rec2["checkpoint"] == str(ar2.resolve())
     assert json.loads((out / "ct2_teacher" / "int8" / "fairseq_ext_export.json").read_text())["quantization"] == "int8"
     # a retrained teacher at the same path is exported again (a stale export is never reused)
     rec = out / "ct2_teacher" / "int8" / "fairseq_ext_export.json"

@@ -4,8 +4,10 @@
     python recipes/gu/latency.py --data runs/gu_ch8/kd --teacher T.pt --nat NAT.pt [--ft FT.pt] \\
         --systems ar_b4,ar_b1,nat,nat_ft,nat_ft_npd10,nat_ft_npd100 --batch-sizes 1 64 --out DIR \\
         [--hyp-dir DIR --post-process sentencepiece] [--b1-max-sentences N] [--threads 1] [--seed 1]
-    python recipes/gu/latency.py ... --systems ct2_int8_b4,ct2_int8_b1,nat_ft,nat_ft_npd10 --reference ct2_int8_b4 \
+    python recipes/gu/latency.py ... --systems ct2_int8_b4,ct2_int8_b1,nat_ft,nat_ft_npd10 --reference ct2_int8_b4 \\
         [--ct2-dir DIR]    # the NAT against the fastest autoregressive decoder (the teacher in CTranslate2)
+    python recipes/gu/latency.py ... --ar2 DEEP_SHALLOW.pt --systems ar_b4,ar2_b4,ct2_int8_b4,ar2_ct2_int8_b4,nat_ft
+                           # also a second AR model (e.g. Kasai et al.'s 6+1 deep encoder / shallow decoder)
 
 Systems (names parsed, any K / s):
 
@@ -15,6 +17,10 @@ Systems (names parsed, any K / s):
   optional extra; int8 or float32 weights, once into ``--ct2-dir``) and decoded by ``Translator.translate_batch``
   with beam K, the same length limit and batch sizes: the fastest autoregressive decoder on a CPU, against
   which the NAT's speed-up is restated (``--reference ct2_int8_b4``);
+* ``ar2_bK`` / ``ar2_ct2_int8_bK`` / ``ar2_ct2_fp32_bK``: the same for a second autoregressive model
+  (``--ar2``, same dictionaries: e.g. the deep-encoder / shallow-decoder variant of the teacher, Kasai et al.
+  2021, "Deep Encoder, Shallow Decoder: Reevaluating Non-autoregressive Machine Translation", ICLR), exported
+  into ``--ct2-dir``/``ar2_<quantization>``;
 * ``nat`` / ``nat_ft``: the NAT / the fine-tuned NAT with argmax fertilities (Eq. 8.5); suffix ``_avg`` for
   average fertilities (Eq. 8.6), ``_npdS`` for noisy parallel decoding with S sampled fertility sequences
   rescored by the teacher (Eq. 8.7), ``_epdK`` for exact parallel decoding with the K most probable
@@ -56,7 +62,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-SYSTEM_RE = re.compile(r"^(?:ar_b(?P<beam>\d+)|ct2_(?P<ct2>int8|fp32)_b(?P<ct2beam>\d+)"
+SYSTEM_RE = re.compile(r"^(?:(?P<ar2>ar2_)?(?:ar_b(?P<beam>\d+)|b(?P<beam2>\d+)|ct2_(?P<ct2>int8|fp32)_b(?P<ct2beam>\d+))"
                        r"|nat(?P<ft>_ft)?(?:_(?P<mode>avg|npd(?P<s>\d+)|epd(?P<k>\d+)))?)$")
 CT2_COMPUTE = {"int8": "int8", "fp32": "float32"}
 
@@ -68,21 +74,24 @@ def log(msg: str) -> None:
 # ------------------------------------------------------------------------------------------- systems
 def parse_system(name: str) -> Dict:
     m = SYSTEM_RE.match(name)
-    if not m:
-        raise ValueError(f"unknown system {name!r}: expected ar_bK, ct2_int8_bK, ct2_fp32_bK, "
-                         f"nat[_ft][_avg|_npdS|_epdK]")
+    # the teacher's fairseq systems are ar_bK, the second AR model's ar2_bK (never ar2_ar_bK), the teacher's
+    # CTranslate2 systems ct2_*, the second model's ar2_ct2_*
+    if not m or (m.group("ar2") and m.group("beam")) or (not m.group("ar2") and m.group("beam2")):
+        raise ValueError(f"unknown system {name!r}: expected ar_bK, ct2_int8_bK, ct2_fp32_bK, ar2_bK, "
+                         f"ar2_ct2_int8_bK, ar2_ct2_fp32_bK, nat[_ft][_avg|_npdS|_epdK]")
+    ckpt, who = ("ar2", "second autoregressive model") if m.group("ar2") else ("teacher", "autoregressive teacher")
     if m.group("ct2"):
         k = int(m.group("ct2beam"))
         if k < 1:
             raise ValueError(f"{name}: beam must be >= 1")
-        return {"name": name, "kind": "ct2", "beam": k, "ckpt": "teacher", "quantization": CT2_COMPUTE[m.group("ct2")],
-                "desc": f"autoregressive teacher in CTranslate2 {m.group('ct2')} ({'greedy' if k == 1 else f'beam {k}'})"}
-    if m.group("beam"):
-        k = int(m.group("beam"))
+        return {"name": name, "kind": "ct2", "beam": k, "ckpt": ckpt, "quantization": CT2_COMPUTE[m.group("ct2")],
+                "desc": f"{who} in CTranslate2 {m.group('ct2')} ({'greedy' if k == 1 else f'beam {k}'})"}
+    if m.group("beam") or m.group("beam2"):
+        k = int(m.group("beam") or m.group("beam2"))
         if k < 1:
             raise ValueError(f"{name}: beam must be >= 1")
-        return {"name": name, "kind": "ar", "beam": k, "ckpt": "teacher",
-                "desc": f"autoregressive teacher ({'greedy' if k == 1 else f'beam {k}'})"}
+        return {"name": name, "kind": "ar", "beam": k, "ckpt": ckpt,
+                "desc": f"{who} ({'greedy' if k == 1 else f'beam {k}'})"}
     mode, s, k = m.group("mode"), m.group("s"), m.group("k")
     ckpt = "ft" if m.group("ft") else "nat"
     desc = "NAT" + (" +FT" if ckpt == "ft" else "")
@@ -106,15 +115,16 @@ def parse_system(name: str) -> Dict:
     return sys_
 
 
-def load_models(data: str, teacher: Optional[str], nat: Optional[str], ft: Optional[str], need: set):
+def load_models(data: str, teacher: Optional[str], nat: Optional[str], ft: Optional[str], need: set,
+                ar2: Optional[str] = None):
     """({role: model}, task): models in eval mode on CPU; the task (for the test set) is the NAT's
     ``translation_fertility`` when a NAT is loaded, else the teacher's."""
     import fairseq_ext  # noqa: F401  (registers the plugin)
     from fairseq import checkpoint_utils
 
-    paths = {"teacher": teacher, "nat": nat, "ft": ft}
+    paths = {"teacher": teacher, "nat": nat, "ft": ft, "ar2": ar2}
     models, task = {}, None
-    for role in ("nat", "ft", "teacher"):
+    for role in ("nat", "ft", "teacher", "ar2"):
         if role not in need:
             continue
         if not paths[role]:
@@ -150,12 +160,14 @@ class CT2Generator:
                   "score": float(r.scores[0])}] for r in res]
 
 
-def ct2_translators(systems: List[Dict], teacher: Optional[str], data: str, ct2_dir: Path, threads: int) -> Dict:
-    """{quantization: ctranslate2.Translator} for the ct2_* systems: the teacher exported once per
-    quantization into ``ct2_dir/<quantization>`` (reused when its provenance names the same checkpoint and is
-    newer than it; a retrained checkpoint at the same path is exported again)."""
-    quants = sorted({s["quantization"] for s in systems if s["kind"] == "ct2"})
-    if not quants:
+def ct2_translators(systems: List[Dict], teacher: Optional[str], data: str, ct2_dir: Path, threads: int,
+                    ar2: Optional[str] = None) -> Dict:
+    """{(role, quantization): ctranslate2.Translator} for the ct2_* systems: the teacher (the second AR model)
+    exported once per quantization into ``ct2_dir/<quantization>`` (``ct2_dir/ar2_<quantization>``), reused when
+    its provenance names the same checkpoint and is newer than it (a retrained checkpoint at the same path is
+    exported again)."""
+    wanted = sorted({(s["ckpt"], s["quantization"]) for s in systems if s["kind"] == "ct2"})
+    if not wanted:
         return {}
     try:
         import ctranslate2
@@ -164,25 +176,30 @@ def ct2_translators(systems: List[Dict], teacher: Optional[str], data: str, ct2_
     from fairseq_ext.tools.export import export
 
     out = {}
-    for q in quants:
-        d = ct2_dir / q
+    for role, q in wanted:
+        ckpt = teacher if role == "teacher" else ar2
+        if not ckpt:
+            raise SystemExit(f"error: a ct2 system needs the {role} checkpoint (--{role})")
+        d = ct2_dir / (q if role == "teacher" else f"{role}_{q}")
         rec = d / "fairseq_ext_export.json"
-        same = (rec.exists() and json.loads(rec.read_text()).get("checkpoint") == os.path.abspath(teacher)
-                and rec.stat().st_mtime >= os.path.getmtime(teacher))
+        same = (rec.exists() and json.loads(rec.read_text()).get("checkpoint") == os.path.abspath(ckpt)
+                and rec.stat().st_mtime >= os.path.getmtime(ckpt))
         if not same:
-            export(teacher, str(d), data=data, quantization=q, force=True)
-        out[q] = ctranslate2.Translator(str(d), device="cpu", compute_type=q, intra_threads=threads, inter_threads=1)
+            export(ckpt, str(d), data=data, quantization=q, force=True)
+        out[role, q] = ctranslate2.Translator(str(d), device="cpu", compute_type=q, intra_threads=threads,
+                                              inter_threads=1)
     return out
 
 
 def build_generator(system: Dict, models: Dict, task, translators: Optional[Dict] = None):
     if system["kind"] == "ct2":
-        return (CT2Generator(translators[system["quantization"]], system["beam"], task.source_dictionary,
+        return (CT2Generator(translators[system["ckpt"], system["quantization"]], system["beam"],
+                             task.source_dictionary,
                              task.target_dictionary), None)
     if system["kind"] == "ar":
         gen_args = Namespace(beam=system["beam"], lenpen=1.0, max_len_a=1.2, max_len_b=10, min_len=1,
                              unkpen=0, sampling=False, nbest=1)
-        return task.build_generator([models["teacher"]], gen_args), models["teacher"]
+        return task.build_generator([models[system["ckpt"]]], gen_args), models[system["ckpt"]]
     from fairseq_ext.generators.nat_fertility import NATFertilityGenerator
 
     extra = {"epd_topk": system["epd"]} if system.get("epd") else {}
@@ -291,7 +308,7 @@ def summarise(result: Dict, reference: str) -> None:
         for name, s in systems.items():
             if key not in s:
                 continue
-            for ref in dict.fromkeys([reference, "ar_b1", *(n for n in systems if n.startswith("ct2_"))]):
+            for ref in dict.fromkeys([reference, "ar_b1", *(n for n in systems if "ct2_" in n)]):
                 if ref in systems and key in systems[ref]:
                     s[key][f"speedup_vs_{ref}"] = _speedup(systems[ref][key]["ms_per_sentence"],
                                                           s[key]["ms_per_sentence"])
@@ -380,7 +397,7 @@ def measure(args) -> Dict:
         raise SystemExit("error: --gpu but CUDA is not available")
     systems = [parse_system(n) for n in args.systems.split(",") if n]
     need = {s["ckpt"] for s in systems} | ({"teacher"} if any(rescored(s) for s in systems) else set())
-    models, task = load_models(str(args.data), args.teacher, args.nat, args.ft, need)
+    models, task = load_models(str(args.data), args.teacher, args.nat, args.ft, need, args.ar2)
     if args.gpu:
         models = {k: m.cuda() for k, m in models.items()}
     task.load_dataset(args.split)
@@ -399,11 +416,11 @@ def measure(args) -> Dict:
               "torch": torch.__version__, "split": args.split, "n_sentences": n, "b1_sentences": len(b1_ids),
               "batch_sizes": args.batch_sizes, "reference": args.reference, "seed": args.seed,
               "max_candidate_tokens": args.max_candidate_tokens,
-              "checkpoints": {"teacher": args.teacher, "nat": args.nat, "ft": args.ft},
+              "checkpoints": {"teacher": args.teacher, "nat": args.nat, "ft": args.ft, "ar2": args.ar2},
               "systems": {}, "per_sentence": {}}
     src_sizes = np.asarray(ds.src_sizes)
     translators = ct2_translators(systems, args.teacher, str(args.data), args.ct2_dir or args.out / "ct2_teacher",
-                                  args.threads)
+                                  args.threads, args.ar2)
     for bs in args.batch_sizes:
         batches = make_batches(ds, b1_ids if bs == 1 else ids, bs, args.gpu)
         warmup = min(args.warmup if bs == 1 else 1, len(batches))
@@ -442,6 +459,8 @@ def main(argv=None) -> int:
     ap.add_argument("--teacher", help="autoregressive teacher checkpoint (ar_bK systems, NPD and EPD)")
     ap.add_argument("--nat", help="NAT checkpoint (nat, nat_avg, nat_npdS, nat_epdK)")
     ap.add_argument("--ft", help="fine-tuned NAT checkpoint (nat_ft, nat_ft_avg, nat_ft_npdS, nat_ft_epdK)")
+    ap.add_argument("--ar2", help="a second autoregressive checkpoint with the same dictionaries (ar2_bK, "
+                                  "ar2_ct2_int8_bK, ar2_ct2_fp32_bK), e.g. the 6+1 deep-encoder/shallow-decoder model")
     ap.add_argument("--systems", default="ar_b4,ar_b1,nat,nat_ft,nat_ft_npd10,nat_ft_npd100")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
     ap.add_argument("--split", default="test")
