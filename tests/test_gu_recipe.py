@@ -136,6 +136,12 @@ def test_pipeline_epd_systems_only_when_asked():
     assert nat_pipeline.row_name("nat_ft_epd10") == "NAT (+FT + EPD K=10)"
     assert nat_pipeline.row_name("nat_ft_npd100") == "NAT (+FT + NPD s=100)"
     assert nat_pipeline.row_name("nat_ft") == "NAT (+FT)"
+    # a second AR model: its fairseq beam-4 row and its fastest-AR row, both fastest decoders get columns
+    args = argparse.Namespace(npd=[10], epd=[], fastest_ar="ct2_int8_b4", ar2="ds.pt")
+    assert nat_pipeline.systems(args)[-3:] == ["ar2_b4", "ct2_int8_b4", "ar2_ct2_int8_b4"]
+    assert nat_pipeline.fastest_systems(args) == ["ct2_int8_b4", "ar2_ct2_int8_b4"]
+    assert nat_pipeline.row_name("ar2_b4") == "Autoregressive 6+1 (b=4)"
+    assert nat_pipeline.row_name("ar2_ct2_int8_b4") == "Autoregressive 6+1, CTranslate2 int8 (b=4)"
 
 
 # ============================================================================ recipe printout
@@ -161,8 +167,12 @@ def test_ch8_thesis_mode_prints_the_three_settings():
 # ============================================================================ pipeline end to end
 @pytest.mark.slow
 def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
+    from harness import train
+
+    ar2 = train(tiny_bin, tmp_path / "ar2")   # a second AR model of the same data (the 6+1 model's place)
     out = tmp_path / "gu"
     cmd = [sys.executable, ROOT / "recipes" / "gu" / "nat_pipeline.py", "--data", tiny_bin, "--out", out,
+           "--ar2", ar2, "--ar2-name", "tiny-2",
            "--size", "tiny", "--teacher-max-update", "8", "--budget-min", "0", "--max-update", "6",
            "--ft-max-update", "2", "--npd", "2,3", "--epd", "2", "--b1-max-sentences", "5", "--n-bootstrap", "50",
            "--batch-size", "16"]  # 36 test sentences: 3 batches (the recipe's default is 64)
@@ -183,7 +193,7 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     # translations of every system for every test sentence
     n_test = n_lines(tiny_bin / "test.ids")
     names = ["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg", "nat_ft_npd2", "nat_ft_npd3", "nat_ft_epd2",
-             "ct2_int8_b4"]   # --fastest-ar auto: CTranslate2 is installed (the dev extra)
+             "ar2_b4", "ct2_int8_b4", "ar2_ct2_int8_b4"]   # --fastest-ar auto: CTranslate2 is installed (dev extra)
     for n in names:
         assert sum(line.startswith("D-") for line in (out / "decode" / "hyps" / f"{n}.out").open()) == n_test
     # latency: batch 1 on the 5-sentence subset, batch 16 on the whole test set, speed-ups vs AR b=4
@@ -196,6 +206,7 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
         assert len(lat["per_sentence"][n]) == 5
     assert lat["systems"]["ar_b4"]["b1"]["speedup_vs_ar_b4"] == 1.0
     assert lat["systems"]["nat_ft"]["b16"]["speedup_vs_ct2_int8_b4"] > 0   # against the fastest AR decoder too
+    assert lat["systems"]["nat_ft"]["b16"]["speedup_vs_ar2_ct2_int8_b4"] > 0   # and the second AR model's
     png = out / "decode" / "latency_vs_length.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # BLEU / bootstrap / targets
@@ -216,6 +227,8 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     assert "| NAT (+FT + NPD s=3) |" in md and "| NAT (+FT + EPD K=2) |" in md and "Targets" in md
     assert "BLEU gap with EPD K=2" in md
     assert "| Autoregressive, CTranslate2 int8 (b=4) |" in md and "speed-up b=16 vs ct2_int8_b4 |" in md
+    assert "| Autoregressive tiny-2 (b=4) |" in md and "| Autoregressive tiny-2, CTranslate2 int8 (b=4) |" in md
+    assert "speed-up b=16 vs ar2_ct2_int8_b4 |" in md
     assert "| Autoregressive (b=4) |" in p.stdout
     # a rerun reuses every stage
     p = run(cmd, timeout=300)

@@ -29,11 +29,15 @@ Stages (each skipped when its ``done.json`` / output exists, unless ``--force``)
                   nat_ft_epd{K} (exact parallel decoding, Eq. 8.8) for every K in ``--epd`` (default none),
                   and ``--fastest-ar`` (default: the teacher in CTranslate2 int8, beam 4, when CTranslate2 is
                   installed: the NAT's speed-ups are also given against the fastest autoregressive decoder);
+                  with ``--ar2 CKPT`` also a second autoregressive model of the same data (e.g. the 6+1 deep
+                  encoder / shallow decoder of Kasai et al. 2021) as ar2_b4 and ar2_<fastest-ar>, the NAT's
+                  speed-ups given against that one too;
 6. ``results.{json,md}``: sacreBLEU BLEU/chrF vs the reference, BLEU(T) vs the teacher's greedy output,
                   paired bootstrap (1000 samples) of every system vs ar_b4, latency and speed-ups, and the
                   acceptance targets (≥10× at batch 1, ≥2× at batch 64, BLEU gap ≤ 2 with NPD) checked.
 """
 import argparse
+from argparse import Namespace
 import datetime
 import json
 import os
@@ -227,10 +231,18 @@ def stage_ft(args, kd: Path, teacher: Path, nat: Path, post_process: str) -> Pat
     return d / "checkpoint_best.pt"
 
 
+def fastest_systems(args) -> list:
+    """The fastest-AR systems the table has speed-up columns for: the teacher's, then the second AR model's."""
+    fastest = getattr(args, "fastest_ar", "")
+    if not fastest:
+        return []
+    return [fastest] + ([f"ar2_{fastest}"] if getattr(args, "ar2", None) else [])
+
+
 def systems(args):
-    fastest = [args.fastest_ar] if getattr(args, "fastest_ar", "") else []
+    ar2 = ["ar2_b4"] if getattr(args, "ar2", None) else []
     return (["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg"] + [f"nat_ft_npd{s}" for s in args.npd]
-            + [f"nat_ft_epd{k}" for k in getattr(args, "epd", [])] + fastest)
+            + [f"nat_ft_epd{k}" for k in getattr(args, "epd", [])] + ar2 + fastest_systems(args))
 
 
 def stage_decode(args, kd: Path, teacher: Path, nat: Path, ft: Path, post_process: str) -> dict:
@@ -242,6 +254,7 @@ def stage_decode(args, kd: Path, teacher: Path, nat: Path, ft: Path, post_proces
         log("decode: the systems changed; decoding again")
     d.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, HERE / "latency.py", "--data", kd, "--teacher", teacher, "--nat", nat, "--ft", ft,
+           *(["--ar2", os.path.abspath(args.ar2)] if getattr(args, "ar2", None) else []),
            "--systems", ",".join(systems(args)), "--batch-sizes", "1", str(args.batch_size), "--out", d,
            "--hyp-dir", d / "hyps", "--post-process", post_process or "none", "--threads", str(args.threads),
            "--seed", str(args.seed), "--b1-max-sentences", str(args.b1_max_sentences),
@@ -252,6 +265,7 @@ def stage_decode(args, kd: Path, teacher: Path, nat: Path, ft: Path, post_proces
     return mark_done(d, {"wall_s": wall, **json.loads((d / "latency.json").read_text())})
 
 
+AR2_NAME = ["6+1"]   # the second AR model's name in the row names (--ar2-name)
 ROW_NAMES = {"ar_b4": "Autoregressive (b=4)", "ar_b1": "Autoregressive (b=1)", "nat": "NAT",
              "nat_avg": "NAT (average fertility)", "nat_ft": "NAT (+FT)", "nat_ft_avg": "NAT (+FT, average)"}
 
@@ -261,9 +275,13 @@ def row_name(system: str) -> str:
     (b=4)"."""
     if system in ROW_NAMES:
         return ROW_NAMES[system]
+    if system.startswith("ar2_"):
+        return row_name(system[4:]).replace("Autoregressive", f"Autoregressive {AR2_NAME[0]}", 1)
     if system.startswith("ct2_"):
         _, q, b = system.split("_")
         return f"Autoregressive, CTranslate2 {q} (b={b[1:]})"
+    if system.startswith("b") and system[1:].isdigit():   # ar2_bK
+        return f"Autoregressive (b={system[1:]})"
     if "_npd" in system:
         return "NAT (+FT + NPD s=" + system.split("npd")[1] + ")"
     return "NAT (+FT + EPD K=" + system.split("epd")[1] + ")"
@@ -332,8 +350,8 @@ def _f(x, spec=".2f"):
 def results_markdown(summary: dict, names, bs: int) -> str:
     res = summary["systems"]
     base = res["ar_b4"]["bleu"]
-    fastest = summary["args"].get("fastest_ar") or ""
-    extra = (f" speed-up b=1 vs {fastest} | speed-up b={bs} vs {fastest} |", "---|---|") if fastest else ("", "")
+    fastest = fastest_systems(Namespace(**summary["args"]))
+    extra = ("".join(f" speed-up b=1 vs {f} | speed-up b={bs} vs {f} |" for f in fastest), "---|---|" * len(fastest))
     lines = [f"| system | BLEU | chrF | ΔBLEU vs AR b=4 (bootstrap p) | BLEU(T) | ms/sent b=1 | speed-up b=1 "
              f"| ms/sent b={bs} | speed-up b={bs} |{extra[0]}", "|---|---|---|---|---|---|---|---|---|" + extra[1]]
     for n in names:
@@ -347,8 +365,8 @@ def results_markdown(summary: dict, names, bs: int) -> str:
                      f"{_f(lat['b1']['ms_per_sentence'], '.1f')} | {_f(lat['b1'].get('speedup_vs_ar_b4'))}× | "
                      f"{_f(lat[f'b{bs}']['ms_per_sentence'], '.2f')} | "
                      f"{_f(lat[f'b{bs}'].get('speedup_vs_ar_b4'))}× |"
-                     + (f" {_f(lat['b1'].get(f'speedup_vs_{fastest}'))}× | "
-                        f"{_f(lat[f'b{bs}'].get(f'speedup_vs_{fastest}'))}× |" if fastest else ""))
+                     + "".join(f" {_f(lat['b1'].get(f'speedup_vs_{f}'))}× | "
+                               f"{_f(lat[f'b{bs}'].get(f'speedup_vs_{f}'))}× |" for f in fastest))
     t = summary["targets"]
     gaps = ", ".join(f"s={k.split('npd')[1]}: {v:.2f}" for k, v in t["bleu_gap_npd"].items()) or "–"
     epd = "".join(f" BLEU gap with EPD K={k.split('epd')[1]}: {v:.2f}." for k, v in t.get("bleu_gap_epd", {}).items())
@@ -398,6 +416,9 @@ def main(argv=None) -> int:
                     help="the fastest autoregressive decoder, a latency.py CTranslate2 system (e.g. ct2_int8_b4), "
                          "decoded beside the others: speed-ups are also given against it; 'auto' = ct2_int8_b4 "
                          "when CTranslate2 is installed, 'none' = not decoded")
+    ap.add_argument("--ar2", help="a second autoregressive checkpoint of the same data (e.g. the bench's "
+                                  "transformer_6_1): decoded as ar2_b4 and ar2_<fastest-ar>, speed-ups against it too")
+    ap.add_argument("--ar2-name", default="6+1", help="the second AR model's name in the table's rows")
     ap.add_argument("--b1-max-sentences", type=int, default=0, help="batch-1 latency on a subset (0 = all)")
     ap.add_argument("--n-bootstrap", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1)
@@ -413,6 +434,9 @@ def main(argv=None) -> int:
         args.fastest_ar = ""
     elif not args.fastest_ar.startswith("ct2_"):
         raise SystemExit(f"error: --fastest-ar {args.fastest_ar}: a CTranslate2 system (ct2_int8_bK, ct2_fp32_bK)")
+    if args.ar2 and not os.path.isfile(args.ar2):
+        raise SystemExit(f"error: --ar2 {args.ar2}: no such checkpoint")
+    AR2_NAME[0] = args.ar2_name
     args.out = args.out.resolve()
     data_bin = args.data / "bin" if (args.data / "bin").is_dir() else args.data
     seg_file = next((p for p in (args.data / "segment.json", data_bin / "segment.json") if p.exists()), None)
