@@ -383,7 +383,8 @@ def results_markdown(summary: dict, names, bs: int) -> str:
         f"{summary['test_sentences']} sentences (batch-1 latency over {summary['b1_sentences']}); sacreBLEU "
         f"`{res['ar_b4']['bleu_signature']}` vs `{Path(summary['ref']).name}`; BLEU(T) vs the teacher's greedy "
         f"output; paired bootstrap {a['n_bootstrap']}× vs AR b=4. NAT {st.get('nat', {}).get('updates', '?')} "
-        f"updates ({_f(a['budget_min'], 'g')} min budget), FT {st.get('ft', {}).get('updates', '?')} updates "
+        f"updates ({_f(a['budget_min'], 'g') + ' min budget' if a['budget_min'] else 'update budget'}), FT "
+        f"{st.get('ft', {}).get('updates', '?')} updates "
         f"(lr {a['ft_lr']:g}); teacher `{st.get('teacher_path')}`; size {a['size']}.",
     ]
     return "\n".join(lines) + "\n"
