@@ -10,6 +10,10 @@
 #   TEACHER=runs/bench/JOB/transformer/checkpoint_best.pt bash recipes/gu/ch8.sh   # reuse a bench teacher
 #   DATA=tiny bash recipes/gu/ch8.sh                         # the committed tiny slice, tiny models (~2 min)
 #   EPD=10 bash recipes/gu/ch8.sh                            # also NAT+FT+EPD K=10 (not in the default rows)
+#   AR2=1 bash recipes/gu/ch8.sh                             # also the 6+1 deep-encoder/shallow-decoder AR model
+#        (Kasai et al. 2021; bench config transformer_6_1, BUDGET_MIN more minutes) in the table: ar2_b4 and
+#        ar2_ct2_int8_b4 rows, the NAT's speed-ups against it too (AR2=ckpt.pt: that checkpoint)
+#   MAX_UPDATE=800 FT_MAX_UPDATE=50 bash recipes/gu/ch8.sh   # NAT / FT stop at updates instead of minutes
 #   MODE=thesis bash recipes/gu/ch8.sh                       # print the thesis commands (RUN=1: run them)
 #
 # CPU budget of the Bible mode (2 vCPUs, THREADS=1, BUDGET_MIN=15; about 2 h in all, ~40 min of it NPD s=100):
@@ -144,8 +148,17 @@ if [ -z "${TEACHER:-}" ]; then
   bench gu_ch8 transformer   # the bench baseline, BUDGET_MIN minutes -> runs/gu_ch8/transformer/
   TEACHER=runs/gu_ch8/transformer/checkpoint_best.pt
 fi
+AR2_ARGS=()
+if [ "${AR2:-0}" = 1 ]; then   # the deep-shallow AR model, same budget, same job (compared with the baseline)
+  bench gu_ch8 transformer,transformer_6_1
+  AR2_ARGS=(--ar2 runs/gu_ch8/transformer_6_1/checkpoint_best.pt --ar2-name 6+1)
+elif [ "${AR2:-0}" != 0 ]; then
+  AR2_ARGS=(--ar2 "$AR2")
+fi
+NAT_BUDGET=(--budget-min "$BUDGET_MIN")
+[ -z "${MAX_UPDATE:-}" ] || NAT_BUDGET=(--budget-min 0 --max-update "$MAX_UPDATE" --ft-max-update "${FT_MAX_UPDATE:-50}")
 $PY recipes/gu/nat_pipeline.py --data data/bible_es_en/spm8000 --out runs/gu_ch8/nat --teacher "$TEACHER" \
-  --size small --budget-min "$BUDGET_MIN" --ft-fraction "${FT_FRACTION:-0.333}" --ft-lr "${FT_LR:-2e-5}" \
+  "${AR2_ARGS[@]}" --size small "${NAT_BUDGET[@]}" --ft-fraction "${FT_FRACTION:-0.333}" --ft-lr "${FT_LR:-2e-5}" \
   --ft-validate-interval-updates "${FT_VALID_EVERY:-50}" --npd "$NPD" --epd "$EPD" \
   --b1-max-sentences "${LAT_SENTENCES:-200}" \
   --threads "$THREADS" ${FORCE:+--force}
