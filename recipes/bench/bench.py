@@ -302,7 +302,7 @@ def table_rows(results: dict, job: str, args) -> dict:
                f"{fmt(ratio(r.get('train_tokens_per_s'), base and base.get('train_tokens_per_s')))} | "
                f"{fmt(r.get('decode_sent_per_s'), '.1f')} | "
                f"{fmt(ratio(r.get('decode_sent_per_s'), base and base.get('decode_sent_per_s')))} | "
-               f"{r.get('updates')} / {r.get('epochs')} | {args.budget_min:g} min | {job} |")
+               f"{r.get('updates')} / {r.get('epochs')} | {budget_text(args)} | {job} |")
         rows[name] = row
     return rows
 
@@ -391,6 +391,13 @@ def merge_converged(path: Path, rows: dict, job_note: str) -> None:
     else:
         text = text + ("\n" if text else "") + "\n## Converged (recipes/bench/bench.py --curve-every)\n\n" + block + "\n"
     path.write_text(text)
+
+
+def budget_text(args) -> str:
+    """The training budget of a job as the table states it: minutes, updates, or both."""
+    parts = ([f"{args.budget_min:g} min"] if args.budget_min > 0 else []) + \
+        ([f"{args.max_updates} updates"] if args.max_updates else [])
+    return " / ".join(parts) or "until early stopping"
 
 
 def main(argv=None):
@@ -484,7 +491,7 @@ def main(argv=None):
     for r in rows.values():
         print(r)
     if args.table:
-        note = (f"- job `{out.name}`: {', '.join(names)}; {args.budget_min:g} min training each, "
+        note = (f"- job `{out.name}`: {', '.join(names)}; {budget_text(args)} of training each, "
                 f"{args.threads} threads, {platform.processor() or platform.machine()}, data `{args.data}`")
         merge_table(args.table, rows, note)
         log(f"rows merged into {args.table}")
