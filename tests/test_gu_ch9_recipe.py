@@ -214,7 +214,8 @@ def test_thesis_mode_options():
     ({"TARGETS": "ap0.5 sooner"}, "unknown delay target 'sooner'"),
     ({"WAITK": "1 x"}, "WAITK values must be integers"),
     ({"PAIR": "de-en"}, "PAIR must be es-en, en-es, en-ru or ru-en"),
-    ({"AGENT_SELECT": "best final"}, "AGENT_SELECT takes best and/or last, got 'final'"),
+    ({"AGENT_SELECT": "best final"}, "AGENT_SELECT and BEAM_SELECT take best and/or last, got 'final'"),
+    ({"BEAM_SELECT": "top"}, "AGENT_SELECT and BEAM_SELECT take best and/or last, got 'top'"),
 ])
 def test_bad_options_are_refused(tmp_path, env, message):
     p = run(["bash", RECIPE], timeout=120, check=False, RUNS=tmp_path, **env)
@@ -226,12 +227,14 @@ def test_bad_options_are_refused(tmp_path, env, message):
 @pytest.mark.slow
 def test_tiny_end_to_end(tmp_path):
     """DATA=tiny: ~5-6 min on one thread next to other work."""
-    run(["bash", RECIPE], timeout=1500, DATA="tiny", RUNS=tmp_path, THREADS="1", AGENT_SELECT="best last")
+    run(["bash", RECIPE], timeout=1500, DATA="tiny", RUNS=tmp_path, THREADS="1", AGENT_SELECT="best last",
+        BEAM_SELECT="best")   # the last checkpoints greedy only
     out = tmp_path / "gu_ch9_tiny"
     assert (out / "nmt" / "train.done").exists()   # stage 1 finished: a rerun skips it, a killed one resumes it
     ev = out / "eval_lt100"          # the tiny slice's limit: both sides < 100 subwords, every such pair
     n_test = n_lines(ev / "test" / "ref.txt")
-    systems = {f"{a}{sel}.{s}" for a in ("ap0.3", "ap0.5", "ap0.7") for sel in ("", "-last") for s in ("greedy", "beam")}
+    systems = {f"{a}.{s}" for a in ("ap0.3", "ap0.5", "ap0.7") for s in ("greedy", "beam")}
+    systems |= {f"{a}-last.greedy" for a in ("ap0.3", "ap0.5", "ap0.7")}
     systems |= {f"{b}.greedy" for b in ("wue", "wos", "wiw", "wid", "wait1", "wait3")} | {"wue.beam"}
     for name in systems:
         text = (ev / "decode" / name / "generate-test.txt").read_text()

@@ -25,6 +25,8 @@
 #   STAGE1_UPDATES=1600 bash recipes/gu/ch9.sh         # stage 1 for that many updates instead of BUDGET_MIN minutes
 #   TARGETS="ap0.3 ap0.7 cw2" bash recipes/gu/ch9.sh   # the agents' delay targets (default ap0.3 ap0.5 ap0.7)
 #   AGENT_SELECT="best last" bash recipes/gu/ch9.sh    # also decode each agent's last checkpoint (<name>-last)
+#   BEAM_SELECT=best bash recipes/gu/ch9.sh            # simul_beam for these selections only (default: every
+#                                                      # AGENT_SELECT one; the others are decoded greedily only)
 #   WAITK="1 3 5" BEAM=3 bash recipes/gu/ch9.sh        # the wait-k reading, the simul_beam width
 #   DATA=tiny bash recipes/gu/ch9.sh          # the committed tiny slice, tiny models, a few updates (~5 min)
 #   MODE=thesis bash recipes/gu/ch9.sh        # print the thesis-setting commands (RUN=1: run them; PAIRS=...)
@@ -197,8 +199,9 @@ fi
 TARGETS=(${TARGETS:-ap0.3 ap0.5 ap0.7})
 for t in "${TARGETS[@]}"; do target_flags "$t" > /dev/null || exit 2; done
 AGENT_SELECT=(${AGENT_SELECT:-best})
-for sel in "${AGENT_SELECT[@]}"; do
-  case $sel in best|last) ;; *) echo "error: AGENT_SELECT takes best and/or last, got '$sel'" >&2; exit 2 ;; esac
+BEAM_SELECT=(${BEAM_SELECT:-${AGENT_SELECT[*]}})
+for sel in "${AGENT_SELECT[@]}" "${BEAM_SELECT[@]}"; do
+  case $sel in best|last) ;; *) echo "error: AGENT_SELECT and BEAM_SELECT take best and/or last, got '$sel'" >&2; exit 2 ;; esac
 done
 if [ "${DATA:-bible}" = tiny ]; then
   PAIR=es-en SRC=es TGT=en
@@ -336,7 +339,9 @@ run_lane() {
         for b in "${BASE_BEAM[@]}"; do decode "$b" beam || { touch $OUT/baselines.failed; return 1; }; done ;;
       *) train_agent "$job" || { touch $OUT/$job.failed; return 1; }
          for sel in "${AGENT_SELECT[@]}"; do
-           { decode "$job" greedy "$sel" && decode "$job" beam "$sel"; } || { touch $OUT/$job.failed; return 1; }
+           decode "$job" greedy "$sel" || { touch $OUT/$job.failed; return 1; }
+           [[ " ${BEAM_SELECT[*]} " == *" $sel "* ]] || continue
+           decode "$job" beam "$sel" || { touch $OUT/$job.failed; return 1; }
          done ;;
     esac
   done
