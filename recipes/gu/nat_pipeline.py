@@ -265,18 +265,17 @@ def stage_decode(args, kd: Path, teacher: Path, nat: Path, ft: Path, post_proces
     return mark_done(d, {"wall_s": wall, **json.loads((d / "latency.json").read_text())})
 
 
-AR2_NAME = ["6+1"]   # the second AR model's name in the row names (--ar2-name)
 ROW_NAMES = {"ar_b4": "Autoregressive (b=4)", "ar_b1": "Autoregressive (b=1)", "nat": "NAT",
              "nat_avg": "NAT (average fertility)", "nat_ft": "NAT (+FT)", "nat_ft_avg": "NAT (+FT, average)"}
 
 
-def row_name(system: str) -> str:
+def row_name(system: str, ar2_name: str = "6+1") -> str:
     """Table 8.2's row name: "NAT (+FT + NPD s=10)", "NAT (+FT + EPD K=10)", "Autoregressive, CTranslate2 int8
     (b=4)"."""
     if system in ROW_NAMES:
         return ROW_NAMES[system]
     if system.startswith("ar2_"):
-        return row_name(system[4:]).replace("Autoregressive", f"Autoregressive {AR2_NAME[0]}", 1)
+        return row_name(system[4:]).replace("Autoregressive", f"Autoregressive {ar2_name}", 1)
     if system.startswith("ct2_"):
         _, q, b = system.split("_")
         return f"Autoregressive, CTranslate2 {q} (b={b[1:]})"
@@ -357,7 +356,7 @@ def results_markdown(summary: dict, names, bs: int) -> str:
     for n in names:
         r = res[n]
         lat = r["latency"]
-        name = row_name(n)
+        name = row_name(n, summary["args"].get("ar2_name") or "6+1")
         p = r.get("bleu_p")
         delta = "–" if n == "ar_b4" else f"{r['bleu'] - base:+.2f} (p={p:.3f})" if p is not None else \
             f"{r['bleu'] - base:+.2f}"
@@ -437,7 +436,6 @@ def main(argv=None) -> int:
         raise SystemExit(f"error: --fastest-ar {args.fastest_ar}: a CTranslate2 system (ct2_int8_bK, ct2_fp32_bK)")
     if args.ar2 and not os.path.isfile(args.ar2):
         raise SystemExit(f"error: --ar2 {args.ar2}: no such checkpoint")
-    AR2_NAME[0] = args.ar2_name
     args.out = args.out.resolve()
     data_bin = args.data / "bin" if (args.data / "bin").is_dir() else args.data
     seg_file = next((p for p in (args.data / "segment.json", data_bin / "segment.json") if p.exists()), None)
