@@ -99,7 +99,8 @@ def test_curve_job_equal_updates(tiny_data, tmp_path):
             rows = list(csv.DictReader(f))
         assert [int(r["updates"]) for r in rows] == [2, 4]          # a validation every 2 updates, none at epoch ends
         assert all(r["dev_bleu"] != "" and r["dev_loss"] != "" for r in rows)
-        assert float(rows[1]["train_wall_s"]) > float(rows[0]["train_wall_s"]) > 0
+        # fairseq logs train_wall per interval in whole seconds: on a fast CPU updates 3-4 may add 0
+        assert float(rows[1]["train_wall_s"]) >= float(rows[0]["train_wall_s"]) > 0
         res = json.loads((out / name / "result.json").read_text())
         c = res["curve"]
         assert c["stopped"] == "max-updates" and c["last_updates"] == 4 and c["points"] == 2

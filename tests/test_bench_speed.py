@@ -123,7 +123,9 @@ def test_deep_shallow_configuration_moves_the_layers():
     task = type("T", (), {"source_dictionary": d, "target_dictionary": d})()
     counts = {}
     for name, flags in (("base", base), ("ds", ds)):
-        args = options.parse_args_and_arch(options.get_training_parser(), ["x", "--task", "translation", *flags])
+        # the config's own task (translation_ext: it carries --cpu-bf16/--math-attention on a bf16 CPU)
+        task_name = configs.CONFIGS["transformer"]["task"]
+        args = options.parse_args_and_arch(options.get_training_parser(), ["x", "--task", task_name, *flags])
         m = TransformerModel.build_model(args, task)
         assert (len(m.encoder.layers), len(m.decoder.layers)) == ((3, 3) if name == "base" else (6, 1))
         counts[name] = sum(p.numel() for p in m.parameters()) - m.encoder.embed_tokens.weight.numel()
