@@ -67,13 +67,13 @@
 # -> runs/maruf_ch3/es-en/results.md.
 # CPU budget (THREADS=1; measured here on one thread next to two busy cores: rnnsearch_bench trains at ~300-350
 # target tokens/s, docmem_m2c_both_bench at ~200, greedy decoding of a weak stage-1 model ~1,500 tokens/s):
-# stage 1 BUDGET_MIN (30 min, ~350 updates of ~1,700 target tokens, ~0.6 epoch) unless STAGE1 is given; its
-# translation of the 28,717 training verses (+ valid, test) ~15-20 min; stage 2: a document batch of 2048
-# padded tokens holds ~660 target tokens (1,174 batches an epoch: 600 updates ~ half an epoch), ~2.2 s/update
-# for `sentence`, ~3.6 s for m2c_both and about as much for prev_tgt (both also teacher-force the context
-# translations): ~40 min for the first pair side by side, ~35 min for prev_tgt; decoding, contrastive scoring and the
-# consistency aligner ~20 min. About 2-2.5 h in all. These are weak models (BLEU of a few points): read the
-# differences with their bootstrap p-values.
+# stage 1 BUDGET_MIN (30 min, ~350 updates of ~1,700 target tokens, ~0.6 epoch; STAGE1_UPDATES=N: N updates
+# instead) unless STAGE1 is given; its translation of the 28,717 training verses (+ valid, test) ~15-20 min;
+# stage 2: a document batch of 2048 padded tokens holds ~660 target tokens (1,174 batches an epoch: 600 updates
+# ~ half an epoch), ~2.2 s/update for `sentence`, ~3.6 s for m2c_both and about as much for prev_tgt (both
+# also teacher-force the context translations): ~40 min for the first pair side by side, ~35 min for prev_tgt;
+# decoding, contrastive scoring and the consistency aligner ~20 min. About 2-2.5 h in all. These are weak models
+# (BLEU of a few points): read the differences with their bootstrap p-values.
 STAGE1_MIN=${BUDGET_MIN:-30}
 source "$(dirname "$0")/../lib.sh"
 PY=.venv/bin/python
@@ -203,7 +203,8 @@ else
   SENT_FLAGS="--arch rnnsearch_bench"
   DOC_ARCH=""
   UPDATES=${UPDATES:-600}
-  STAGE1_LIMIT=(--stop-time-hours "$(echo "$STAGE1_MIN / 60" | bc -l)")
+  if [ -n "${STAGE1_UPDATES:-}" ]; then STAGE1_LIMIT=(--max-update "$STAGE1_UPDATES")   # an update budget, which
+  else STAGE1_LIMIT=(--stop-time-hours "$(echo "$STAGE1_MIN / 60" | bc -l)"); fi       # load cannot bias
   BATCH=(--max-tokens 2048)
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
 fi
