@@ -164,6 +164,29 @@ def test_cpu_bf16_autocast_context():
     assert FUSED_CPU_ATTENTION in ops
 
 
+@pytest.mark.parametrize("case", ["output_projection_step", "transposed"])
+def test_frozen_linear_under_bf16_autocast_is_one_gemm(case):
+    """Compat fix 9: under CPU bf16 autocast a frozen weight on a B x T x C input whose strides do not fold for
+    free -- the B x 1 x C step of incremental decoding cut from a time-major tensor into the bias-free output
+    projection (the slow case found in a frozen teacher), or a transposed T x B x C -- gives one GEMM, as a
+    trainable weight does, not a bmm over a weight copied B times; the numbers agree with the trainable path's
+    to bf16 rounding."""
+    step = case == "output_projection_step"
+    x = torch.randn(1 if step else 3, 16, 32).transpose(0, 1)
+    lin = torch.nn.Linear(32, 64, bias=not step)
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        trainable = lin(x)
+        lin.requires_grad_(False)
+        with _DispatchedOps() as spy:
+            frozen = lin(x)
+    assert "aten.bmm" not in spy.ops and ("aten.mm" in spy.ops or "aten.addmm" in spy.ops), spy.ops
+    assert frozen.shape == trainable.shape == (16, x.shape[1], 64) and frozen.dtype == torch.bfloat16
+    assert torch.allclose(frozen.float(), trainable.float(), rtol=2e-2, atol=2e-2)
+    with torch.no_grad():  # without autocast fairseq's own path is untouched; TorchScript still compiles it
+        assert torch.equal(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias))
+        assert torch.equal(torch.jit.script(lin)(x), lin(x))
+
+
 @pytest.fixture(scope="module")
 def tiny_ckpt(tiny_bin, tmp_path_factory):
     save = tmp_path_factory.mktemp("ckpt")

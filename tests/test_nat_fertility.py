@@ -305,8 +305,8 @@ def test_criterion_finetune_terms_and_gradient_paths():
     g = model.decoder.layers[0].fc1.weight.grad
     assert g is None or g.abs().sum() == 0
     assert model.fertility_proj.weight.grad.abs().sum() > 0
-    # the teacher keeps requires_grad (the bf16-autocast weight cache needs it) but never receives a gradient
-    assert all(p.requires_grad and p.grad is None for p in teacher.parameters())
+    # the teacher never receives a gradient from the fine-tuning loss
+    assert all(p.grad is None for p in teacher.parameters())
     # the BP term is the token-mean reverse KL against the teacher on the argmax output
     model.eval()
     out = model(*_batch()[:2], fertility=_batch()[2], tgt_tokens=_batch()[3])

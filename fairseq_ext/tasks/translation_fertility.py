@@ -121,11 +121,8 @@ class TranslationFertilityTask(TranslationExtTask):
 
     # -- teacher --------------------------------------------------------------------------------
     def teacher(self, device=None):
-        """The frozen AR teacher of ``--teacher-path`` (eval mode), on ``device``. It is never a registered
-        module (no optimizer sees it) and every use runs under ``torch.no_grad`` (``teacher_log_probs``, the
-        rescorers), so its parameters keep ``requires_grad``: under ``--cpu-bf16`` autocast torch caches the
-        bf16 copy of a weight only for leaves that require grad, and frozen weights took a ~30x slower matmul
-        path (measured with the distillation teacher, ``fairseq_ext.tools.distill``)."""
+        """The frozen AR teacher of ``--teacher-path`` (eval mode, no gradients), on ``device``. It is never a
+        registered module: no optimizer sees it."""
         if self._teacher is None:
             if not self.cfg.teacher_path:
                 raise ValueError("this needs an autoregressive teacher: --teacher-path CKPT")
@@ -133,7 +130,7 @@ class TranslationFertilityTask(TranslationExtTask):
 
             models, _ = checkpoint_utils.load_model_ensemble(
                 [self.cfg.teacher_path], arg_overrides={"data": self.cfg.data})
-            teacher = models[0].eval()
+            teacher = models[0].eval().requires_grad_(False)
             if len(teacher.decoder.dictionary) != len(self.tgt_dict):
                 raise ValueError(f"teacher vocabulary ({len(teacher.decoder.dictionary)}) differs from the "
                                  f"task's ({len(self.tgt_dict)})")
