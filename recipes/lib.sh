@@ -40,8 +40,12 @@ sys.exit(0 if s['optimizer_history'][-1]['num_updates'] >= int(sys.argv[2]) else
 }
 
 # thesis CMD...: print a thesis-setting command; run it when RUN=1
-thesis() {
-  echo "+ $*"
+thesis() {  # the command, shell-quoted: a printed line pastes back into bash as the same arguments
+  local a line="+"
+  for a in "$@"; do
+    if [[ $a =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then line+=" $a"; else line+=" '${a//\'/\'\\\'\'}'"; fi
+  done
+  echo "$line"
   if [ "${RUN:-0}" = 1 ]; then "$@"; fi
 }
 

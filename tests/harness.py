@@ -12,6 +12,7 @@ exactly as a user types them, with ``OMP_NUM_THREADS=1``.
 """
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -217,7 +218,7 @@ def parse_fairseq_command(line: str):
     parser (``--user-dir fairseq_ext`` resolved to the repository's plugin); None for any other tool."""
     from fairseq import options
 
-    toks = line[2:].split()
+    toks = shlex.split(line[2:])
     tool = os.path.basename(toks[0])
     args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
     if tool == "fairseq-train":

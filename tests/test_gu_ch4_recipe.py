@@ -6,6 +6,7 @@ the recipe's ``DATA=tiny`` run end to end."""
 import json
 import os
 import random
+import shlex
 
 import pytest
 import sacrebleu
@@ -217,7 +218,7 @@ def parse_line(line):
 
     from fairseq_ext.tools import corpora, retrieval, score
 
-    toks = line[2:].split()
+    toks = shlex.split(line[2:])
     tool = os.path.basename(toks[0])
     args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
     if tool == "fairseq-train":

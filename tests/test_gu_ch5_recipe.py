@@ -5,6 +5,7 @@ report ``recipes/gu/ch5_report.py`` on a synthetic output tree (its scores.json 
 checkpoints trained here, and, marked slow, the recipe's ``DATA=tiny`` run end to end."""
 import json
 import math
+import shlex
 import sys
 
 import numpy as np
@@ -29,7 +30,7 @@ def parse_line(line):
     got = parse_fairseq_command(line)
     if got is not None:
         return got
-    toks = line[2:].split()
+    toks = shlex.split(line[2:])
     tool = toks[0].rsplit("/", 1)[-1]
     if tool == "fairseq-ext-ulr":
         return f"ulr {toks[1]}", ulr.build_parser().parse_args(toks[1:])

@@ -6,6 +6,7 @@ output tree whose scores come from the real ``fairseq_ext.tools.score``), and, m
 ``DATA=tiny`` run end to end."""
 import json
 import os
+import shlex
 import statistics
 import sys
 
@@ -31,7 +32,7 @@ def report_module():
 # ============================================================================ thesis printout
 def light_parse(line):
     """(tool, positional, {--option: value or True}) of a printed ``+ ...`` fairseq line (no quoting in them)."""
-    toks = line[2:].split()
+    toks = shlex.split(line[2:])
     tool, pos, opts, i = os.path.basename(toks[0]), [], {}, 1
     while i < len(toks):
         t = toks[i]
@@ -59,7 +60,7 @@ def shape(line):
 
 def tool_parse(line, rep):
     """(tool, args) of a non-fairseq printed line, with the tool's own parser."""
-    toks = line[2:].split()
+    toks = shlex.split(line[2:])
     tool = toks[0].rsplit("/", 1)[-1]
     if tool == "fairseq-ext-ulr":
         return f"ulr {toks[1]}", ulr.build_parser().parse_args(toks[1:])
@@ -84,7 +85,7 @@ def test_thesis_fairseq_lines_parse_with_registered_names(thesis_lines):
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.tasks import TASK_REGISTRY
 
-    fs = [ln for ln in thesis_lines if os.path.basename(ln[2:].split()[0]) in FAIRSEQ]
+    fs = [ln for ln in thesis_lines if os.path.basename(shlex.split(ln[2:])[0]) in FAIRSEQ]
     reps = {}
     for ln in fs:
         reps.setdefault(shape(ln), ln)
@@ -115,7 +116,7 @@ def test_thesis_settings_table_6_2_and_fig_6_3(thesis_lines):
     rep = report_module()
     by, order = {}, []
     for ln in thesis_lines:
-        if os.path.basename(ln[2:].split()[0]) in FAIRSEQ:
+        if os.path.basename(shlex.split(ln[2:])[0]) in FAIRSEQ:
             tool, pos, opts = light_parse(ln)
             by.setdefault(tool, []).append((pos, opts))
             order.append((tool, pos, opts))

@@ -6,6 +6,7 @@ online decoding, the Table 5.3 layout report)."""
 import json
 import os
 import re
+import shlex
 
 import pytest
 
@@ -30,7 +31,7 @@ def parse_line(line):
     parsed = parse_fairseq_command(line)
     if parsed is not None:
         return parsed
-    toks = line[2:].split()
+    toks = shlex.split(line[2:])
     tool = os.path.basename(toks[0])
     args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
     if tool == "python" and args[0] == "-m":

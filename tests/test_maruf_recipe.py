@@ -4,6 +4,7 @@ the SGD schedules of ch. 3 give the thesis's learning rates), and ch3.sh runs en
 mode (stage 1, generated target context, stage 2 of three systems, doc_bcd decoding, scores)."""
 import os
 import re
+import shlex
 
 import pytest
 
@@ -27,7 +28,7 @@ def parse_line(line):
 
     from fairseq_ext.tools import contrastive, doc_consistency, score
 
-    toks = line[2:].split()
+    toks = shlex.split(line[2:])
     tool = os.path.basename(toks[0])
     args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
     if tool == "fairseq-train":

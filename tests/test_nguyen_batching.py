@@ -5,6 +5,7 @@ number of updates [T §6.3.1, Table 4.1] (``--batching chunked --chunk-size --up
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections import Counter
@@ -263,12 +264,12 @@ def test_thesis_recipes_use_the_new_flags():
     from fairseq import options
     p = run(["bash", ROOT / "recipes" / "nguyen" / "ch4.sh"], MODE="thesis", THESIS_DATA="/x")
     line = next(s for s in p.stdout.splitlines() if "fairseq-train" in s)
-    args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in line[2:].split()[1:]]
+    args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in shlex.split(line[2:])[1:]]
     a = options.parse_args_and_arch(options.get_training_parser(), args)
     assert (a.batching, a.chunk_size, a.updates_per_epoch, a.max_epoch, a.max_tokens) == \
         ("chunked", 10000, 100, 1000, 4096)
     p = run(["bash", ROOT / "recipes" / "nguyen" / "ch3.sh"], MODE="thesis", THESIS_DATA="/x")
-    lines = [s[2:].split() for s in p.stdout.splitlines() if "fairseq_ext.tools.unk_copy" in s]
+    lines = [shlex.split(s[2:]) for s in p.stdout.splitlines() if "fairseq_ext.tools.unk_copy" in s]
     assert len(lines) == 2
     for toks in lines:
         assert uc.build_parser().parse_args(toks[3:]).min_freq == 5

@@ -6,6 +6,7 @@ Table 4.3 concatenated decoding, Table 5.8 lexicon, Fig. 7.1 positional maps).""
 import json
 import os
 import re
+import shlex
 import sys
 
 import pytest
@@ -48,7 +49,7 @@ def _parse_thesis_lines(lines):
     from fairseq_ext.tools import score
     n = 0
     for line in lines:
-        toks = line[2:].split()
+        toks = shlex.split(line[2:])
         tool = os.path.basename(toks[0])
         args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
         if tool == "fairseq-train":

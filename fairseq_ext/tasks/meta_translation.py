@@ -50,7 +50,9 @@ References: J. Gu, Y. Wang, Y. Chen, K. Cho, V. O. K. Li, "Meta-Learning for Low
 Translation", EMNLP 2018; J. Gu, "Efficient Neural Machine Translation", PhD thesis, HKU, 2019, ch. 6.
 """
 import copy
+import json
 import logging
+from argparse import Namespace
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -174,11 +176,6 @@ class MetaTranslationTask(UniversalTranslationTask):
             if self.meta_valid_lang in meta:
                 raise LanguageDataError(f"meta_translation: --meta-valid-lang {self.meta_valid_lang} is also a "
                                         f"meta-training language (--meta-langs {', '.join(meta)})")
-            if getattr(cfg, "eval_bleu", False):
-                # fairseq's validation generator is built on the meta model and would decode with it, not with
-                # the fine-tuned copy whose loss is reported: refused rather than mixing the two
-                raise ValueError("meta_translation: --eval-bleu with --meta-valid-lang is not supported (the BLEU "
-                                 "would be the meta model's, the loss the fine-tuned copy's); select on the loss")
         if cfg.inner_steps < 1:
             raise ValueError(f"meta_translation: --inner-steps must be >= 1, got {cfg.inner_steps}")
         if cfg.meta_gradient == "finite_difference" and cfg.inner_steps != 1:
@@ -195,6 +192,7 @@ class MetaTranslationTask(UniversalTranslationTask):
         self._last_update = None
         self._episode_in_update = 0
         self._valid_model = None
+        self._valid_generator = None
         logger.info("meta_translation: meta-training languages %s, inner %s x%d (lr %s), %s meta-gradient%s",
                     ",".join(meta), cfg.inner_optimizer, cfg.inner_steps,
                     cfg.inner_lr if cfg.inner_lr is not None else "= meta lr", cfg.meta_gradient,
@@ -329,6 +327,7 @@ class MetaTranslationTask(UniversalTranslationTask):
     def begin_valid_epoch(self, epoch, model):
         super().begin_valid_epoch(epoch, model)
         self._valid_model = None  # fine-tuned anew at the first valid_step of this validation
+        self._valid_generator = None
 
     def meta_validation_model(self, model, criterion, update_num: int):
         """A copy of ``model`` fine-tuned on ``--meta-valid-lang`` (module doc); ``model`` is untouched."""
@@ -359,7 +358,18 @@ class MetaTranslationTask(UniversalTranslationTask):
             return super().valid_step(sample, model, criterion)
         if self._valid_model is None:
             self._valid_model = self.meta_validation_model(model, criterion, self._last_update or 0)
-        return super().valid_step(sample, self._valid_model, criterion)
+            if self.cfg.eval_bleu:
+                # fairseq's SequenceGenerator decodes with the models it was built on (its ``models`` argument
+                # is ignored), so --eval-bleu needs a generator on the fine-tuned copy, not the meta model's
+                self._valid_generator = self.build_generator(
+                    [self._valid_model], Namespace(**json.loads(self.cfg.eval_bleu_args)))
+        if not self.cfg.eval_bleu:
+            return super().valid_step(sample, self._valid_model, criterion)
+        meta_generator, self.sequence_generator = self.sequence_generator, self._valid_generator
+        try:
+            return super().valid_step(sample, self._valid_model, criterion)
+        finally:
+            self.sequence_generator = meta_generator
 
 
 # ----------------------------------------------------------------------------------------------- fine-tuning
