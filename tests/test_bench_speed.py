@@ -81,6 +81,28 @@ def test_speed_conversation_configurations(tmp_path):
     assert p.returncode != 0 and "maruf5_tgt" in p.stderr and "--baseline maruf5_base" in p.stderr
 
 
+def test_speed_memory_network_configurations_read_the_generated_target_context(tiny_bin, tmp_path):
+    """Maruf ch. 3's cost ratio: the memory network vs its RNN sentence model on the same chapter batches, which
+    carry the generated target context (here the segmented references stand in for stage 1's translations)."""
+    import shutil
+
+    gen = tmp_path / "generated"
+    gen.mkdir()
+    shutil.copyfile(tiny_bin.parent / "seg" / "train.en", gen / "train.en")
+    out = tmp_path / "maruf3"
+    common = [sys.executable, SPEED, "--data", tiny_bin.parent, "--baseline", "maruf3_sentence", "--rounds", "2",
+              "--steps", "1", "--warmup", "1", "--max-tokens", "2048"]
+    run([*common, "--configs", "maruf3_m2c_both", "--doc-generated-dir", gen, "--out", out])
+    res = json.loads((out / "speed.json").read_text())
+    assert list(res["configs"]) == ["maruf3_sentence", "maruf3_m2c_both"]
+    assert res["configs"]["maruf3_sentence"]["ratios"] == [1.0, 1.0]
+    assert all(s > 0 for s in res["configs"]["maruf3_m2c_both"]["seconds"])
+    # the document RNN, the memory readers and the extra decoder inputs add parameters
+    assert res["configs"]["maruf3_m2c_both"]["params"] > res["configs"]["maruf3_sentence"]["params"]
+    p = run([*common, "--configs", "maruf3_m2c_both", "--out", tmp_path / "j"], check=False)
+    assert p.returncode != 0 and "'maruf3_m2c_both' reads the generated target context" in p.stderr
+
+
 DECODE_SPEED = ROOT / "recipes" / "bench" / "decode_speed.py"
 
 

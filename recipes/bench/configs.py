@@ -202,6 +202,22 @@ for _name, _desc, _flags in [
     CONFIGS[_name] = {"desc": _desc, "task": "doc_translation", "train": _flags + MARUF_STAGE2,
                       "generate": GREEDY}
 
+# Maruf ch. 3 (issue 13; recipes/maruf/ch3.sh): stage 2 of the memory networks on Bible chapters, every system
+# warm-started from the stage-1 rnnsearch_bench checkpoint, Adam 1e-3 + clip 1, cross-entropy (the recipe's
+# OPTIM=adam); the target memory reads the stage-1 translations (--doc-target-context generated: the recipe and
+# speed.py add --doc-generated-dir; speed.py gives every configuration of the job the same batches).
+MARUF3_STAGE2 = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3", "--clip-norm", "1.0",
+                 "--criterion", "cross_entropy", "--max-tokens", "2048"]
+for _name, _desc, _flags in [
+        ("maruf3_sentence", "Maruf ch.3 stage-2 baseline: rnnsearch_bench on document batches",
+         ["--arch", "rnnsearch_bench"]),
+        ("maruf3_m2c_both", "Maruf ch.3 memory network, source + target memory, Memory-to-Context",
+         ["--arch", "docmem_m2c_both_bench", "--doc-target-context", "generated"]),
+        ("maruf3_prev_tgt", "Maruf ch.3 baseline PREV TGT (the previous verse's translation)",
+         ["--arch", "ctx_prevtgt_rnn_bench", "--doc-target-context", "generated"])]:
+    CONFIGS[_name] = {"desc": _desc, "task": "doc_translation", "train": _flags + MARUF3_STAGE2,
+                      "generate": GREEDY}
+
 # ---------------------------------------------------------------------------------------------
 # CPU inference (issue 17): Kasai et al. (2021) "Deep Encoder, Shallow Decoder": the baseline's layers moved to
 # the encoder, 6+1 at the same dimensions (5.79M parameters without the embeddings against 3+3's 5.53M: a

@@ -18,7 +18,10 @@ rounds and its spread.
 Only configurations that train on the plain translation data (task translation_ext or a task
 reading the same folder) are accepted; ``doc_translation`` configurations (Maruf) get ``--doc-ids-dir``
 = the segmented folder and must be timed against a ``doc_translation`` baseline (``--baseline
-maruf_sentence``) so that every configuration trains on the same document batches; ``universal_translation``
+maruf_sentence``, ``maruf3_sentence`` for the ch. 3 memory networks) so that every configuration trains on the
+same document batches; with ``--doc-generated-dir DIR`` (the sentence model's translations, for configurations
+with ``--doc-target-context generated``) every ``doc_translation`` configuration, the baseline included, reads
+that target context, so the batches carry it; ``universal_translation``
 configurations (Gu ch. 5) take a ``fairseq-ext-data universal`` folder as ``--data`` and the ``gu5_multi``
 baseline; ``conversation_translation`` configurations (Maruf ch. 5) take the conversation folder
 (``data/bible_conv_es_en``) and the ``maruf5_base`` baseline.
@@ -47,7 +50,7 @@ def log(msg: str) -> None:
     print(f"[speed {datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
 
 
-def build(name: str, data: Path):
+def build(name: str, data: Path, generated_dir=None):
     """Task, model, criterion and fairseq optimizer of a bench configuration (its exact flags)."""
     from fairseq import optim, options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -57,7 +60,18 @@ def build(name: str, data: Path):
                            "universal_translation", "conversation_translation"):
         raise SystemExit(f"error: configuration '{name}' uses task {cfg['task']}; speed.py times "
                          f"plain translation configurations only")
-    extra = ["--doc-ids-dir", str(data.parent)] if cfg["task"] == "doc_translation" else []
+    extra = []
+    if cfg["task"] == "doc_translation":
+        extra = ["--doc-ids-dir", str(data.parent)]
+        flags = cfg["train"]
+        generated = "--doc-target-context" in flags and flags[flags.index("--doc-target-context") + 1] == "generated"
+        if generated and not generated_dir:
+            raise SystemExit(f"error: configuration '{name}' reads the generated target context: give "
+                             f"--doc-generated-dir (the folder of the sentence model's {{split}}.{{tgt}})")
+        if generated_dir:
+            extra += ["--doc-generated-dir", str(generated_dir)]
+            if not generated:
+                extra += ["--doc-target-context", "generated"]
     argv = [str(data), "--user-dir", str(ROOT / "fairseq_ext"), "--task", cfg["task"], "--cpu",
             "--seed", "1", *extra, *cfg["train"]]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
@@ -128,6 +142,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True)
     ap.add_argument("--table", help="merge the rows into this Markdown file (speed:table markers)")
+    ap.add_argument("--doc-generated-dir", help="doc_translation: the generated target context of every "
+                                                "configuration (the folder of {split}.{tgt})")
     args = ap.parse_args(argv)
 
     import torch
@@ -151,7 +167,7 @@ def main(argv=None) -> int:
     systems = {}
     for name in names:
         torch.manual_seed(1)
-        systems[name] = build(name, bin_dir)
+        systems[name] = build(name, bin_dir, args.doc_generated_dir)
         log(f"built {name}: {systems[name][5] / 1e6:.2f}M params")
     batches = fixed_batches(systems[names[0]][0], args.steps, args.max_tokens, seed=1)
     ntok = sum(int(b["ntokens"]) for b in batches)
