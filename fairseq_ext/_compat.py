@@ -49,10 +49,9 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    most one contiguous copy of the activations, then one GEMM) when the weight needs a gradient; otherwise an
    input whose strides do not fold for free (fairseq's time-major decoder states transposed to batch-major, even
    the ``B x 1 x C`` step of incremental decoding) goes to ``bmm`` with the weight expanded and copied once per
-   batch element.  Under ``torch.autocast("cpu", torch.bfloat16)``
-   (``--cpu-bf16``) that made every model with frozen parameters slow -- a distillation teacher decoding a
-   242-sentence batch took 127 s instead of 4.1 s; a 3+3 transformer's 10 greedy steps at batch 128, 40 s
-   instead of 0.6 s.  :func:`patch_frozen_linear` folds the input itself (``reshape`` to 2-D, one GEMM), the
+   batch element.  Under ``torch.autocast("cpu", torch.bfloat16)`` (``--cpu-bf16``) that made every model with
+   frozen parameters slow -- a distillation teacher decoding a 242-sentence batch took 127 s instead of 4.1 s;
+   a 3+3 transformer's 10 greedy steps at batch 128, 40 s instead of 0.6 s.  :func:`patch_frozen_linear` folds the input itself (``reshape`` to 2-D, one GEMM), the
    computation a trainable weight gets, so frozen and trainable weights take the same path.
 """
 from __future__ import annotations
