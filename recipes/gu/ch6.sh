@@ -17,6 +17,7 @@
 #   META_LANGS=es,fr VALID_LANG=vi bash recipes/gu/ch6.sh   # other languages (each set has its own folders)
 #   TARGET=vi VALID_LANG=it bash recipes/gu/ch6.sh  # a target without a Romance relative (as Lv/Fi/Tr in the thesis)
 #   MEASURE_COST=0 bash recipes/gu/ch6.sh           # without the cost-ratio stage
+#   EQUAL_UPDATES=1 bash recipes/gu/ch6.sh          # + the transfer baseline at the meta run's update count
 #   DATA=tiny bash recipes/gu/ch6.sh                # the committed tiny multi-parallel slice, tiny models, 2 draws
 #                                                   # (~8 min next to other work)
 #   MODE=thesis bash recipes/gu/ch6.sh              # print the thesis-setting commands (RUN=1: run them)
@@ -368,3 +369,43 @@ for col in zero "${STRATEGIES[@]}"; do
     || { tail -5 $OUT/compare/$col.log; exit 1; }
 done
 $PY $REPORT --out $OUT
+
+# ---- EQUAL_UPDATES=1: the transfer baseline again, stopped at the meta run's number of updates (the joint phase
+# gives both the same wall-clock, so transfer makes ~2x more updates), then its zero-shot decode and fine-tunings
+# (EQ_STRATEGIES, default emb+enc; the same draws) -> OUT/multi_eq, OUT/compare_eq/<column>.md (MetaNMT - it).
+# Same seed and flags as `multi`, so its first updates are those of `multi` (its valid losses repeat multi's).
+if [ "${EQUAL_UPDATES:-0}" = 1 ]; then
+  N_META=$(grep -o "num_updates [0-9]*" $OUT/meta/train.log | tail -1 | cut -d' ' -f2)
+  [ -n "$N_META" ] || { echo "error: no update count in $OUT/meta/train.log" >&2; exit 1; }
+  JOINT_LIMIT=(--max-update "$N_META")
+  echo "equal updates: multi_eq = the transfer baseline stopped at $N_META updates (the meta run's)"
+  train_joint multi_eq || exit 1
+  EQ_STRATEGIES=(${EQ_STRATEGIES:-emb+enc})
+  LANE_A=(zero:multi_eq) LANE_B=()
+  for k in "${DRAWS[@]}"; do
+    for st in "${EQ_STRATEGIES[@]}"; do
+      if [ $(( ${#LANE_A[@]} )) -le $(( ${#LANE_B[@]} )) ]; then LANE_A+=("ft:multi_eq:$st:$k")
+      else LANE_B+=("ft:multi_eq:$st:$k"); fi
+    done
+  done
+  two_lanes "run_lane ${LANE_A[*]}" "run_lane ${LANE_B[*]}" || { echo "error: a job failed (logs in $OUT)" >&2; exit 1; }
+  mkdir -p $OUT/compare_eq
+  for col in zero "${EQ_STRATEGIES[@]}"; do
+    gm=() gb=()
+    if [ $col = zero ]; then
+      gm=($OUT/zero/meta/test/generate-test.txt) gb=($OUT/zero/multi_eq/test/generate-test.txt)
+    else
+      for k in "${DRAWS[@]}"; do
+        a=$OUT/ft/meta/$col/d$k/test/generate-test.txt b=$OUT/ft/multi_eq/$col/d$k/test/generate-test.txt
+        if [ -s $a ] && [ -s $b ]; then gm+=($a); gb+=($b); fi
+      done
+    fi
+    c=$OUT/compare_eq/$col
+    $PY $REPORT concat --ref $D/raw/test.en --out $c/meta.txt --ref-out $c/ref.txt "${gm[@]}" 2> /dev/null
+    $PY $REPORT concat --ref $D/raw/test.en --out $c/multi_eq.txt --ref-out $c/ref.txt "${gb[@]}" 2> /dev/null
+    $PY -m fairseq_ext.tools.score compare --baseline $c/multi_eq.txt --system $c/meta.txt --ref $c/ref.txt \
+      --format text --n-bootstrap $N_BOOTSTRAP --json $OUT/compare_eq/$col.json > $OUT/compare_eq/$col.md \
+      2> $OUT/compare_eq/$col.log || { tail -5 $OUT/compare_eq/$col.log; exit 1; }
+  done
+  echo "equal updates: $OUT/compare_eq"
+fi
