@@ -6,6 +6,7 @@ output tree whose scores come from the real ``fairseq_ext.tools.score``), and, m
 ``DATA=tiny`` run end to end."""
 import json
 import os
+import re
 import shlex
 import statistics
 import sys
@@ -507,3 +508,15 @@ def test_tiny_end_to_end(tmp_path):
     md = (out / "table6_2.md").read_text()
     assert "## Table 6.2 / Fig. 6.3 layout" in md and "One meta-iteration =" in md
     assert "## Table 6.2 / Fig. 6.3 layout" in p.stdout
+    # EQUAL_UPDATES=1 again: every finished stage is reused; transfer is trained anew to the meta run's update
+    # count (the same seed and flags: its validations repeat multi's), decoded and fine-tuned (emb+enc), compared
+    n_meta = re.findall(r"num_updates (\d+)", meta_log)[-1]
+    p = run(["bash", RECIPE], timeout=2400, DATA="tiny", RUNS=tmp_path, THREADS="1", EQUAL_UPDATES="1")
+    assert f"multi_eq = the transfer baseline stopped at {n_meta} updates" in p.stdout
+    eq_log = (out / "multi_eq" / "train.log").read_text()
+    assert re.findall(r"num_updates (\d+)", eq_log)[-1] == n_meta
+    assert "meta-training languages" not in p.stdout + (out / "meta" / "train.log").read_text()[len(meta_log):]
+    for d in [out / "zero" / "multi_eq"] + [out / "ft" / "multi_eq" / "emb+enc" / f"d{k}" for k in (1, 2)]:
+        assert json.loads((d / "score.json").read_text())["n_sentences"] == n_test, d
+    for col, n in (("zero", 1), ("emb+enc", 2)):
+        assert json.loads((out / "compare_eq" / f"{col}.json").read_text())["n_sentences"] == n_test * n
