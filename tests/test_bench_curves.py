@@ -3,6 +3,7 @@ equal-updates and convergence stops, curves.csv / curves.png, the "converged" ta
 import csv
 import importlib.util
 import json
+import re
 import shutil
 import sys
 
@@ -99,8 +100,12 @@ def test_curve_job_equal_updates(tiny_data, tmp_path):
             rows = list(csv.DictReader(f))
         assert [int(r["updates"]) for r in rows] == [2, 4]          # a validation every 2 updates, none at epoch ends
         assert all(r["dev_bleu"] != "" and r["dev_loss"] != "" for r in rows)
-        # fairseq logs train_wall per interval in whole seconds: on a fast CPU updates 3-4 may add 0
-        assert float(rows[1]["train_wall_s"]) >= float(rows[0]["train_wall_s"]) > 0
+        # the training clock = the sum of fairseq's train_inner train_wall up to each validation; fairseq logs it
+        # per interval in whole seconds, so on a fast CPU a few updates may add 0
+        walls = [float(re.search(r"train_wall=([\d.]+)", ln).group(1))
+                 for ln in (out / name / "train.log").read_text().splitlines() if "| train_inner |" in ln]
+        assert len(walls) == 4 and float(rows[1]["train_wall_s"]) == sum(walls)
+        assert 0 <= float(rows[0]["train_wall_s"]) == sum(walls[:2]) <= float(rows[1]["train_wall_s"])
         res = json.loads((out / name / "result.json").read_text())
         c = res["curve"]
         assert c["stopped"] == "max-updates" and c["last_updates"] == 4 and c["points"] == 2
