@@ -349,25 +349,31 @@ done
 two_lanes "run_lane ${LANE_A[*]}" "run_lane ${LANE_B[*]}" || { echo "error: a target job failed (logs in $OUT)" >&2; exit 1; }
 
 # ---- paired bootstrap per column (zero-shot; each strategy on the concatenation of the draws both systems have)
-mkdir -p $OUT/compare
-for col in zero "${STRATEGIES[@]}"; do
-  gm=() gb=()
-  if [ $col = zero ]; then
-    gm=($OUT/zero/meta/test/generate-test.txt) gb=($OUT/zero/multi/test/generate-test.txt)
-  else
-    for k in "${DRAWS[@]}"; do
-      a=$OUT/ft/meta/$col/d$k/test/generate-test.txt b=$OUT/ft/multi/$col/d$k/test/generate-test.txt
-      if [ -s $a ] && [ -s $b ]; then gm+=($a); gb+=($b); fi
-    done
-  fi
-  [ ${#gm[@]} -gt 0 ] || continue
-  c=$OUT/compare/$col
-  $PY $REPORT concat --ref $D/raw/test.en --out $c/meta.txt --ref-out $c/ref.txt "${gm[@]}" 2> /dev/null
-  $PY $REPORT concat --ref $D/raw/test.en --out $c/multi.txt --ref-out $c/ref.txt "${gb[@]}" 2> /dev/null
-  $PY -m fairseq_ext.tools.score compare --baseline $c/multi.txt --system $c/meta.txt --ref $c/ref.txt --format text \
-    --n-bootstrap $N_BOOTSTRAP --json $OUT/compare/$col.json > $OUT/compare/$col.md 2> $OUT/compare/$col.log \
-    || { tail -5 $OUT/compare/$col.log; exit 1; }
-done
+# compare_columns BASE DIR COLUMN...: MetaNMT - BASE (multi | multi_eq) -> DIR/<column>.{md,json}
+compare_columns() {
+  local base=$1 dir=$2 col k a b c gm gb
+  shift 2
+  mkdir -p $dir
+  for col in "$@"; do
+    gm=() gb=()
+    if [ $col = zero ]; then
+      gm=($OUT/zero/meta/test/generate-test.txt) gb=($OUT/zero/$base/test/generate-test.txt)
+    else
+      for k in "${DRAWS[@]}"; do
+        a=$OUT/ft/meta/$col/d$k/test/generate-test.txt b=$OUT/ft/$base/$col/d$k/test/generate-test.txt
+        if [ -s $a ] && [ -s $b ]; then gm+=($a); gb+=($b); fi
+      done
+    fi
+    [ ${#gm[@]} -gt 0 ] || continue
+    c=$dir/$col
+    $PY $REPORT concat --ref $D/raw/test.en --out $c/meta.txt --ref-out $c/ref.txt "${gm[@]}" 2> /dev/null
+    $PY $REPORT concat --ref $D/raw/test.en --out $c/$base.txt --ref-out $c/ref.txt "${gb[@]}" 2> /dev/null
+    $PY -m fairseq_ext.tools.score compare --baseline $c/$base.txt --system $c/meta.txt --ref $c/ref.txt \
+      --format text --n-bootstrap $N_BOOTSTRAP --json $dir/$col.json > $dir/$col.md 2> $dir/$col.log \
+      || { tail -5 $dir/$col.log; return 1; }
+  done
+}
+compare_columns multi $OUT/compare zero "${STRATEGIES[@]}" || exit 1
 $PY $REPORT --out $OUT
 
 # ---- EQUAL_UPDATES=1: the transfer baseline again, stopped at the meta run's number of updates (the joint phase
@@ -389,23 +395,6 @@ if [ "${EQUAL_UPDATES:-0}" = 1 ]; then
     done
   done
   two_lanes "run_lane ${LANE_A[*]}" "run_lane ${LANE_B[*]}" || { echo "error: a job failed (logs in $OUT)" >&2; exit 1; }
-  mkdir -p $OUT/compare_eq
-  for col in zero "${EQ_STRATEGIES[@]}"; do
-    gm=() gb=()
-    if [ $col = zero ]; then
-      gm=($OUT/zero/meta/test/generate-test.txt) gb=($OUT/zero/multi_eq/test/generate-test.txt)
-    else
-      for k in "${DRAWS[@]}"; do
-        a=$OUT/ft/meta/$col/d$k/test/generate-test.txt b=$OUT/ft/multi_eq/$col/d$k/test/generate-test.txt
-        if [ -s $a ] && [ -s $b ]; then gm+=($a); gb+=($b); fi
-      done
-    fi
-    c=$OUT/compare_eq/$col
-    $PY $REPORT concat --ref $D/raw/test.en --out $c/meta.txt --ref-out $c/ref.txt "${gm[@]}" 2> /dev/null
-    $PY $REPORT concat --ref $D/raw/test.en --out $c/multi_eq.txt --ref-out $c/ref.txt "${gb[@]}" 2> /dev/null
-    $PY -m fairseq_ext.tools.score compare --baseline $c/multi_eq.txt --system $c/meta.txt --ref $c/ref.txt \
-      --format text --n-bootstrap $N_BOOTSTRAP --json $OUT/compare_eq/$col.json > $OUT/compare_eq/$col.md \
-      2> $OUT/compare_eq/$col.log || { tail -5 $OUT/compare_eq/$col.log; exit 1; }
-  done
+  compare_columns multi_eq $OUT/compare_eq zero "${EQ_STRATEGIES[@]}" || exit 1
   echo "equal updates: $OUT/compare_eq"
 fi

@@ -64,7 +64,8 @@
 # Decoding of test: doc_bcd K=1 (pass 0 = stage 1, Jacobi) for the document systems, greedy for `sentence`;
 # sacreBLEU + paired bootstrap against `sentence`, METEOR, the contrastive pronoun accuracy (Table 4.4 layout;
 # target-context models read the stage-1 translations) and the chapter-level consistency
-# -> runs/maruf_ch3/es-en/results.md.
+# -> runs/maruf_ch3/es-en/results.md; the decode-time ratio of each system against `sentence` (the same decoding
+# flags on valid, ROUNDS (3) interleaved rounds of fairseq-generate: recipes/bench/decode_speed.py, ~10 min).
 # CPU budget (THREADS=1; measured here on one thread next to two busy cores: rnnsearch_bench trains at ~300-350
 # target tokens/s, docmem_m2c_both_bench at ~200, greedy decoding of a weak stage-1 model ~1,500 tokens/s):
 # stage 1 BUDGET_MIN (30 min, ~350 updates of ~1,700 target tokens, ~0.6 epoch; STAGE1_UPDATES=N: N updates
@@ -189,6 +190,7 @@ if [ "${DATA:-bible}" = tiny ]; then
   STAGE1_LIMIT=(--max-update "${STAGE1_UPDATES:-12}")
   BATCH=(--max-tokens 1024)
   N_BOOTSTRAP=${N_BOOTSTRAP:-100}
+  ROUNDS=${ROUNDS:-1}
 else
   PAIR=${PAIR:-es-en}
   case $PAIR in
@@ -207,6 +209,7 @@ else
   else STAGE1_LIMIT=(--stop-time-hours "$(echo "$STAGE1_MIN / 60" | bc -l)"); fi       # load cannot bias
   BATCH=(--max-tokens 2048)
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
+  ROUNDS=${ROUNDS:-3}
 fi
 mkdir -p $OUT
 T=(--task doc_translation --doc-ids-dir $RAW --source-lang $SRC --target-lang $TGT)
@@ -299,6 +302,20 @@ for ((i = 0; i < ${#SYSTEMS[@]}; i += 2)); do   # two single-thread runs side by
   wait $p1
 done
 
+# ---- decode-time ratio × sentence: ROUNDS interleaved rounds of each system's test decoding (the same flags) on
+# valid (recipes/bench/decode_speed.py: fairseq-generate's own decoding time, order rotated per round)
+if [ ! -s $OUT/decode_speed.json ] && [ ${#SYSTEMS[@]} -gt 1 ]; then
+  sp_args=()
+  for s in "${SYSTEMS[@]}"; do
+    path=$OUT/$s/checkpoint_last.pt
+    [ "$s" = sentence ] || path=$path:$STAGE1
+    sp_args+=(--system "$s=$BIN ${UD[*]} ${T[*]} $(ctx_flags "$s") $(decode_flags "$s") --path $path --beam 1 ${LEN[*]} \
+--batch-size 64 --gen-subset valid --cpu")
+  done
+  $PY recipes/bench/decode_speed.py --rounds "$ROUNDS" --threads "$THREADS" --out $OUT/decode_speed.json.tmp \
+    "${sp_args[@]}" > $OUT/decode_speed.md && mv $OUT/decode_speed.json.tmp $OUT/decode_speed.json
+fi
+
 # ---- scores --------------------------------------------------------------------------------------------------
 RES=$OUT/results.md
 {
@@ -339,4 +356,6 @@ for s in "${SYSTEMS[@]}"; do
   $PY -m fairseq_ext.tools.doc_consistency --raw $RAW --split test --src-lang $SRC --tgt-lang $TGT \
     --hyp $OUT/$s/generate-test.txt --json $OUT/$s.consistency.json | tee -a $RES
 done
+printf '\n## Decoding time (valid, %s interleaved rounds, × sentence)\n\n' "$ROUNDS" >> $RES
+[ ! -s $OUT/decode_speed.md ] || cat $OUT/decode_speed.md | tee -a $RES
 echo "results: $RES"
