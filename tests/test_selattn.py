@@ -79,6 +79,57 @@ def test_sparsemax_gradcheck_and_all_masked_row():
     assert sparsemax(torch.zeros(2, 0)).shape == (2, 0)
 
 
+def test_sparsemax_scores_are_normalised_in_fp32_under_cpu_bf16_autocast(monkeypatch):
+    """Eq. 4.1-4.2 (α_s = sparsemax(K_sᵀQ_s/√d_k)) and Eq. 4.3 with sparsemax (sparse-sparse) under ``--cpu-bf16``,
+    i.e. torch.autocast('cpu', bfloat16): the H-attention's scores reach the normaliser in bf16 and are cast to fp32,
+    so the sparsemax probabilities (entmax's input and output) are fp32, sum to 1 (to fp32 precision) on every row
+    with a real context entry, and are exactly 0 on the masked entries (-1 context entries, a sentence without
+    words, padding words) and on some real ones (sparsity). The weights the module returns are those
+    probabilities, masked, in the scores' dtype (bf16 here, as fairseq's MultiheadAttention does with its softmax):
+    their zeros stay exact and a sentence without context gets all zeros."""
+    import entmax
+
+    import fairseq_ext.modules.doc_attention as doc_attention
+
+    score_dtypes, probs = [], []
+    real_normalise, real_sparsemax = doc_attention.normalise, entmax.sparsemax
+
+    def spy_normalise(scores, mask, dim, kind):
+        score_dtypes.append(scores.dtype)
+        return real_normalise(scores, mask, dim, kind)
+
+    def spy_sparsemax(x, dim=-1, **kw):
+        p = real_sparsemax(x, dim=dim, **kw)
+        probs.append((x, p))
+        return p
+
+    monkeypatch.setattr(doc_attention, "normalise", spy_normalise)
+    monkeypatch.setattr(entmax, "sparsemax", spy_sparsemax)
+    torch.manual_seed(0)
+    attn = HierarchicalMultiheadAttention(16, num_heads=2, word_norm="sparsemax").eval()
+    ctx = toy_context()
+    query = torch.randn(3, 4, 16) * 3
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        prepared = attn.prepare(ctx)
+        out, w = attn(query, prepared, need_weights=True)
+    assert score_dtypes == [torch.bfloat16, torch.bfloat16] and len(probs) == 2  # sentence level, word level
+    sent_mask = prepared["sent_mask"][:, None, None, :].expand_as(probs[0][1])
+    word_mask = prepared["word_mask"][:, None, None].expand_as(probs[1][1])
+    for (x, p), mask in zip(probs, (sent_mask, word_mask)):
+        assert x.dtype == p.dtype == torch.float32
+        rows = mask.any(-1)
+        assert rows.any() and (~rows).any()
+        assert torch.allclose(p.sum(-1)[rows], torch.ones(int(rows.sum())), atol=1e-6)
+        assert (p[mask.logical_not() & rows.unsqueeze(-1)] == 0).all()
+        assert (p[mask] == 0).any()  # sparse among the real entries too
+    alpha_s, alpha = w["sentence"], w["word"]
+    assert alpha_s.dtype == alpha.dtype == torch.bfloat16 == out.dtype
+    assert torch.equal(alpha_s, probs[0][1].masked_fill(~sent_mask, 0).to(torch.bfloat16))
+    assert (alpha_s[~sent_mask] == 0).all() and (alpha[~word_mask] == 0).all() and (alpha_s[2] == 0).all()
+    assert torch.allclose(alpha_s.float().sum(-1)[:2], torch.ones(2, 2, 4), atol=1e-2)
+    assert torch.isfinite(out).all()
+
+
 # ----------------------------------------------------------------------------- attention modules
 def toy_context(C=16, N=4, L=5, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -168,6 +219,41 @@ ENC_ARCHS = ["selattn_enc_hier_sparsesoft_bench", "selattn_enc_hier_sparsesparse
              "selattn_enc_sent_bench", "selattn_enc_word_bench"]
 DEC_ARCHS = ["selattn_dec_hier_sparsesoft_bench", "selattn_dec_hier_sparsesparse_bench",
              "selattn_dec_sent_bench", "selattn_dec_word_bench"]
+
+
+@pytest.mark.parametrize("model_name,arch", [("selattn_transformer", "selattn_enc_hier_sparsesoft_bench"),
+                                             ("zhang2018_doc_transformer", "zhang2018_doc_transformer_bench")])
+def test_ctx_integration_is_encoder_or_decoder_never_both(model_name, arch, tiny_bin, capsys):
+    """Footnote 8 (the context enters the encoder (Fig. 4.3) or the decoder (Fig. 4.4), never both): one
+    ``--ctx-integration`` option whose only choices are encoder and decoder; fairseq-train's parser accepts each and
+    refuses both/anything else (argparse: exit 2, "invalid choice"); the model built with either value has its
+    context attention and gate on that side only."""
+    import argparse
+
+    from fairseq import options
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    parser = argparse.ArgumentParser()
+    MODEL_REGISTRY[model_name].add_args(parser)
+    actions = [a for a in parser._actions if a.dest == "ctx_integration"]
+    assert len(actions) == 1 and actions[0].option_strings == ["--ctx-integration"]
+    assert tuple(actions[0].choices) == ("encoder", "decoder") and actions[0].nargs is None
+    assert ARCH_MODEL_REGISTRY[arch] is MODEL_REGISTRY[model_name]
+    base = [str(tiny_bin), "--task", "doc_translation", "--arch", arch]
+    for value in ("encoder", "decoder"):
+        args = options.parse_args_and_arch(options.get_training_parser(), base + ["--ctx-integration", value])
+        assert args.ctx_integration == value
+        model = small(arch, ctx_integration=value)
+        sides = {n.split(".")[0] for n, _ in model.named_parameters()
+                 if any(f".{m}" in n for m in ("ctx_layer.", "ctx_gate.", "ctx_attn."))}
+        assert sides == {value}, (value, sides)
+    capsys.readouterr()
+    for bad in ("both", "encoder,decoder", "none"):
+        with pytest.raises(SystemExit) as e:
+            options.parse_args_and_arch(options.get_training_parser(), base + ["--ctx-integration", bad])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "--ctx-integration: invalid choice" in err and repr(bad) in err
 
 
 def logits(model, src, lengths, prev, ctx):
@@ -404,6 +490,27 @@ def test_zhang2018_warm_start_freeze_and_incremental(integration, prenorm):
     assert not torch.allclose(out[1], full[1]) and torch.equal(out[[0, 2]], full[[0, 2]])
 
 
+def test_zhang2018_postnorm_copy_runs_its_own_context_sublayer():
+    """PostNorm places the context sub-layer after ``self_attn_layer_norm`` by a forward hook: a deep copy
+    of the model (as ``--quantize int8`` and EMA make) must call the copy's sub-layer, not the original's."""
+    import copy
+
+    for integration in ("encoder", "decoder"):
+        model = small("zhang2018_doc_transformer_bench", seed=4, ctx_integration=integration,
+                      encoder_normalize_before=False, decoder_normalize_before=False).eval()
+        src, lengths, prev, ctx = doc_batch()
+        full = logits(model, src, lengths, prev, ctx)
+        twin = copy.deepcopy(model)
+        assert torch.equal(logits(twin, src, lengths, prev, ctx), full)
+        with torch.no_grad():  # change the original's context sub-layers only
+            for m in model.modules():
+                if hasattr(m, "ctx_gate"):
+                    for p in m.ctx_gate.parameters():
+                        p.add_(1.0)
+        assert not torch.allclose(logits(model, src, lengths, prev, ctx), full), integration
+        assert torch.equal(logits(twin, src, lengths, prev, ctx), full), integration
+
+
 def test_zhang2018_previous_sentences_input():
     model = small("zhang2018_doc_transformer_bench")
     src, _, _, ctx = doc_batch()
@@ -436,3 +543,24 @@ def test_cli_warm_start_train_and_generate(tiny_bin, tmp_path):
         assert "warm start from a sentence checkpoint: copied" in log and "never filled" not in log
         out = generate(tiny_bin, tmp_path / arch / "checkpoint_last.pt", *extra, task="doc_translation")
         assert len(hypotheses(out)) == n_lines(tiny_bin / "test.ids")
+
+
+def test_cli_zhang2018_decoder_integration_trains_and_generates(tiny_bin, tmp_path):
+    """The Zhang et al. (2018) baseline (§4.8, footnote 17) through the real command lines: ``fairseq-train --user-dir
+    fairseq_ext --task doc_translation --arch zhang2018_doc_transformer_bench`` at a 2+2-layer d=32 shape with
+    ``--ctx-integration decoder`` and a one-layer context encoder, then ``fairseq-generate`` (beam 2: the decoder's
+    context sub-layers are reordered with the beam) gives exactly one hypothesis per test sentence; the checkpoint
+    has the context sub-layers in the decoder layers only."""
+    shape = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
+             "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+             "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+    ckpt = train(tiny_bin, tmp_path / "zhang", ["--arch", "zhang2018_doc_transformer_bench", *shape,
+                                                "--ctx-integration", "decoder", "--ctx-encoder-layers", "1"],
+                 task="doc_translation", max_update=2, extra=["--disable-validation"])
+    keys = torch.load(ckpt, map_location="cpu", weights_only=False)["model"].keys()
+    assert any(k.startswith("decoder.layers.1.ctx_attn.") for k in keys)
+    assert not any(k.startswith("encoder.layers.") and ".ctx_" in k for k in keys)
+    out = generate(tiny_bin, ckpt, task="doc_translation")
+    n = n_lines(tiny_bin / "test.ids")
+    assert sorted(hypotheses(out)) == list(range(n))
+    assert sum(line.startswith("H-") for line in out.splitlines()) == n

@@ -576,8 +576,11 @@ class ContextSublayerMixin:
         self.ctx_incremental_state = None
         self.residuals_seen = 0
         if not self.normalize_before:
-            self.self_attn_layer_norm.register_forward_hook(
-                lambda module, inputs, output: self.context_sublayer(output))
+            # a bound method, not a closure: copy.deepcopy (int8 quantisation, EMA) rebinds it to the copy
+            self.self_attn_layer_norm.register_forward_hook(self._after_self_attn_layer_norm)
+
+    def _after_self_attn_layer_norm(self, module, inputs, output):
+        return self.context_sublayer(output)
 
     def context_sublayer(self, x: Tensor) -> Tensor:
         if self.ctx_memory is None:
