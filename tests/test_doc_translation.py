@@ -87,6 +87,42 @@ def test_document_index_positions_and_errors(tmp_path):
         DocumentIndex.from_file(str(p))
 
 
+def test_document_index_an_empty_id_or_empty_document_is_named_by_file_and_line(tiny_bin, tmp_path):
+    """Eq. 3.2 runs over documents d (Π_d Π_j P(y^j | x^j, Y^-j, X^-j)), so every line of {split}.ids must name its
+    document: an empty id line -- a blank line used as a document separator, a whitespace-only line, an extra
+    blank line at the end, a blank first line -- is one DocumentDataError ``FILE:LINE: empty id``; CRLF line ends
+    are not empty ids; an empty document (0 sentences) is refused by DocumentIndex itself, naming its source;
+    through the task an empty id line of test.ids names test.ids and the line, and an empty ids file is the
+    line-count error naming both files."""
+    p = tmp_path / "x.ids"
+    for text, line in (("A.1.1\nA.1.2\n\nB.1.1\n", 3),   # blank line between two documents
+                       ("A.1.1\n   \nA.1.2\n", 2),          # whitespace only
+                       ("A.1.1\nA.1.2\n\n", 3),             # one blank line too many at the end
+                       ("\nA.1.1\n", 1)):
+        p.write_text(text)
+        with pytest.raises(DocumentDataError, match=rf"^{p}:{line}: empty id"):
+            DocumentIndex.from_file(str(p))
+    p.write_bytes(b"A.1.1\r\nA.1.2\r\nB.2.1\r\n")
+    crlf = DocumentIndex.from_file(str(p))
+    assert crlf.names == ["A.1", "B.2"] and crlf.lengths.tolist() == [2, 1]
+    assert DocumentIndex.from_ids(["A.1.1", "A.1.2"], source="ids.txt").lengths.tolist() == [2]
+    with pytest.raises(ValueError, match=r"^<synthetic>: empty document"):
+        DocumentIndex.from_lengths([2, 0, 1])
+    with pytest.raises(DocumentDataError, match=r"^list\.ids:2: empty id"):
+        DocumentIndex.from_ids(["A.1.1", "", "A.1.2"], source="list.ids")
+
+    bad = tmp_path / "bin"
+    shutil.copytree(tiny_bin, bad)
+    lines = (bad / "test.ids").read_text().splitlines()
+    lines[4] = ""
+    (bad / "test.ids").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DocumentDataError, match=rf"^{bad / 'test.ids'}:5: empty id"):
+        task_for(bad).load_dataset("test")
+    (bad / "test.ids").write_text("")
+    with pytest.raises(DocumentDataError, match=r"test\.ids has 0 lines, but the binarized split .*test\.es-en\.es\.bin"):
+        task_for(bad).load_dataset("test")
+
+
 # ----------------------------------------------------------------------------- context selection
 def brute_force(pos, length, mode, size, cap):
     cand = [p for p in range(length) if p != pos and (mode == "offline" or p < pos)]
@@ -340,6 +376,64 @@ def test_task_datasets_and_input_errors(tiny_bin, tmp_path):
         task_for(tiny_bin, doc_target_context="generated", doc_generated_dir=str(gen)).load_dataset("test")
     with pytest.raises(ValueError, match="needs --doc-generated-dir"):
         task_for(tiny_bin, doc_target_context="generated")
+
+
+def test_generated_target_context_gives_each_n_set_row_its_generated_line(tiny_bin, tmp_path):
+    """§3.2 / §3.5.1 (Eq. 3.2's Y^-j in training = the stage-1 model's *generated* translations): with
+    ``--doc-target-context generated --doc-generated-dir DIR`` row r of ``ctx_tgt_tokens`` is line j of
+    DIR/train.en encoded in the target dictionary with EOS last (``ctx_tgt_lengths`` its length), where j is the
+    dataset index of N-set row r (batch rows, then ``ctx_id``), and never the reference of j; the context entries
+    of every sentence i resolve to the generated lines of exactly the other sentences of i's document (offline),
+    never its own row. Checked on every training batch (shuffled documents, long ones cut: extra rows), on the
+    whole-document inference batches and on a hand-picked batch."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary.load(str(tiny_bin / "dict.en.txt"))
+    words = [d[k] for k in range(d.nspecial, len(d))]
+    n = n_lines(tiny_bin / "train.ids")
+    lines = [f"{words[i % len(words)]} {words[(7 * i + 3) % len(words)]} {words[(11 * i + 5) % len(words)]}"
+             for i in range(n)]
+    assert len(set(lines)) == n
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "train.en").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    expected = [d.encode_line(line, add_if_not_exist=False, append_eos=True).long().tolist() for line in lines]
+    assert all(len(e) == 4 and d.unk() not in e for e in expected)
+
+    task = task_for(tiny_bin, doc_target_context="generated", doc_generated_dir=str(gen))
+    task.load_dataset("train")
+    ds = task.dataset("train")
+    pad = task.target_dictionary.pad()
+    index = ds.index
+
+    def check(batch):
+        net = batch["net_input"]
+        rows = rows_of(batch)
+        tgt, lengths = net["ctx_tgt_tokens"], net["ctx_tgt_lengths"]
+        assert tgt.size(0) == lengths.numel() == len(rows)
+        for r, j in enumerate(rows):
+            got = tgt[r][tgt[r].ne(pad)].tolist()
+            assert got == expected[j] and int(lengths[r]) == len(expected[j]), (r, j)
+            assert got != ds[j]["target"].tolist()  # the generated line, not the reference
+        for b, i in enumerate(batch["id"].tolist()):
+            entries = [r for r in net["ctx_index"][b].tolist() if r >= 0]
+            assert b not in entries
+            doc = int(index.doc_of[i])
+            assert [rows[r] for r in entries] == [j for j in index.sentences(doc) if j != i]
+            assert [tgt[r][tgt[r].ne(pad)].tolist() for r in entries] == \
+                [expected[j] for j in index.sentences(doc) if j != i]
+        return len(batch["ctx_id"])
+
+    itr = task.get_batch_iterator(ds, max_tokens=400, max_positions=(1024, 1024), ignore_invalid_inputs=True,
+                                  seed=1, epoch=1, disable_iterator_cache=True)
+    seen, extra = [], 0
+    for batch in itr.next_epoch_itr(shuffle=True):
+        extra += check(batch)
+        seen += batch["id"].tolist()
+    assert sorted(seen) == list(range(n)) and extra > 0  # documents were cut: extra rows were checked too
+    for batch in itr.next_epoch_itr(shuffle=False):  # whole documents
+        check(batch)
+    assert check(ds.collater([ds[i] for i in (0, 5, 40, 208)])) > 0
 
 
 class _Plain(torch.nn.Module):

@@ -327,6 +327,137 @@ def test_training_step_reaches_the_memory_parameters():
     assert model.training and model.decoder.training  # the memory pass restored the mode
 
 
+# ------------------------------------------------------------------------------------------ pseudo-likelihood (Eq. 3.2)
+PL_DOCS = (4, 3, 1)  # dataset indices: document 0 = 0..3, document 1 = 4..6, document 2 = 7
+
+
+def task_dataset(docs, generated=None):
+    """The ``doc_translation`` task's DocumentPairDataset over ``docs`` (offline context: every other sentence of
+    the document), target context ``generated`` (one tensor per sentence, dataset order) or, if None, gold."""
+    import numpy as np
+    from fairseq.data import LanguagePairDataset
+
+    from fairseq_ext.data.documents import DocumentIndex, DocumentPairDataset
+
+    flat = [pair for doc in docs for pair in doc]
+    src, tgt = [s for s, _ in flat], [t for _, t in flat]
+    d = make_dictionary(V)
+    pair = LanguagePairDataset(src, np.array([s.numel() for s in src]), d, tgt, np.array([t.numel() for t in tgt]), d,
+                               left_pad_source=True, shuffle=False)
+    return DocumentPairDataset(pair, DocumentIndex.from_lengths([len(doc) for doc in docs]),
+                               target_context="gold" if generated is None else generated)
+
+
+def generated_translations(n, seed=11):
+    """Stand-ins for the stage-1 model's translations (different from the references)."""
+    g = torch.Generator().manual_seed(seed)
+    return [sentence(g, 1 + i % 4) for i in range(n)]
+
+
+def sentence_nll(model, batch):
+    """{dataset index: summed token NLL of its reference} of a batch (the terms cross_entropy adds up)."""
+    lprobs = model.get_normalized_probs(model(**batch["net_input"]), log_probs=True)
+    target = batch["target"]
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1).masked_fill(target.eq(PAD), 0.0).sum(1)
+    return dict(zip(batch["id"].tolist(), nll))
+
+
+@pytest.mark.parametrize("variant", sorted(TINY_VARIANTS))
+def test_pseudo_likelihood_loss_is_the_sum_of_per_sentence_losses(variant):
+    """Eq. 3.2 (argmax_θ Π_d Π_j P_θ(y^j | x^j, Y^-j, X^-j)): the training loss of a document batch from the task's
+    collater (fairseq's ``cross_entropy``, train mode) equals the sum over its sentences j of the loss of j alone in a
+    batch that holds only j and its own context (its context row: the other sentences of its document as extra
+    rows), for whole documents and for a batch that cuts documents; per row as well; and the sample size is the
+    sum of the sentences' target tokens."""
+    from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+
+    n = sum(PL_DOCS)
+    ds = task_dataset(corpus(PL_DOCS), generated_translations(n))
+    model = tiny(variant).train()
+    crit = CrossEntropyCriterion(types.SimpleNamespace(target_dictionary=make_dictionary(V)), sentence_avg=False)
+    for ids in (list(range(n)), [1, 2, 5]):  # whole documents; a cut batch (extra rows 0, 3, 4, 6)
+        batch = ds.collater([ds[i] for i in ids])
+        assert (batch["ctx_id"].numel() > 0) == (len(ids) < n)
+        loss, sample_size, _ = crit(model, batch)
+        alone = {i: crit(model, ds.collater([ds[i]])) for i in ids}
+        assert sample_size == sum(a[1] for a in alone.values()) == batch["ntokens"]
+        assert torch.allclose(loss, sum(a[0] for a in alone.values()), rtol=1e-5, atol=1e-4), (loss, alone)
+        rows = sentence_nll(model, batch)
+        for i in ids:
+            assert torch.allclose(rows[i], alone[i][0], rtol=1e-5, atol=1e-4), i
+
+
+@pytest.mark.parametrize("variant", ["m2c_tgt", "m2o_both", "prev_tgt"])
+def test_pseudo_likelihood_conditions_on_the_other_sentences_translations_only(variant, monkeypatch):
+    """Eq. 3.2 / Eq. 3.4 with the target memory (§3.2; PREV TGT, Table 3.6): the term of sentence i is
+    P(y^i | x^i, Y^-i, X^-i).
+
+    (1) Changing the context translation of sentence j (row j of ``ctx_tgt_tokens``, the generated one) changes the
+        loss of the sentence i = j + 1 of its document, which reads it, and no loss of another document.
+    (2) Sentence i's own reference y^i enters no context: with the generated target context, changing it changes
+        its own loss only -- every memory reading of the batch and every other sentence's loss stay the same.
+    (3) With the gold target context (row i of ``ctx_tgt_tokens`` = y^i), i's own row is never one of its memory
+        cells: the target-memory cells read for i (M[Y^-i]) are unchanged when y^i changes, while those of a
+        sentence that has i in its context change (spec §10.2: s^i enters only the query); PREV TGT's reading
+        for i (the translation at distance -1) is unchanged, that of i + 1 changes."""
+    import fairseq_ext.models.docmem as docmem_module
+
+    n = sum(PL_DOCS)
+    docs = corpus(PL_DOCS)
+    gen = generated_translations(n)
+    model = tiny(variant)
+    cells_seen = []
+    real_read = docmem_module.memnet_read
+
+    def spy(query, cells, mask):  # the decoder's target-memory read is the last one of a forward
+        cells_seen.append((cells.detach().clone(), mask.clone()))
+        return real_read(query, cells, mask)
+
+    monkeypatch.setattr(docmem_module, "memnet_read", spy)
+
+    def run(docs_, gen_):
+        ds = task_dataset(docs_, gen_)
+        batch = ds.collater([ds[i] for i in range(n)])
+        net = batch["net_input"]
+        row = {i: b for b, i in enumerate(batch["id"].tolist())}
+        cells_seen.clear()
+        with torch.no_grad():
+            enc = model.encoder(**{k: v for k, v in net.items() if k != "prev_output_tokens"})
+            memory = model.decoder.initial_state(enc)["memory"]
+            cells = cells_seen[-1] if cells_seen else None
+            nll = sentence_nll(model, batch)
+        for b, i in enumerate(batch["id"].tolist()):
+            assert b not in net["ctx_index"][b].tolist()  # the task never puts a sentence in its own context
+        return nll, {i: memory[b] for i, b in row.items()}, cells, row
+
+    def close(a, b):
+        return torch.allclose(a, b, atol=1e-6)
+
+    base, base_mem, _, _ = run(docs, gen)
+    # (1) j = 0 -> i = 1
+    gen_j = list(gen)
+    gen_j[0] = torch.tensor([5, 6, 7, 8, 9, EOS])
+    changed, _, _, _ = run(docs, gen_j)
+    assert not torch.allclose(changed[1], base[1], atol=1e-4)
+    assert all(close(changed[k], base[k]) for k in range(4, n))
+    # (2) the reference of i = 1 changes; its generated translation does not
+    docs_i = [list(doc) for doc in docs]
+    docs_i[0][1] = (docs[0][1][0], torch.tensor([9, 8, 7, 6, 5, 4, EOS]))
+    changed, mem, _, _ = run(docs_i, gen)
+    assert not torch.allclose(changed[1], base[1], atol=1e-4)
+    assert all(close(changed[k], base[k]) for k in range(n) if k != 1)
+    assert all(close(mem[k], base_mem[k]) for k in range(n))
+    # (3) gold target context: row 1 = y^1
+    _, gold_mem, gold_cells, row = run(docs, None)
+    _, mem, cells, row_i = run(docs_i, None)
+    if variant == "prev_tgt":
+        assert close(mem[1], gold_mem[1]) and not close(mem[2], gold_mem[2])
+    else:
+        (c0, m0), (c1, m1) = gold_cells, cells
+        assert torch.equal(m0[row[1]], m1[row_i[1]]) and close(c0[row[1]], c1[row_i[1]])
+        assert not close(c0[row[0]], c1[row_i[0]])  # sentence 0 reads y^1 as one of its cells
+
+
 # ------------------------------------------------------------------------------------------ stage 1 / warm start
 def rnnsearch_twin(model_kwargs, seed=1):
     """The rnnsearch sentence model with docmem_tiny's sizes."""
@@ -685,6 +816,28 @@ def test_cli_train_and_generate_then_bcd_through_the_task(tiny_bin, tmp_path):
             for i, h in zip(sample["id"].tolist(), GreedyGenerator([model], d, max_len_b=20).generate([model], plain)):
                 greedy[i] = h[0]["tokens"].tolist()
     assert results["k0"] == greedy
+
+
+def test_cli_ctx_jean2017_rnn_trains_and_generates(tiny_bin, tmp_path):
+    """The Jean et al. (2017) baseline of Table 3.4 (a second attention over the previous source sentence, its
+    context vector an extra first-layer input at every step, §3.5) through the real command lines:
+    ``fairseq-train --user-dir fairseq_ext --task doc_translation --arch ctx_jean2017_rnn_bench`` with its sizes
+    overridden to a tiny model (emb 16, encoder 2x16, decoder 32, attention 16; no tiny preset of this arch), then
+    ``fairseq-generate`` (beam 2: the previous-sentence attention state is reordered with the beam) gives exactly one
+    hypothesis per test sentence; the checkpoint has the second attention."""
+    from harness import generate, hypotheses, n_lines, train
+
+    dims = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--decoder-out-embed-dim", "16",
+            "--encoder-hidden-size", "16", "--decoder-hidden-size", "32", "--attention-dim", "16"]
+    ckpt = train(tiny_bin, tmp_path / "jean", ["--arch", "ctx_jean2017_rnn_bench", *dims], task="doc_translation",
+                 criterion="cross_entropy", max_update=2, extra=["--disable-validation"])
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    assert any(k.startswith("decoder.jean_attention.") for k in state["model"])
+    assert state["model"]["decoder.embed_tokens.weight"].shape[1] == 16
+    out = generate(tiny_bin, ckpt, task="doc_translation")
+    n = n_lines(tiny_bin / "test.ids")
+    assert sorted(hypotheses(out)) == list(range(n))
+    assert sum(line.startswith("H-") for line in out.splitlines()) == n
 
 
 def test_the_greedy_generator_gives_a_document_model_its_context():
