@@ -7,17 +7,22 @@
   architecture is refused with one ``error:`` line and exit status 2;
 * ``--quantize int8``: the model loads through ``--user-dir``, its Linear layers run in int8, and every
   input is decoded exactly once by fairseq-generate and fairseq-interactive, also for an architecture
-  CTranslate2 cannot represent (ScaleNorm/FixNorm ``twt``).
+  CTranslate2 cannot represent (ScaleNorm/FixNorm ``twt``); and on one tiny architecture of every model
+  family of the plugin, built in process, it replaces the Linear layers and the outputs stay finite and
+  close to float32's.
 
 ctranslate2 is part of the ``dev`` extra (what scripts/run_tests.sh installs), so nothing here is skipped.
 """
+import argparse
 import re
 import sys
 
 import pytest
 import torch
 
-from harness import TINY_TRANSFORMER, build_model, fairseq, n_lines, run, train
+from harness import (TINY_TRANSFORMER, build_model, fairseq, make_dictionary, marked_dictionary, n_lines, run,
+                     toy_batch, train, ulr_dir, universal_task)
+from test_registry import NARROW, toy_document_input, toy_memory_input
 
 import ctranslate2  # noqa: E402,I001  (the dev extra: a missing extra fails the module, not skips it)
 
@@ -131,6 +136,10 @@ UNSUPPORTED = {  # arch -> words the one-line reason must contain
     "transformer_lex": "lexical",
     "nat_fertility": "non-autoregressive",
     "rnnsearch": "RNN",
+    "bimsmt_rnn_tiny": "conversation-history context",
+    "universal_rnn_tiny": "universal lexical representation",
+    "ulr_transformer_tiny": "universal lexical representation",
+    "simul_agent_tiny": "READ/WRITE agent",
 }
 
 
@@ -174,13 +183,19 @@ def test_export_says_why_each_family_cannot_be_exported(relabelled, tmp_path, ar
 
 
 def test_list_archs_marks_the_transformer_presets_exportable():
-    from fairseq_ext.tools.export import list_archs
+    """The transformer presets export; every other model family the plugin registers has its own reason in
+    ``UNSUPPORTED_MODELS`` (none gets the generic one), so all its architectures are listed."""
+    from fairseq_ext.__main__ import registrations
+    from fairseq_ext.tools.export import UNSUPPORTED_MODELS, list_archs
 
     verdict = {a: r for a, _, r in list_archs()}
     for arch in ("transformer", "transformer_iwslt_de_en", "transformer_iwslt_small", "transformer_maruf_base"):
         assert verdict[arch] is None, arch
-    for arch in ("transformer_twt", "transformer_jas", "nat_fertility", "rnnsearch_tiny", "transformer_lex"):
+    for arch in ("transformer_twt", "transformer_jas", "nat_fertility", "rnnsearch_tiny", "transformer_lex",
+                 "bimsmt_rnn", "universal_rnn", "ulr_transformer", "simul_agent"):
         assert verdict[arch], arch
+    assert sorted(UNSUPPORTED_MODELS) == registrations()["models"]
+    assert set(registrations()["architectures"]) <= set(verdict)
 
 
 def test_export_rejects_options_ctranslate2_cannot_represent():
@@ -222,27 +237,32 @@ def test_int8_linear_keeps_the_float_weights_and_approximates_the_layer():
         optimize_for_inference_(model, "int4")
 
 
-def test_quantize_is_a_generation_option_applied_when_the_model_is_prepared():
-    """``--quantize`` parses into ``cfg.generation.quantize`` (default ``none``), and fairseq's
-    ``prepare_for_inference_(cfg)`` -- what fairseq-generate/-interactive call right after loading --
-    applies it; an unknown value is an argparse error."""
+def generation_cfg(*flags):
+    """fairseq-generate's configuration for ``flags`` (as its parser reads the command line)."""
     import fairseq_ext  # noqa: F401
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+    return convert_namespace_to_omegaconf(
+        options.parse_args_and_arch(options.get_generation_parser(), ["/nonexistent", *flags]))
+
+
+def test_quantize_is_a_generation_option_applied_when_the_model_is_prepared():
+    """``--quantize`` parses into ``cfg.generation.quantize`` (default ``none``), and fairseq's
+    ``prepare_for_inference_(cfg)`` -- what fairseq-generate/-interactive call right after loading --
+    applies it; an unknown value is an argparse error."""
+    from fairseq import options
+
     from fairseq_ext.modules.fast_inference import Int8Linear
 
-    def cfg(*flags):
-        return convert_namespace_to_omegaconf(
-            options.parse_args_and_arch(options.get_generation_parser(), ["/nonexistent", *flags]))
-
-    assert cfg().generation.quantize == "none" and cfg("--quantize", "int8").generation.quantize == "int8"
+    assert generation_cfg().generation.quantize == "none"
+    assert generation_cfg("--quantize", "int8").generation.quantize == "int8"
     kw = dict(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
               encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
               decoder_attention_heads=2)
     plain, fast = build_model("transformer", **kw), build_model("transformer", **kw)
-    plain.prepare_for_inference_(cfg())
-    fast.prepare_for_inference_(cfg("--quantize", "int8"))
+    plain.prepare_for_inference_(generation_cfg())
+    fast.prepare_for_inference_(generation_cfg("--quantize", "int8"))
     assert not any(isinstance(m, Int8Linear) for m in plain.modules())
     n = sum(isinstance(m, Int8Linear) for m in fast.modules())
     assert n == sum(type(m) is torch.nn.Linear for m in plain.modules()) > 0
@@ -250,8 +270,128 @@ def test_quantize_is_a_generation_option_applied_when_the_model_is_prepared():
         options.parse_args_and_arch(options.get_generation_parser(), ["/nonexistent", "--quantize", "int4"])
 
 
+TRANSFORMER_SIZES = dict(NARROW, encoder_layers=2, decoder_layers=2)
+RNN_SIZES = dict(encoder_embed_dim=16, decoder_embed_dim=16, encoder_hidden_size=16, decoder_hidden_size=16,
+                 decoder_out_embed_dim=16, attention_dim=16)
+#: every model family the plugin registers -> (a tiny architecture of it, build options, what its forward pass
+#: is given: "sentence" a toy batch, "document" / "memory" / "conversation" the batch with the family's context
+#: keys, "fertility" NAT decoding with given fertilities, "marked" the marked vocabulary of the universal tasks,
+#: "frozen_nmt" a head around a frozen rnnsearch checkpoint)
+FAMILY_CASES = {
+    "bimsmt": ("bimsmt_rnn_tiny", dict(dual="src_tgt", ctx_inject="initdec_adddec"), "conversation"),
+    "copynet": ("copynet_tiny", RNN_SIZES, "sentence"),
+    "docmem": ("docmem_tiny", RNN_SIZES, "document"),
+    "lstm_luong": ("lstm_luong", dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_hidden_size=32,
+                                      decoder_hidden_size=32, decoder_out_embed_dim=32), "sentence"),
+    "nat_fertility": ("nat_fertility_tiny", {}, "fertility"),
+    "rnnsearch": ("rnnsearch_tiny", {}, "sentence"),
+    "seg_copynet": ("seg_copynet_tiny", dict(RNN_SIZES, gate_hidden_dim=16), "memory"),
+    "seg_nmt": ("seg_nmt_tiny", dict(RNN_SIZES, gate_hidden_dim=16), "memory"),
+    "selattn_transformer": ("selattn_enc_hier_sparsesoft", TRANSFORMER_SIZES, "document"),
+    "simul_agent": ("simul_agent_tiny", {}, "frozen_nmt"),
+    "trainable_greedy": ("trainable_greedy_tiny", {}, "frozen_nmt"),
+    "transformer_dc": ("transformer_enc_dc_bench", TRANSFORMER_SIZES, "sentence"),
+    "transformer_jas": ("transformer_jas_m11_bench", TRANSFORMER_SIZES, "sentence"),
+    "transformer_lex": ("transformer_lex", TRANSFORMER_SIZES, "sentence"),
+    "transformer_ms": ("transformer_ms_aif_bench", TRANSFORMER_SIZES, "sentence"),
+    "transformer_twt": ("twt_prenorm_fixnorm_scalenorm", TRANSFORMER_SIZES, "sentence"),
+    "transformer_untied_pos": ("transformer_untied_pos", TRANSFORMER_SIZES, "sentence"),
+    "ulr_transformer": ("ulr_transformer_tiny", dict(ulr=True), "marked"),
+    "universal_rnn": ("universal_rnn_tiny", dict(ulr=True, mole=True), "marked"),
+    "zhang2018_doc_transformer": ("zhang2018_doc_transformer", TRANSFORMER_SIZES, "document"),
+}
+
+
+def frozen_nmt_task(tmp_path):
+    """``(task, checkpoint)`` for the heads around a frozen NMT (``--nmt-path``): a translation task on the toy
+    dictionary and an untrained ``rnnsearch_tiny --encoder-unidirectional`` (simul_agent's requirement) saved
+    as a legacy fairseq checkpoint (``args`` + ``model``, the bookkeeping keys fairseq's loader upgrades)."""
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    nmt = build_model("rnnsearch_tiny", encoder_unidirectional=True)
+    path = tmp_path / "nmt.pt"
+    torch.save({"args": argparse.Namespace(arch="rnnsearch_tiny", task="translation", encoder_unidirectional=True),
+                "model": nmt.state_dict(), "extra_state": {"train_iterator": None},
+                "optimizer_history": [{"optimizer_name": "adam", "lr_scheduler_state": {}, "num_updates": 0}]}, path)
+    d = make_dictionary()
+    return TranslationTask(TranslationConfig(), d, d), path
+
+
+def family_case(family, tmp_path):
+    """``(model, outputs)``: the tiny architecture of ``family`` (:data:`FAMILY_CASES`) built in process, in
+    eval mode, and ``outputs(model)``: the tensors compared -- the first output of the forward pass on a toy
+    batch (nat_fertility: the decoder's logits for one target position per source word; simul_agent: also the
+    READ/WRITE log-probabilities of one agent step, which decoding runs beside the NMT)."""
+    from test_universal_rnn import build as build_for_task  # build_model's steps, with the task given
+
+    arch, kw, inputs = FAMILY_CASES[family]
+    vocab = 60
+    if inputs == "marked":
+        d = marked_dictionary()
+        model = build_for_task(arch, d=d, task=universal_task(d), ulr_dir=str(ulr_dir(tmp_path, d, alpha_every=2)),
+                               **kw)[0].eval()
+        vocab = len(d)
+    elif inputs == "frozen_nmt":
+        task, nmt = frozen_nmt_task(tmp_path)
+        model = build_for_task(arch, task=task, nmt_path=str(nmt), **kw)[0].eval()
+    else:
+        model = build_model(arch, vocab=vocab, **kw)
+    src, lengths, prev = toy_batch(vocab=vocab)
+    if inputs == "conversation":
+        from test_bimsmt import toy_sample
+
+        net_input = toy_sample()["net_input"]
+        return model, lambda m: [m(**net_input)[0]]
+    if inputs == "fertility":
+        fertility = src.gt(3).long()  # the words (no pad, no EOS)
+        return model, lambda m: [m.decode(m.encoder(src, src_lengths=lengths), src, fertility=fertility)[0]]
+    extra = {"document": toy_document_input(src, prev), "memory": toy_memory_input()}.get(inputs, {})
+
+    def outputs(m):
+        out = [m(src, lengths, prev, **extra)[0]]
+        if family == "simul_agent":  # an observation o_t = [c; z; emb] drawn at random, the initial policy state
+            obs = torch.randn(src.size(0), m.agent.obs_dim, generator=torch.Generator().manual_seed(2))
+            out.append(m.agent.step(obs, m.agent.initial_hidden(src.size(0)))[1])
+        return out
+    return model, outputs
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_CASES))
+def test_quantize_int8_on_every_model_family(family, tmp_path):
+    """What ``--quantize int8`` does at load time (``prepare_for_inference_`` with the configuration
+    fairseq-generate parses), on one tiny architecture of each model family the plugin registers: at least one
+    ``nn.Linear`` becomes an :class:`Int8Linear` and none is left as is; the same model's outputs
+    (:func:`family_case`) in float32 (prepared without ``--quantize``) and then in int8 have the same shapes,
+    are finite, differ (the int8 kernels ran) and agree to 10% in relative L2 norm (measured: at most 2.2%).
+    The list covers every registered model family."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    from fairseq_ext.__main__ import registrations
+    from fairseq_ext.modules.fast_inference import Int8Linear
+
+    assert sorted(FAMILY_CASES) == registrations()["models"]
+    assert ARCH_MODEL_NAME_REGISTRY[FAMILY_CASES[family][0]] == family
+    model, outputs = family_case(family, tmp_path)
+    model.prepare_for_inference_(generation_cfg())
+    with torch.no_grad():
+        ref = outputs(model)
+    model.prepare_for_inference_(generation_cfg("--quantize", "int8"))  # fairseq's own part runs only once
+    n = sum(isinstance(m, Int8Linear) for m in model.modules())
+    assert n >= 1 and not any(type(m) is torch.nn.Linear for m in model.modules()), n
+    with torch.no_grad():
+        out = outputs(model)
+    assert len(out) == len(ref)
+    for r, o in zip(ref, out):
+        assert o.shape == r.shape and torch.isfinite(o).all() and not torch.equal(o, r)
+        err = float((o.float() - r.float()).norm() / r.float().norm())
+        assert err < 0.1, (family, n, err)
+
+
 def quantized_ids(out: str, err: str):
-    assert re.search(r"--quantize int8: \d+ Linear layers of \w+ run in int8", err), err[-2000:]
+    """The sentence ids of fairseq's ``H-`` lines, once the log has said that at least one Linear layer
+    was swapped to int8."""
+    logged = re.search(r"--quantize int8: (\d+) Linear layers of \w+ swapped to int8", err)
+    assert logged and int(logged.group(1)) >= 1, err[-2000:]
     return [int(m.group(1)) for m in re.finditer(r"^H-(\d+)\t", out, re.M)]
 
 

@@ -113,7 +113,10 @@ def optimize_for_inference_(model: nn.Module, quantize: str = "none") -> nn.Modu
             logger.warning("--quantize int8 is a CPU fast path; the model is on %s: left as is", param.device)
             return model
         n = quantize_linears_(model)
-        logger.info("fairseq_ext: --quantize int8: %d Linear layers of %s run in int8",
+        # a swapped layer computes in int8 only when it is *called*: one whose weight is read directly (fairseq's
+        # fused encoder self-attention, FixNorm/tied output projections, some plugin layers) stays float32
+        logger.info("fairseq_ext: --quantize int8: %d Linear layers of %s swapped to int8 (those whose weight is "
+                    "read directly, e.g. fairseq's fused encoder self-attention, still compute in float32)",
                     n, type(model).__name__)
     model._fairseq_ext_quantized = quantize
     return model

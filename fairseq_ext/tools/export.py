@@ -17,8 +17,10 @@ other model families change the network in ways CTranslate2's Transformer specif
 for (:data:`UNSUPPORTED_MODELS`): ScaleNorm/FixNorm (``transformer_twt``, ``twt_*``), untied positional
 attention, joint/multi-layer attention (``transformer_jas*``), dual contextual encoders
 (``transformer_*dc*``), lexical models (``transformer_lex``, ``transformer_arthur``, ``lstm_luong*``),
-non-autoregressive decoding (``nat_fertility*``), RNNs (``rnnsearch*``), copy mechanisms, document
-context, the multi-supervision aux decoders and the trainable greedy decoder.  Those decode fast with
+non-autoregressive decoding (``nat_fertility*``), RNNs (``rnnsearch*``, ``bimsmt_rnn*``), copy mechanisms,
+document context, the multi-supervision aux decoders, the trainable greedy decoder, the universal lexical
+representation (``universal_rnn*``, ``ulr_transformer*``) and the simultaneous READ/WRITE agent
+(``simul_agent*``).  Those decode fast with
 ``fairseq-generate --quantize int8`` instead (:mod:`fairseq_ext.modules.fast_inference`).
 
     fairseq-ext-export runs/quickstart/transformer/checkpoint_best.pt --out ct2_int8 \\
@@ -65,6 +67,13 @@ UNSUPPORTED_MODELS = {
     "zhang2018_doc_transformer": "a document-context encoder attended by every layer",
     "transformer_ms": "multi-level supervision: auxiliary decoders (and AIF fusion) beside the main decoder",
     "trainable_greedy": "an actor network that changes the decoder state at every step",
+    "bimsmt": "two RNN direction models (one per language) with conversation-history context (turn RNNs, "
+              "context attention, InitDec/AddDec); CTranslate2 converts Transformers only",
+    "universal_rnn": "an RNN encoder-decoder whose source embedding is the universal lexical representation "
+                     "(attention over universal tokens) and a mixture of language experts after the encoder",
+    "ulr_transformer": "the source embedding is the universal lexical representation (a softmax over universal "
+                       "tokens from frozen query/key arrays) plus a language-specific delta, not a lookup table",
+    "simul_agent": "simultaneous decoding: a READ/WRITE agent (GRU policy) driving a frozen RNN encoder-decoder",
 }
 
 #: fairseq transformer options CTranslate2's converter does not check and cannot represent.
