@@ -33,6 +33,10 @@ setup(
     extras_require={
         "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "ctranslate2==4.8.5"],
         "ctranslate2": ["ctranslate2==4.8.5"],  # fairseq-ext-export, recipes/bench/cpu_inference.py
+        # fairseq_ext/tools/simuleval_agent.py (Gu ch. 9 agents under SimulEval). SimulEval 1.1.4 pins bitarray 2.6.0
+        # and tqdm 4.64.1 (older than the core install's; neither is a torch or fairseq pin): install it in an
+        # environment of its own, never into the one the tests run in
+        "simuleval": ["simuleval==1.1.4"],
     },
     entry_points={
         "console_scripts": [

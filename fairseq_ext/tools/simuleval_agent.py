@@ -2,7 +2,7 @@
 for cross-checking AP/AL/DAL with SimulEval's own scorers.
 
 SimulEval is **not** a dependency of the plugin (it pins an older ``bitarray`` than fairseq's); install it in
-a separate environment with the plugin (``pip install simuleval``) and run::
+a separate environment with the plugin (``pip install -e ".[simuleval]"``, SimulEval 1.1.4) and run::
 
     simuleval --agent fairseq_ext/tools/simuleval_agent.py \\
         --checkpoint AGENT.pt --data-bin DATA_BIN --spm SRC_SPM.model \\
@@ -16,8 +16,10 @@ subword, so a SimulEval READ is asked for only when the buffered subwords are us
 words (sentencepiece ``▁`` boundaries; the last word when ⟨/s⟩ is written). SimulEval then measures latency
 in *words*, whereas ``--simul-actions-out`` / :mod:`fairseq_ext.tools.simul_latency` count subwords with ⟨/s⟩.
 
-This file is not exercised by the test suite beyond :func:`require_simuleval` (SimulEval is not installed
-there); the streaming core it wraps is (``tests/test_simultaneous.py``).
+SimulEval is not installed in the plugin's test environment: ``tests/test_simultaneous.py`` runs this adapter
+on a stub of the SimulEval v1.1 API it imports (``GenericAgent.__init__`` calling :meth:`reset`, ``pushpop``,
+the evaluator's one-word-per-step loop) and checks that its WRITEs are the offline simultaneous decoding of
+the sentence; the streaming core it wraps is tested there too.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ def simuleval_available() -> bool:
 def require_simuleval() -> None:
     if not simuleval_available():
         raise ImportError("the SimulEval adapter needs SimulEval, an optional extra not installed with the plugin: "
-                          "pip install simuleval (in a separate environment: it pins an older bitarray)")
+                          "pip install -e '.[simuleval]' (in a separate environment: it pins an older bitarray)")
 
 
 def load_translator(checkpoint: str, data_bin: str, policy: str = "agent", waitk: int = 3, max_len: int = 200,
@@ -63,7 +65,8 @@ if TextToTextAgent is not None:  # pragma: no cover - depends on the optional pa
         """SimulEval text agent (module doc)."""
 
         def __init__(self, args):
-            super().__init__(args)
+            # SimulEval's GenericAgent.__init__ builds the states and calls self.reset(), which resets the
+            # translator and this adapter's buffers: they must exist before super().__init__ runs
             self.translator, task = load_translator(args.checkpoint, args.data_bin, args.simul_policy,
                                                     args.simul_waitk, args.max_len, not args.gpu)
             self.src_dict, self.tgt_dict = task.source_dictionary, task.target_dictionary
@@ -72,7 +75,9 @@ if TextToTextAgent is not None:  # pragma: no cover - depends on the optional pa
                 import sentencepiece
 
                 self.spm = sentencepiece.SentencePieceProcessor(model_file=args.spm)
-            self.pending: List[str] = []
+            self.pending: List[str] = []  # target subwords written but not yet sent (an incomplete last word)
+            self.fed = 0  # source words of self.states.source already pushed to the translator
+            super().__init__(args)
 
         @staticmethod
         def add_args(parser):
