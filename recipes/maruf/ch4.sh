@@ -47,8 +47,9 @@
 #                   updates as the stage-1 checkpoint (CONCAT_UPDATES) and compared with stage 1
 # then greedy decoding of test, sacreBLEU + paired bootstrap against `sentence`, the contrastive pronoun
 # accuracy (Table 4.4 layout) and the chapter-level consistency -> runs/maruf_ch4/PAIR/results.md (a SYSTEMS
-# subset: results.<systems>.md).
-# About 2 x (UPDATES x 2 s) + 10 min on an otherwise idle machine.
+# subset: results.<systems>.md), and the decode-time ratio of each warm-started system against `sentence` (its test
+# decoding flags on valid, ROUNDS (3) interleaved rounds of fairseq-generate: recipes/bench/decode_speed.py).
+# About 2 x (UPDATES x 2 s) + 10 min on an otherwise idle machine, + ~3 min per system and round for the timing.
 source "$(dirname "$0")/../lib.sh"
 PY=.venv/bin/python
 FS=.venv/bin
@@ -151,6 +152,14 @@ run_concat() {
     "${GREEDY[@]}" --results-path $OUT/stage1_greedy > $OUT/stage1_greedy.generate.log 2>&1
 }
 
+# the checkpoint(s) and decoding flags of a stage-2 system (decoding of test and the decode-time stage)
+decode_path() {
+  if [ "$1" = hatt_dec ]; then echo "$OUT/$1/checkpoint_last.pt:$STAGE1"; else echo "$OUT/$1/checkpoint_last.pt"; fi
+}
+decode_flags() {  # two passes for the decoder integration: stage 1's greedy translations, then the document model
+  [ "$1" != hatt_dec ] || echo "--decoding-algorithm doc_bcd --doc-iterations 1 --bcd-update jacobi --bcd-init base_model"
+}
+
 run_system() {
   local name=$1 flags path dec=()
   [ "$name" != concat ] || { run_concat; return; }
@@ -163,10 +172,8 @@ run_system() {
       >> $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
     touch $OUT/$name/train.done
   fi
-  path=$OUT/$name/checkpoint_last.pt
-  if [ "$name" = hatt_dec ]; then   # two passes: stage 1's greedy translations, then the document model
-    path=$path:$STAGE1 dec=(--decoding-algorithm doc_bcd --doc-iterations 1 --bcd-update jacobi --bcd-init base_model)
-  fi
+  path=$(decode_path "$name")
+  read -r -a dec <<< "$(decode_flags "$name")"
   if [ ! -s $OUT/$name/generate-test.txt ]; then
     # shellcheck disable=SC2046
     $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" $(ctx_flags "$name") "${dec[@]}" --path "$path" \
@@ -198,6 +205,23 @@ for ((i = 0; i < ${#SYSTEMS[@]}; i += 2)); do   # two single-thread runs side by
   if [ -n "${SYSTEMS[i+1]:-}" ]; then run_system "${SYSTEMS[i+1]}" & p2=$!; wait $p2; fi
   wait $p1
 done
+
+# ---- decode-time ratio × sentence: ROUNDS (3) interleaved rounds of each warm-started system's test decoding flags
+# on valid (recipes/bench/decode_speed.py: fairseq-generate's own decoding time, order rotated per round; ROUNDS=0
+# skips it; concat, compared with stage 1, is left out). One report per set of systems, as for the scores.
+ROUNDS=${ROUNDS:-3}
+DS_SYSTEMS=()
+for s in "${SYSTEMS[@]}"; do [ "$s" = concat ] || DS_SYSTEMS+=("$s"); done
+DS=$OUT/decode_speed.$(IFS=_; echo "${DS_SYSTEMS[*]}")
+if [ "$ROUNDS" -gt 0 ] && [ "${DS_SYSTEMS[0]:-}" = sentence ] && [ ${#DS_SYSTEMS[@]} -gt 1 ] && [ ! -s $DS.json ]; then
+  sp_args=()
+  for s in "${DS_SYSTEMS[@]}"; do
+    sp_args+=(--system "$s=$SEG/bin ${UD[*]} ${T[*]} $(ctx_flags "$s") $(decode_flags "$s") --path $(decode_path "$s") \
+${GREEDY[*]} --gen-subset valid")
+  done
+  $PY recipes/bench/decode_speed.py --rounds "$ROUNDS" --threads "$THREADS" --out $DS.json.tmp "${sp_args[@]}" \
+    > $DS.md && mv $DS.json.tmp $DS.json
+fi
 
 # ---- scores (SCORE=0: train and decode only; the per-system contrastive / consistency JSONs are kept and
 # reused when a later run scores again) -------------------------------------------------------------------
@@ -247,3 +271,8 @@ for s in "${SCORED[@]}"; do
     echo "consistency ($s): $OUT/$s.consistency.json (kept from an earlier run)" | tee -a $RES
   fi
 done
+if [ -s $DS.md ]; then
+  printf '\n## Decoding time (valid, %s interleaved rounds, × sentence)\n\n' "$ROUNDS" >> $RES
+  tee -a $RES < $DS.md
+fi
+echo "results: $RES"
