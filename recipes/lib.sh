@@ -30,6 +30,21 @@ bench() {
       --budget-min "$BUDGET_MIN" --threads "$THREADS" --out "runs/$out"
 }
 
+# decode_speed PREFIX --system NAME=ARGS...: decode-time ratios against the first system (recipes/bench/decode_speed.py:
+# ROUNDS (3) interleaved rounds of fairseq-generate's own decoding time, THREADS threads) -> PREFIX.md, and PREFIX.json
+# only once every round is done (a stage is skipped when its PREFIX.json exists, so a killed run redoes it)
+decode_speed() {
+  local prefix=$1
+  shift
+  rm -f "$prefix.json.tmp"
+  if ! $PY recipes/bench/decode_speed.py --rounds "${ROUNDS:-3}" --threads "$THREADS" --out "$prefix.json.tmp" "$@" \
+      > "$prefix.md"; then
+    echo "error: the decode-time stage failed ($prefix.md; the command's messages are above)" >&2
+    return 1
+  fi
+  mv "$prefix.json.tmp" "$prefix.json"
+}
+
 # finished DIR UPDATES: the fairseq run in DIR is complete (DIR/train.done, or a checkpoint_last.pt that reached
 # UPDATES); a killed run's checkpoint_last.pt is not (fairseq-train resumes it)
 finished() {

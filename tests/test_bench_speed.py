@@ -125,6 +125,27 @@ def test_decode_speed_interleaved_ratios(tiny_bin, tmp_path):
     assert p.returncode != 0 and "different numbers of sentences" in p.stderr
 
 
+def test_recipe_decode_speed_stage_writes_json_only_when_complete(tiny_bin, tmp_path):
+    """recipes/lib.sh's ``decode_speed PREFIX --system ...`` (the decode-time stage of every recipe): PREFIX.md and
+    PREFIX.json after every round; a failing stage stops the recipe with one error naming PREFIX.md and leaves no
+    PREFIX.json, so the recipe's rerun redoes the stage instead of skipping it."""
+    from harness import USER_DIR, train
+    ckpt = train(tiny_bin, tmp_path / "m", max_update=2)
+    common = f"{tiny_bin} --user-dir {USER_DIR} --task translation_ext --path {ckpt} --cpu --max-len-b 20"
+    stage = 'source recipes/lib.sh; ROUNDS=1; decode_speed "$1" --system "$2" --system "$3"; echo "stage done"'
+    ok = tmp_path / "ok"
+    p = run(["bash", "-c", stage, "x", ok, f"greedy={common} --beam 1", f"beam2={common} --beam 2"])
+    assert "stage done" in p.stdout
+    assert list(json.loads((ok.parent / "ok.json").read_text())["summary"]) == ["greedy", "beam2"]
+    assert "| beam2 |" in (ok.parent / "ok.md").read_text() and not (ok.parent / "ok.json.tmp").exists()
+    bad = tmp_path / "bad"
+    p = run(["bash", "-c", stage, "x", bad, f"greedy={common} --beam 1", f"broken={common} --path {tmp_path}/none.pt"],
+            check=False)
+    assert p.returncode != 0 and "stage done" not in p.stdout
+    assert f"the decode-time stage failed ({bad}.md" in p.stderr
+    assert not (tmp_path / "bad.json").exists()
+
+
 def test_deep_shallow_configuration_moves_the_layers():
     """transformer_6_1 is the baseline with 6 encoder and 1 decoder layers (Kasai et al. 2021), nothing else
     changed; its non-embedding parameters are within 5% of the baseline's (the 6+1 vs 3+3 tables)."""

@@ -352,9 +352,8 @@ wait $pb || failed=1
 # ---- decode-time ratio seg_nmt / nmt, interleaved rounds (one thread each, one run at a time)
 if has seg_nmt && [ ! -s $OUT/decode_speed.json ]; then
   SP="--user-dir fairseq_ext ${T[*]} --gen-subset $SPEED_SUBSET --beam $BEAM ${LEN[*]} --batch-size 64 --cpu --seed 1"
-  $PY recipes/bench/decode_speed.py --rounds "$ROUNDS" --threads "$THREADS" --out $OUT/decode_speed.json \
-    --system "nmt=$BIN $SP --path $OUT/nmt/checkpoint_last.pt" \
-    --system "seg_nmt=$BIN $SP --path $OUT/seg_nmt/checkpoint_last.pt" > $OUT/decode_speed.md
+  decode_speed $OUT/decode_speed --system "nmt=$BIN $SP --path $OUT/nmt/checkpoint_last.pt" \
+    --system "seg_nmt=$BIN $SP --path $OUT/seg_nmt/checkpoint_last.pt"
 fi
 
 # ---- scores ----------------------------------------------------------------------------------------------------

@@ -216,10 +216,8 @@ wait $pb || failed=1
 # ---- decode-time ratio: the first actor greedy / plain greedy, interleaved rounds on valid
 if [ ! -s $OUT/decode_speed.json ]; then
   SP="--user-dir fairseq_ext --gen-subset valid --decoding-algorithm greedy ${LEN[*]} --batch-size 64 --cpu --seed 1"
-  $PY recipes/bench/decode_speed.py --rounds "$ROUNDS" --threads "$THREADS" --out $OUT/decode_speed.json \
-    --system "plain=$BIN $SP --task translation_decoding --path $STAGE1" \
-    --system "actor=$BIN $SP --task trainable_greedy_decoding --path $OUT/${ACTORS[0]}/checkpoint_best.pt" \
-    > $OUT/decode_speed.md
+  decode_speed $OUT/decode_speed --system "plain=$BIN $SP --task translation_decoding --path $STAGE1" \
+    --system "actor=$BIN $SP --task trainable_greedy_decoding --path $OUT/${ACTORS[0]}/checkpoint_best.pt"
 fi
 
 # ---- report

@@ -312,8 +312,7 @@ if [ ! -s $OUT/decode_speed.json ] && [ ${#SYSTEMS[@]} -gt 1 ]; then
     sp_args+=(--system "$s=$BIN ${UD[*]} ${T[*]} $(ctx_flags "$s") $(decode_flags "$s") --path $path --beam 1 ${LEN[*]} \
 --batch-size 64 --gen-subset valid --cpu")
   done
-  $PY recipes/bench/decode_speed.py --rounds "$ROUNDS" --threads "$THREADS" --out $OUT/decode_speed.json.tmp \
-    "${sp_args[@]}" > $OUT/decode_speed.md && mv $OUT/decode_speed.json.tmp $OUT/decode_speed.json
+  decode_speed $OUT/decode_speed "${sp_args[@]}"
 fi
 
 # ---- scores --------------------------------------------------------------------------------------------------

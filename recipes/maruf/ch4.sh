@@ -219,8 +219,7 @@ if [ "$ROUNDS" -gt 0 ] && [ "${DS_SYSTEMS[0]:-}" = sentence ] && [ ${#DS_SYSTEMS
     sp_args+=(--system "$s=$SEG/bin ${UD[*]} ${T[*]} $(ctx_flags "$s") $(decode_flags "$s") --path $(decode_path "$s") \
 ${GREEDY[*]} --gen-subset valid")
   done
-  $PY recipes/bench/decode_speed.py --rounds "$ROUNDS" --threads "$THREADS" --out $DS.json.tmp "${sp_args[@]}" \
-    > $DS.md && mv $DS.json.tmp $DS.json
+  decode_speed $DS "${sp_args[@]}"
 fi
 
 # ---- scores (SCORE=0: train and decode only; the per-system contrastive / consistency JSONs are kept and

@@ -347,8 +347,7 @@ if [ ! -s $OUT/decode_speed.json ]; then
   SP="--user-dir fairseq_ext --task conversation_translation --conv-langs en,es --gen-subset valid --beam 1 ${LEN[*]} --batch-size 64 --cpu"
   sp_args=()
   for s in "${SYSTEMS[@]}"; do sp_args+=(--system "$s=$BIN $SP --path $OUT/$s/checkpoint_best.pt"); done
-  $PY recipes/bench/decode_speed.py --rounds "$ROUNDS" --threads "$THREADS" --out $OUT/decode_speed.json.tmp \
-    "${sp_args[@]}" > $OUT/decode_speed.md && mv $OUT/decode_speed.json.tmp $OUT/decode_speed.json
+  decode_speed $OUT/decode_speed "${sp_args[@]}"
 fi
 
 # ---- training-cost ratio × base (MEASURE_COST=1): time per target word of each system's model, measured interleaved in
