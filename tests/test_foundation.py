@@ -84,6 +84,66 @@ def test_stopping_mid_epoch_exits_cleanly(tmp_path):
     assert fixed.stdout.strip() == "stopped"
 
 
+class _FreshEachEpoch(torch.utils.data.Dataset):
+    """A dataset fairseq cannot reuse across epochs (as a resampled one): a new EpochBatchIterator every epoch."""
+    can_reuse_epoch_itr_across_epochs = False
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return i
+
+    def collater(self, samples):
+        return torch.tensor(samples)
+
+
+@pytest.mark.parametrize("reuse_dataloader", [True, False])  # fairseq's tasks: True (--reuse-dataloader default)
+def test_finished_train_iterator_leaves_no_worker_behind(reuse_dataloader):
+    """Fix 10: fairseq builds a new EpochBatchIterator each epoch for a dataset it cannot reuse, with persistent
+    DataLoader workers, and the old one is freed only by the cyclic collector -- so one forked copy of the trainer
+    piled up per epoch (a 647-pair language resampled over 49 epochs was killed for memory). When the trainer
+    hands out the next epoch's iterator, the finished one's workers end."""
+    import gc
+    import multiprocessing
+
+    from fairseq.data import iterators
+    from fairseq.trainer import Trainer
+
+    from fairseq_ext._compat import release_finished_train_iterator
+
+    assert getattr(Trainer.get_train_iterator, "_fairseq_ext", False)  # installed by import fairseq_ext
+    ds = _FreshEachEpoch()
+    trainer = type("T", (), {})()
+
+    def epoch_iterator(epoch):
+        itr = iterators.EpochBatchIterator(dataset=ds, collate_fn=ds.collater, batch_sampler=[[0, 1], [2, 3]],
+                                           num_workers=1, epoch=epoch, persistent_workers=True,
+                                           reuse_dataloader=reuse_dataloader)
+        assert sum(len(b) for b in itr.next_epoch_itr(shuffle=False)) == 4
+        return itr
+
+    gc.disable()  # the collector would free an old iterator only by chance; the fix must not rely on it
+    try:
+        kept = [epoch_iterator(1), epoch_iterator(2)]  # fairseq alone: both finished epochs keep a worker
+        assert len(multiprocessing.active_children()) == 2
+        for itr in kept:
+            release_finished_train_iterator(trainer, itr)
+        # each new epoch's iterator releases the previous one's worker: one worker alive at any time
+        assert len(multiprocessing.active_children()) == 1
+        for epoch in (3, 4, 5):
+            itr = epoch_iterator(epoch)
+            assert len(multiprocessing.active_children()) == 2  # the finished one's and the new one's
+            release_finished_train_iterator(trainer, itr)
+            assert len(multiprocessing.active_children()) == 1
+            release_finished_train_iterator(trainer, itr)  # the same (reused) iterator keeps its worker
+            assert len(multiprocessing.active_children()) == 1
+        release_finished_train_iterator(trainer, None)
+        assert multiprocessing.active_children() == []
+    finally:
+        gc.enable()
+
+
 def test_safe_globals_cover_fairseq_checkpoint_objects():
     import argparse
     import io
