@@ -123,6 +123,7 @@ def test_curve_job_equal_updates(tiny_data, tmp_path):
     assert "(p=" in rows[1] and "/ 4 |" in rows[0] and "| max-updates | curvejob |" in rows[0]
     assert "- job `curvejob`" in block and "max 4 updates" in block and "<!-- bench:table -->" not in text
     assert "| twt_scalenorm_fixnorm |" in p.stdout
+    assert "findfont" not in p.stdout + p.stderr  # no matplotlib debug lines in the job log
 
 
 @pytest.mark.slow

@@ -148,9 +148,8 @@ def write_curve_csv(path: Path, rows: list, config=None) -> None:
 
 def plot_curves(curves: dict, path: Path, title: str) -> None:
     """Dev BLEU vs updates, dev BLEU vs training wall-clock (minutes), dev loss vs updates; a line per config."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from fairseq_ext.tools.plots import pyplot
+    plt = pyplot()  # Agg, without matplotlib's font-search debug lines in the job log
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for name, rows in curves.items():
