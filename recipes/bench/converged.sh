@@ -18,7 +18,8 @@
 #            validations without a better dev BLEU, capped at CAP_MIN (150) minutes of training each.
 #   conv_tl  en_web->tl, TL_SIZE (10,000) training verses, sentencepiece 4k (the Nguyen ch. 4 set): transformer,
 #            concat_consec, concat_rand; the same stopping rule.
-#   ablate   es->en low set, equal updates (ABLATE_UPDATES, 2,000; curves every CURVE_EVERY): enc_dc against
+#   ablate   es->en low set, equal updates (ABLATE_UPDATES, 1,500; curves every ABLATE_CURVE_EVERY, 250: the
+#            settings of the Enc-DC ablation reported in RESULTS.md, job `ablate`): enc_dc against
 #            enc_dc_local_zero (W_z's local half zero-initialised), enc_dc_pad_left (window [t-1, t]),
 #            enc_dc_nodrop (no dropout in the Local Context Unit), enc_dc_lr7e4 (with transformer_lr7e4: the
 #            DC paper's learning rate for both); ms12_aif against ms12_aif_zero (--aif-zero-init) and ms12 (no
@@ -27,7 +28,8 @@
 # compared (paired bootstrap against the job's baseline, test beam 5) and, with TABLE, merged into the
 # converged table. The NAT pipeline's convergence (teacher first) is recipes/gu/ch8.sh's, not this recipe's.
 # CPU budget (THREADS=1, two lanes): conv_es <= 4 x CAP_MIN / 2 = 5 h at the cap (the baseline converges well
-# before it: see the curves), conv_tl <= 3 x CAP_MIN / 2, ablate 10 x ~40 min / 2 ~ 3.5 h at ~1 update/s. A
+# before it: see the curves), conv_tl <= 3 x CAP_MIN / 2, ablate 10 x 15-24 min / 2 ~ 1.7 h (measured: 1,500
+# updates took 14.8-24.1 min of training per configuration with 2-4 processes on the 2 cores, bf16 AMX). A
 # multi-session run: every configuration resumes from its last checkpoint (saved at each validation), and
 # finished configurations are reused.
 source "$(dirname "$0")/../lib.sh"
@@ -39,7 +41,8 @@ if [ "${DATA:-bible}" = tiny ]; then
   TL=$ES SRC_TL=es TGT_TL=en
   OUT=$RUNS/converged_tiny
   CURVE_EVERY=${CURVE_EVERY:-2} PATIENCE=${PATIENCE:-2} CAP_MIN=${CAP_MIN:-5}
-  CAP_UPDATES=${CAP_UPDATES:-6} ABLATE_UPDATES=${ABLATE_UPDATES:-4} N_BOOTSTRAP=${N_BOOTSTRAP:-50}
+  CAP_UPDATES=${CAP_UPDATES:-6} ABLATE_UPDATES=${ABLATE_UPDATES:-4} ABLATE_CURVE_EVERY=${ABLATE_CURVE_EVERY:-2}
+  N_BOOTSTRAP=${N_BOOTSTRAP:-50}
 else
   ES=$(es_en_set low)
   TL_SIZE=${TL_SIZE:-10000}
@@ -47,7 +50,8 @@ else
     --method sentencepiece --vocab-size 4000 --train-size "$TL_SIZE" >&2
   TL="data/bible_multi/en_web-tl/spm4000-train$TL_SIZE-seed1" SRC_TL=en_web TGT_TL=tl
   CURVE_EVERY=${CURVE_EVERY:-200} PATIENCE=${PATIENCE:-5} CAP_MIN=${CAP_MIN:-150}
-  CAP_UPDATES=${CAP_UPDATES:-0} ABLATE_UPDATES=${ABLATE_UPDATES:-2000} N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
+  CAP_UPDATES=${CAP_UPDATES:-0} ABLATE_UPDATES=${ABLATE_UPDATES:-1500} ABLATE_CURVE_EVERY=${ABLATE_CURVE_EVERY:-250}
+  N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
 fi
 
 # job NAME DATA SRC TGT REF2 "LANE_A" "LANE_B" LIMITS...: two --train-only lanes, then the comparison
@@ -76,7 +80,7 @@ for stage in $STAGES; do
     conv_tl) job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" ;;
     ablate) job ablate "$ES" es en "" "transformer,enc_dc,enc_dc_pad_left,enc_dc_lr7e4,ms12_aif" \
               "enc_dc_local_zero,enc_dc_nodrop,transformer_lr7e4,ms12_aif_zero,ms12" \
-              --max-updates "$ABLATE_UPDATES" --budget-min 0 ;;
+              --max-updates "$ABLATE_UPDATES" --curve-every "$ABLATE_CURVE_EVERY" --budget-min 0 ;;
     *) echo "error: unknown stage '$stage' (conv_es conv_tl ablate)" >&2; exit 2 ;;
   esac || { echo "error: stage $stage failed (logs in $OUT/$stage)" >&2; exit 1; }
 done
