@@ -53,13 +53,13 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    frozen parameters slow -- a distillation teacher decoding a 242-sentence batch took 127 s instead of 4.1 s;
    a 3+3 transformer's 10 greedy steps at batch 128, 40 s instead of 0.6 s.  :func:`patch_frozen_linear` folds the input itself (``reshape`` to 2-D, one GEMM), the
    computation a trainable weight gets, so frozen and trainable weights take the same path.
-10. **A finished training epoch's DataLoader workers end.**  For a dataset it cannot reuse across epochs (a
-   resampled one, ``can_reuse_epoch_itr_across_epochs`` False: language temperature sampling, document or
-   conversation batches) fairseq builds a new ``EpochBatchIterator`` every epoch, each with *persistent*
-   workers, and the old iterator is freed only by the cyclic garbage collector (its batch sampler holds a bound
-   method of it).  Its workers -- each a forked copy of the trainer, ~0.8 GB for an RNN -- piled up one per
-   epoch: a 647-pair language resampled for 1,200 updates (49 epochs) was killed for memory with every other
-   job on the machine.  :func:`patch_train_iterator_workers` wraps ``Trainer.get_train_iterator``: when it
+10. **A finished training epoch's DataLoader workers end.**  For a dataset it cannot reuse across epochs
+   (``can_reuse_epoch_itr_across_epochs`` False, e.g. ``universal_translation``'s language temperature sampling)
+   fairseq builds a new ``EpochBatchIterator`` every epoch, each with *persistent* workers, and the old iterator is
+   freed only by the cyclic garbage collector (its batch sampler holds a bound method of it).  Its workers -- each
+   a forked copy of the trainer, ~0.8 GB RSS for the ch. 5 RNN -- piled up one per epoch: a 647-pair language
+   resampled every 16 updates reached 49 epochs (765 updates) before the kernel's memory killer stopped a run
+   beside it and then it.  :func:`patch_train_iterator_workers` wraps ``Trainer.get_train_iterator``: when it
    hands out a different iterator, the previous one (its epoch is over) shuts its workers down.
 """
 from __future__ import annotations
