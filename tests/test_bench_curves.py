@@ -179,3 +179,33 @@ def test_converged_recipe_tiny(tmp_path):
     # the ablation stops every configuration at the same number of updates
     abl = json.loads((out / "ablate" / "summary.json").read_text())
     assert {r["curve"]["last_updates"] for r in abl.values()} == {4}
+
+
+def test_configuration_prepare_step_builds_the_arthur_lexicon_first(tiny_data, tmp_path):
+    """luong_arthur (the Arthur et al. baseline of Nguyen ch. 5) names a lexicon made from the job's own training
+    data: bench.py fills the placeholders and makes the file before training, once."""
+    import torch
+    sys.path.insert(0, str(BENCH.parent))
+    import configs
+    import speed
+    cfg = configs.resolve("luong_arthur", tmp_path / "run", tiny_data / "bin", "es", "en")
+    assert cfg["train"][cfg["train"].index("--arthur-lexicon") + 1] == str(tmp_path / "run" / "arthur_lexicon.pt")
+    assert cfg["prepare"][0][1][cfg["prepare"][0][1].index("--data") + 1] == str(tiny_data / "bin")
+    assert configs.resolve("transformer", tmp_path, tiny_data, "es", "en")["train"] == configs.get("transformer")["train"]
+    with pytest.raises(SystemExit, match="needs files made from its job's data"):
+        speed.build("luong_arthur", tiny_data / "bin")
+    out = tmp_path / "job"
+    cmd = [sys.executable, BENCH, "--data", tiny_data, "--threads", "1", "--ref2", "", "--out", out, "--budget-min", "0",
+           "--max-updates", "2", "--train-only", "--configs", "luong_arthur"]
+    run(cmd, timeout=900)
+    d = out / "luong_arthur"
+    lex = d / "arthur_lexicon.pt"
+    assert lex.exists() and "[arthur_lexicon]" in (d / "prepare.log").read_text()
+    assert str(lex) in (d / "train.log").read_text()  # the flag fairseq-train was given
+    state = torch.load(d / "checkpoint_best.pt", weights_only=False)
+    assert "decoder.arthur.index" in state["model"]  # decoding reads the lexicon from the checkpoint
+    n_test = sum(1 for _ in open(ROOT / "tests" / "data" / "bible_tiny" / "test.en"))
+    assert json.loads((d / "result.json").read_text())["n_translated"] == n_test
+    stamp = lex.stat().st_mtime_ns
+    run([*cmd, "--force"], timeout=900)  # a rerun keeps the lexicon it made
+    assert lex.stat().st_mtime_ns == stamp

@@ -200,14 +200,17 @@ def raw_folder(data: Path) -> Path:
 
 
 def run_config(name: str, args, out: Path) -> dict:
-    cfg = bench_configs.get(name)
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     data_bin = args.data / "bin"
+    cfg = bench_configs.resolve(name, d, data_bin, args.src, args.tgt)
     res_file = d / "result.json"
     if res_file.exists() and not args.force:
         log(f"{name}: reusing {res_file}")
         return json.loads(res_file.read_text())
+    for path, argv in cfg["prepare"]:  # files the training flags name (e.g. an Arthur et al. lexicon)
+        if not Path(path).exists():
+            run_logged([sys.executable, *argv], d / "prepare.log", args.threads, append=True)
     ckpt = d / "checkpoint_best.pt"
     limits = ["--stop-time-hours", f"{args.budget_min / 60:.5f}"] if args.budget_min > 0 else []
     if args.max_updates:

@@ -144,6 +144,17 @@ for _arch, _desc in [("lstm_luong", "untied"), ("lstm_luong_tied", "tied"),
         "train": ["--arch", _arch, "--encoder-embed-dim", "256", "--encoder-layers", "2"] + LUONG_OPTIM,
         "generate": GENERATE}
 
+# Arthur et al. (2016), the discrete-lexicon baseline of Table 5.4: luong_tied + the bias log(L_f a_t + eps). Its
+# lexicon p_l(e|f) is estimated (eflomal links, top 100 per source type) from the job's training data before
+# training, by the "prepare" step (see resolve()); the checkpoints carry it, so decoding needs no file.
+CONFIGS["luong_arthur"] = {
+    "desc": "Arthur et al. 2016 discrete lexicon bias on the Luong LSTM 2x256 tied (eps 0.001)", "task": "translation_ext",
+    "train": ["--arch", "lstm_luong_arthur", "--encoder-embed-dim", "256", "--encoder-layers", "2",
+              "--arthur-lexicon", "{run}/arthur_lexicon.pt", "--arthur-eps", "0.001"] + LUONG_OPTIM,
+    "generate": GENERATE,
+    "prepare": [("{run}/arthur_lexicon.pt", ["-m", "fairseq_ext.tools.arthur_lexicon", "--data", "{bin}", "--src",
+                                             "{src}", "--tgt", "{tgt}", "--out", "{run}/arthur_lexicon.pt"])]}
+
 # ch. 7: untied positional attention (Eq. 7.6) on the baseline model (PreNorm LayerNorm, same dims),
 # and on the thesis's PreNorm + ScaleNorm + FixNorm model (compare with twt_scalenorm_fixnorm).
 CONFIGS["untied_pos"] = {
@@ -292,6 +303,22 @@ def get(name: str) -> dict:
     if name not in CONFIGS:
         raise KeyError(f"unknown configuration {name!r}; known: {', '.join(sorted(CONFIGS))}")
     return CONFIGS[name]
+
+
+def resolve(name: str, run, data_bin, src: str, tgt: str) -> dict:
+    """NAME's configuration with its placeholders filled in: ``{run}`` (the configuration's run folder), ``{bin}``
+    (the binarized data), ``{src}``, ``{tgt}``.  ``prepare`` lists the files to make before training, as
+    (path, arguments of ``python``), in order; a file that exists is not made again."""
+    subs = {"{run}": str(run), "{bin}": str(data_bin), "{src}": src, "{tgt}": tgt}
+
+    def fill(x: str) -> str:
+        for k, v in subs.items():
+            x = x.replace(k, v)
+        return x
+
+    cfg = get(name)
+    return dict(cfg, train=[fill(f) for f in cfg["train"]], generate=[fill(f) for f in cfg["generate"]],
+                prepare=[(fill(path), [fill(a) for a in argv]) for path, argv in cfg.get("prepare", [])])
 
 
 if __name__ == "__main__":

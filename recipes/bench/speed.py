@@ -60,6 +60,9 @@ def build(name: str, data: Path, generated_dir=None):
                            "universal_translation", "conversation_translation"):
         raise SystemExit(f"error: configuration '{name}' uses task {cfg['task']}; speed.py times "
                          f"plain translation configurations only")
+    if cfg.get("prepare"):
+        raise SystemExit(f"error: configuration '{name}' needs files made from its job's data before training "
+                         f"({', '.join(p for p, _ in cfg['prepare'])}); speed.py does not make them")
     extra = []
     if cfg["task"] == "doc_translation":
         extra = ["--doc-ids-dir", str(data.parent)]

@@ -46,10 +46,13 @@
 #   FixNorm embeddings + ScaleNorm output), fixnorm_lex (fixnorm+lex) -- same dims and optimiser;
 #   luong_tied, luong_fixnorm, luong_fixnorm_lex -- the thesis's LSTM at 2x256 with Adam (the thesis:
 #   2x512, Adadelta), additionally bootstrapped against luong_tied (Table 5.4's reference;
-#   luong_vs_tied.txt). Table 5.8: the lexicon of every *lex model (top 3 for the 30 most frequent
-#   source subwords, lexicon_<config>.txt). luong_untied is available too.
-# CPU budget: 7 configs x 15 min x 2 sets ~ 3 h 30 min of training + ~30 min of decoding (the LSTM
-# decodes slower). Results: runs/nguyen_ch5_{full,low}/ (also the job names of the bench table rows).
+#   luong_vs_tied.txt); luong_untied; luong_arthur (Arthur et al. on luong_tied: bench.py first estimates
+#   its lexicon from the set's training data, eflomal, into runs/nguyen_ch5_<set>/luong_arthur/).
+#   Table 5.8: the lexicon of every *lex model (top 3 for the 30 most frequent
+#   source subwords, lexicon_<config>.txt).
+# CPU budget: 9 configs x 15 min x 2 sets ~ 4 h 30 min of training + decoding (the LSTM
+# decodes slower) + the eflomal alignment of each set for the Arthur lexicon (es seed dictionaries of Gu ch. 5:
+# 5-9 min on 26k verses, measured). Results: runs/nguyen_ch5_{full,low}/ (also the job names of the bench table rows).
 source "$(dirname "$0")/../lib.sh"
 # training drops pairs over 50/60 tokens (--max-*-positions); every test sentence is decoded
 NOLIMIT="{'max_source_positions':100000,'max_target_positions':100000}"
@@ -103,7 +106,7 @@ fi
 analyse() {  # analyse SEGMENTED_FOLDER JOB CONFIGS: LSTM rows vs luong_tied; lexicons of the lex models
   local seg=$1 job=$2 c raw sys=()
   raw=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["raw"])' "$seg/segment.json")
-  for c in luong_untied luong_fixnorm luong_fixnorm_lex; do
+  for c in luong_untied luong_fixnorm luong_fixnorm_lex luong_arthur; do
     if [[ ",$3," == *",$c,"* && -f "$job/$c/generate.out" ]]; then sys+=(--system "$job/$c/generate.out"); fi
   done
   if [ -f "$job/luong_tied/generate.out" ] && [ ${#sys[@]} -gt 0 ]; then
@@ -129,7 +132,7 @@ if [ "${DATA:-bible}" = tiny ]; then
   exit 0
 fi
 
-CONFIGS=${CONFIGS:-transformer,transformer_untied,twt_scalenorm_fixnorm,fixnorm_lex,luong_tied,luong_fixnorm,luong_fixnorm_lex}
+CONFIGS=${CONFIGS:-transformer,transformer_untied,twt_scalenorm_fixnorm,fixnorm_lex,luong_untied,luong_tied,luong_fixnorm,luong_fixnorm_lex,luong_arthur}
 SETS=${SETS:-full,low}
 bible_data
 for set in ${SETS//,/ }; do
