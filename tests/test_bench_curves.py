@@ -209,3 +209,9 @@ def test_configuration_prepare_step_builds_the_arthur_lexicon_first(tiny_data, t
     stamp = lex.stat().st_mtime_ns
     run([*cmd, "--force"], timeout=900)  # a rerun keeps the lexicon it made
     assert lex.stat().st_mtime_ns == stamp
+
+
+def test_curve_lines_stay_distinct_past_ten_configurations():
+    bench = bench_module()
+    styles = [tuple(sorted(bench.line_style(i).items())) for i in range(40)]
+    assert len(set(styles)) == 40  # the 11th configuration is not drawn like the 1st

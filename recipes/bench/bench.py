@@ -146,18 +146,28 @@ def write_curve_csv(path: Path, rows: list, config=None) -> None:
             w.writerow({**({"config": config} if config is not None else {}), **r})
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def line_style(i: int) -> dict:
+    """Colour and dash of the i-th configuration's line: the 10 colours of matplotlib's cycle, then the same
+    colours dashed, dotted, ... (matplotlib's default cycle would give the 11th line the 1st one's colour)."""
+    return {"color": f"C{i % 10}", "linestyle": LINE_STYLES[(i // 10) % len(LINE_STYLES)]}
+
+
 def plot_curves(curves: dict, path: Path, title: str) -> None:
     """Dev BLEU vs updates, dev BLEU vs training wall-clock (minutes), dev loss vs updates; a line per config."""
     from fairseq_ext.tools.plots import pyplot
     plt = pyplot()  # Agg, without matplotlib's font-search debug lines in the job log
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for name, rows in curves.items():
+    for i, (name, rows) in enumerate(curves.items()):
+        kw = dict(marker=".", label=name, **line_style(i))
         pts = [r for r in rows if r["dev_bleu"] is not None]
-        axes[0].plot([r["updates"] for r in pts], [r["dev_bleu"] for r in pts], marker=".", label=name)
-        axes[1].plot([r["train_wall_s"] / 60 for r in pts], [r["dev_bleu"] for r in pts], marker=".", label=name)
+        axes[0].plot([r["updates"] for r in pts], [r["dev_bleu"] for r in pts], **kw)
+        axes[1].plot([r["train_wall_s"] / 60 for r in pts], [r["dev_bleu"] for r in pts], **kw)
         pts = [r for r in rows if r["dev_loss"] is not None]
-        axes[2].plot([r["updates"] for r in pts], [r["dev_loss"] for r in pts], marker=".", label=name)
+        axes[2].plot([r["updates"] for r in pts], [r["dev_loss"] for r in pts], **kw)
     for ax, xl, yl in zip(axes, ("updates", "training wall-clock (min, validation excluded)", "updates"),
                           ("dev BLEU (greedy)", "dev BLEU (greedy)", "dev loss (base 2)")):
         ax.set_xlabel(xl)
