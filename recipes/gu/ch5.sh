@@ -77,7 +77,8 @@
 # training clock with them; finished stages are skipped).
 # Measured with UPDATES=1200 (2026-11-27, AMX machine, 2-5 processes on the 2 cores): ULR stage 9 min (eflomal
 # 1.5-3 min per auxiliary language), a system 14-16 min with two processes (24-27 min with 3-5), vanilla 32 min (a
-# validation every 16-update epoch), the BT chain (BT_UPDATES=600) 24 min, each BT system ~46 min at 4-5 processes.
+# validation every 16-update epoch), the BT chain (BT_UPDATES=600) 24 min, each BT system ~46 min at 4-5 processes;
+# + ULR + MoLE 31 min and + ULR + MoLE + BT 28 min of training with two processes (MoLE costs 1.30x per word).
 # The vanilla run exposed fairseq's per-epoch DataLoader-worker leak on resampled data (fixed: _compat fix 10).
 SYSTEM_MIN=${BUDGET_MIN:-45}   # read before lib.sh, whose own default (15) would win otherwise
 source "$(dirname "$0")/../lib.sh"
