@@ -6,6 +6,7 @@ checkpoints trained here, and, marked slow, the recipe's ``DATA=tiny`` run end t
 import json
 import math
 import shlex
+import subprocess
 import sys
 
 import numpy as np
@@ -82,6 +83,19 @@ def test_thesis_mode_prints_parsable_commands():
 def test_unknown_system_is_refused(tmp_path):
     p = run(["bash", RECIPE], timeout=120, check=False, DATA="tiny", RUNS=tmp_path, SYSTEMS="multi ulr_bogus")
     assert p.returncode == 2 and "unknown system ulr_bogus" in p.stderr
+    p = run(["bash", RECIPE], timeout=120, check=False, DATA="tiny", RUNS=tmp_path, SYSTEMS="multi", BT_SYSTEMS="ulr_bt1x")
+    assert p.returncode == 2 and "unknown system ulr_bt1x (_btK: K an integer)" in p.stderr
+
+
+def test_bt_systems_up_sample_the_real_pairs():
+    """ulr_bt10 = ulr + the back-translated split with the real pairs counted 10 times; *_bt keeps K = 1."""
+    fn = "\n".join(RECIPE.read_text().split("\nsystem_flags() {")[1:2])
+    script = f"system_flags() {{{fn.split(chr(10) + '}' + chr(10))[0]}\n}}\n" \
+             "system_flags ulr_bt10; system_flags ulr_mole_bt3; system_flags multi_bt"
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["--ulr --criterion cross_entropy --bt-split bt --bt-real-upsample 10",
+                   "--ulr --mole --criterion universal_mole_cross_entropy --bt-split bt --bt-real-upsample 3",
+                   "--criterion cross_entropy --bt-split bt"]
 
 
 # ============================================================================ the report on a synthetic tree

@@ -72,6 +72,22 @@ def test_language_weights_follow_the_temperature():
         language_weights(ids, -1)
 
 
+def test_language_weights_count_up_sampled_examples_as_repeated():
+    """--bt-real-upsample K: a real low-resource pair weighs as K copies of itself, in its language's N_k and
+    within the language, exactly as if the corpus held the copies."""
+    ids = np.array([0] * 90 + [1] * 10)
+    mult = np.ones(100)
+    mult[90:95] = 10  # 5 real pairs x10 beside 5 back-translated ones
+    repeated = np.array([0] * 90 + [1] * 55)  # the same corpus with the copies written out
+    for t in (1.0, 5.0, 0.0):
+        w, ref = language_weights(ids, t, mult), language_weights(repeated, t)
+        assert np.isclose(w[90:].sum(), ref[90:].sum()) and np.isclose(w.sum(), 1.0)
+        assert np.allclose(w[90:95], 10 * w[95:]) and np.allclose(w[:90], ref[:90])
+    assert np.allclose(language_weights(ids, 5.0, np.ones(100)), language_weights(ids, 5.0))  # K = 1: unchanged
+    with pytest.raises(ValueError, match="multiplicity"):
+        language_weights(ids, 1.0, np.zeros(100))
+
+
 class _Sized:
     def __init__(self, n):
         self.sizes = np.stack([np.arange(n) % 7 + 1, np.arange(n) % 5 + 1], 1)
@@ -290,6 +306,16 @@ def test_cli_multi_nmt_baseline_and_back_translation_split(uni_data, tmp_path):
                 "--save-dir", tmp_path / "ckpt")
     log = p.stdout + p.stderr
     assert f"+ {n_lines(uni_data / 'bt.lang')} back-translated pairs (bt)" in log
+    # the real low-resource pairs up-sampled against the synthetic ones (resampled even at T = 1)
+    p = fairseq("train", uni_data, "--task", "universal_translation", "--aux-langs", "aa,bb", "--lowres-lang", "cc",
+                "--bt-split", "bt", "--bt-real-upsample", "10", *MODEL, "--criterion", "cross_entropy", *OPT,
+                "--max-update", "3", "--save-dir", tmp_path / "ckpt10")
+    log = p.stdout + p.stderr
+    assert "real cc pairs x10" in log and "language sampling T=1 ->" in log
+    p = fairseq("train", uni_data, "--task", "universal_translation", "--aux-langs", "aa,bb", "--lowres-lang", "cc",
+                "--bt-real-upsample", "10", *MODEL, "--criterion", "cross_entropy", *OPT, "--max-update", "1",
+                "--save-dir", tmp_path / "c", check=False)
+    assert p.returncode != 0 and "--bt-real-upsample needs --bt-split" in p.stdout + p.stderr
 
 
 def test_cli_bad_language_input_is_one_clear_error(uni_data, tmp_path):

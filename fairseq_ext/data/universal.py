@@ -97,12 +97,19 @@ def read_lang_file(path: str, expected_lines: int, langs: Sequence[str]) -> np.n
     return np.asarray(out, dtype=np.int64)
 
 
-def language_weights(lang_ids: np.ndarray, temperature: float) -> np.ndarray:
+def language_weights(lang_ids: np.ndarray, temperature: float, multiplicity: np.ndarray | None = None) -> np.ndarray:
     """Per-example sampling weights (summing to 1) drawing language k with p_k ∝ N_k^{1/T}: T = 1 keeps the
-    corpus proportions, T → ∞ (or 0, by convention here) is uniform over the languages present."""
+    corpus proportions, T → ∞ (or 0, by convention here) is uniform over the languages present.
+
+    ``multiplicity`` (one count per example, default 1): each example counts as if it appeared that many times,
+    in N_k and within its language (the up-sampled real pairs beside back-translated ones, §5.5)."""
     if temperature < 0:
         raise ValueError(f"--lang-temperature must be >= 0 (0: uniform over languages), got {temperature}")
-    counts = np.bincount(lang_ids, minlength=int(lang_ids.max()) + 1 if len(lang_ids) else 0).astype(np.float64)
+    mult = np.ones(len(lang_ids)) if multiplicity is None else np.asarray(multiplicity, dtype=np.float64)
+    if mult.shape != (len(lang_ids),) or (mult <= 0).any():
+        raise ValueError(f"multiplicity: one positive count per example expected ({len(lang_ids)})")
+    counts = np.bincount(lang_ids, weights=mult,
+                         minlength=int(lang_ids.max()) + 1 if len(lang_ids) else 0).astype(np.float64)
     present = counts > 0
     p = np.zeros_like(counts)
     if temperature == 0:
@@ -110,7 +117,7 @@ def language_weights(lang_ids: np.ndarray, temperature: float) -> np.ndarray:
     else:
         p[present] = counts[present] ** (1.0 / temperature)
     p /= p.sum()
-    w = p[lang_ids] / counts[lang_ids]
+    w = p[lang_ids] * mult / counts[lang_ids]
     return w / w.sum()
 
 

@@ -14,7 +14,9 @@ is the union of the languages' subword vocabularies, every symbol marked ``<piec
   languages; 5: the usual multilingual middle ground) — the "shuffle ... so that different languages can
   be trained equally" of §5.2.1, with the choice of T left open by the thesis.
 * ``--bt-split NAME``: back-translated pairs (§5.5), binarized as split NAME with its own ``NAME.lang``,
-  are added to the training set.
+  are added to the training set. ``--bt-real-upsample K`` (1, the default: plain concatenation) counts each
+  real pair of the low-resource language K times against them (in its language's share and within it), so
+  that the real pairs are not drowned by the synthetic ones (the thesis gives no ratio; e.g. 10).
 
 Everything else (``--cpu-bf16``, ``--batching``, ``--decoding-algorithm``, input checks) is inherited from
 ``translation_decoding``.
@@ -60,6 +62,9 @@ class UniversalTranslationConfig(TranslationDecodingConfig):
     bt_split: Optional[str] = field(
         default=None, metadata={"help": "a binarized split of back-translated pairs (with NAME.lang) added to "
                                         "the training set"})
+    bt_real_upsample: float = field(
+        default=1.0, metadata={"help": "with --bt-split: each real pair of the low-resource language counts this "
+                                       "many times against the back-translated ones (1: plain concatenation)"})
 
 
 def read_manifest(data: str) -> dict:
@@ -119,17 +124,28 @@ class UniversalTranslationTask(TranslationDecodingTask):
         ds = self.datasets[split]
         langs = self._load_langs(path, split, len(ds))
         train = split == getattr(self.cfg, "train_subset", "train")
+        upsample = float(getattr(self.cfg, "bt_real_upsample", 1.0) or 1.0)
+        if upsample != 1.0 and not self.cfg.bt_split:
+            raise LanguageDataError("universal_translation: --bt-real-upsample needs --bt-split (the back-translated "
+                                    "pairs the real ones are up-sampled against)")
+        if upsample <= 0:
+            raise LanguageDataError(f"universal_translation: --bt-real-upsample must be > 0, got {upsample:g}")
+        multiplicity = None
         if train and self.cfg.bt_split:
             super().load_dataset(self.cfg.bt_split, epoch=epoch, combine=combine, **kwargs)
             bt = self.datasets.pop(self.cfg.bt_split)
             langs = np.concatenate([langs, self._load_langs(path, self.cfg.bt_split, len(bt))])
+            if upsample != 1.0:  # the real low-resource pairs (before the concatenation) count K times
+                multiplicity = np.ones(len(langs))
+                multiplicity[:len(ds)][langs[:len(ds)] == self.lowres_index] = upsample
             ds = ConcatDataset([ds, bt])
-            logger.info("universal_translation: + %d back-translated pairs (%s)", len(bt), self.cfg.bt_split)
+            logger.info("universal_translation: + %d back-translated pairs (%s)%s", len(bt), self.cfg.bt_split,
+                        f", real {self.lowres_lang} pairs x{upsample:g}" if multiplicity is not None else "")
         self.lang_ids[split] = langs
         counts = {self.langs[i]: int(c) for i, c in enumerate(np.bincount(langs, minlength=len(self.langs))) if c}
         logger.info("universal_translation %s: %d examples by language %s", split, len(langs), counts)
-        if train and self.cfg.lang_temperature != 1.0:
-            weights = language_weights(langs, self.cfg.lang_temperature)
+        if train and (self.cfg.lang_temperature != 1.0 or multiplicity is not None):
+            weights = language_weights(langs, self.cfg.lang_temperature, multiplicity)
             share = {self.langs[i]: round(float(weights[langs == i].sum()), 4) for i in np.unique(langs)}
             logger.info("universal_translation: language sampling T=%g -> %s", self.cfg.lang_temperature, share)
             ds = LanguageResampled(ds, weights, seed=self._seed())

@@ -63,6 +63,9 @@
 #             (BT_UPDATES=n: n updates instead);
 #             N_BT_EN (5,000) English verses of the training books (none of LOWRES's) -> LOWRES*; translations
 #             greedy (BT_BEAM 1). The thesis's amounts are not given (spec REC: 2M synthetic pairs).
+#   multi_btK, ulr_btK, ulr_mole_btK   (K an integer, e.g. ulr_bt10; BT_SYSTEMS="ulr_bt10") the same, with the
+#             real LOWRES pairs counted K times against the synthetic ones (--bt-real-upsample K; spec REC:
+#             "real 6k up-sampled (e.g. x10) so it is not drowned"); the plain *_bt systems use K = 1.
 # Fig. 5.5 (FIG55=1): vanilla / multi / ulr also at LOWRES_TOKENS 0 (zero-resource; vanilla has no data) and -1
 # (every training verse of LOWRES, ~27k).
 # Decoding: test, beam BEAM (5), --max-len-a 1.2 --max-len-b 10; sacreBLEU BLEU / chrF against raw/test.en with
@@ -192,7 +195,11 @@ system_flags() {
     ulr_mole_gw0) echo "--ulr --mole --criterion universal_mole_cross_entropy --gate-loss-weight 0" ;;
     closest) echo "--ulr --ulr-closest-only --ulr-no-language-specific --criterion cross_entropy" ;;
     *_bt) system_flags "${1%_bt}" > /dev/null && echo "$(system_flags "${1%_bt}") --bt-split bt" ;;
-    *) echo "error: unknown system $1 (vanilla multi ulr_a_i ulr ulr_mole ulr_mole_res ulr_mole_gw0 closest, + _bt)" >&2
+    *_bt[0-9]*) [[ ${1##*_bt} =~ ^[0-9]+$ ]] || { echo "error: unknown system $1 (_btK: K an integer)" >&2; return 2; }
+                system_flags "${1%_bt*}" > /dev/null \
+                  && echo "$(system_flags "${1%_bt*}") --bt-split bt --bt-real-upsample ${1##*_bt}" ;;
+    *) echo "error: unknown system $1 (vanilla multi ulr_a_i ulr ulr_mole ulr_mole_res ulr_mole_gw0 closest, + _bt or" \
+            "_btK: the real pairs counted K times against the synthetic ones)" >&2
        return 2 ;;
   esac
 }
