@@ -121,6 +121,19 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
     assert "--share-all-embeddings" not in driver.UNTIED_SMALL and "subword_nmt" in driver.GENERATE_BPE
 
 
+def test_parent_run_gets_every_bench_option(tmp_path):
+    """The parent's run_config reads every option bench.py has (a hand-built namespace once missed --max-updates,
+    added with the learning-curve mode, and the parent stage failed before training)."""
+    driver = _transfer_driver()
+    a = driver.build_parser().parse_args(["run", "--parent-src", "ar", "--child-src", "fa", "--out", str(tmp_path),
+                                          "--parent-budget-min", "20", "--threads", "1"])
+    pargs = driver.parent_args(tmp_path / "seg", a, "ar", "en_web")
+    defaults = vars(driver.bench.build_parser().parse_args([]))
+    assert set(defaults) <= set(vars(pargs))
+    assert (pargs.budget_min, pargs.threads, pargs.src, pargs.tgt, pargs.ref2) == (20.0, 1, "ar", "en_web", "")
+    assert (pargs.max_updates, pargs.curve_every, pargs.patience, pargs.force) == (0, 0, 0, False)
+
+
 def test_exclude_train(tmp_path):
     driver = _transfer_driver()
     raw = tmp_path / "raw"

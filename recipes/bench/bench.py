@@ -412,7 +412,9 @@ def budget_text(args) -> str:
     return " / ".join(parts) or "until early stopping"
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
+    """The job's options; callers that run single configurations (``run_config``) parse theirs with it, so that
+    every option has its default."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT / "data" / "bible_es_en" / "spm8000",
                     help="segmented folder with bin/ and segment.json (fairseq_ext.tools.corpora prepare)")
@@ -441,6 +443,11 @@ def main(argv=None):
                     help="train and decode the listed configurations only (no baseline added, no comparison, no "
                          "table): one lane of a job split over processes; a later run of the whole list reuses "
                          "every result and compares")
+    return ap
+
+
+def main(argv=None):
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.patience and not args.curve_every:
         ap.error("--patience needs --curve-every (early stopping counts its validations)")

@@ -169,6 +169,14 @@ def register_configs(parent_ckpt: str, parent_bin: str, desc: str) -> None:
     bench_configs.BASELINE = "bpe_baseline"
 
 
+def parent_args(seg: Path, a, src: str, tgt: str):
+    """bench.py's options for the parent's run_config: its own parser's defaults (a hand-built namespace would
+    miss options added to bench.py later) with this run's data, budget, threads and seed."""
+    return bench.build_parser().parse_args(
+        ["--data", str(seg), "--budget-min", str(a.parent_budget_min), "--threads", str(a.threads),
+         "--seed", str(a.seed), "--src", src, "--tgt", tgt, "--ref2", ""] + (["--force"] if a.force else []))
+
+
 def run(a) -> dict:
     out = Path(a.out)
     tgt = a.tgt
@@ -222,9 +230,7 @@ def run(a) -> dict:
         register_configs(parent_ckpt, str(seg_p / "bin"), f"{psrc}->{tgt}, joint BPE {k}")
         res_parent = None
         if not a.parent_ckpt:
-            pargs = argparse.Namespace(data=seg_p, budget_min=a.parent_budget_min, threads=a.threads, seed=a.seed,
-                                       src=psrc, tgt=tgt, ref2="", force=a.force)
-            res_parent = bench.run_config("parent", pargs, job)
+            res_parent = bench.run_config("parent", parent_args(seg_p, a, psrc, tgt), job)
         child_job = f"child_{csrc}-{tgt}_from_{psrc}_{tag}"  # the job name of bench's table rows
         argv = ["--data", str(seg_c), "--configs", ",".join(systems), "--budget-min", str(a.budget_min),
                 "--threads", str(a.threads), "--seed", str(a.seed), "--src", csrc, "--tgt", tgt, "--ref2", "",
