@@ -176,6 +176,8 @@ def test_report_reads_the_real_compare_json(tree):
     assert sc["ulr"]["bleu"] == row["BLEU"]["score"] and sc["ulr"]["p_bleu"] == row["BLEU"]["p_value"]
     assert sc["ulr"]["d_bleu"] == pytest.approx(sc["ulr"]["bleu"] - sc["multi"]["bleu"])
     assert sc["ulr"]["d_bleu"] > 0 > sc["closest"]["d_bleu"]
+    assert rep.label("ulr_bt10") == "Multi-NMT + ULR + BT (real pairs ×10)" and rep.label("ulr") == "Multi-NMT + ULR"
+    assert rep.label("multi_bt") == "Multi-NMT + BT" and rep.label("other_bt3") == "other_bt3"
     bad = tree.parent / "bad.json"
     bad.write_text(json.dumps({"bleu": 1}))
     with pytest.raises(rep.ToolError, match="score compare --json"):

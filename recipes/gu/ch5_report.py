@@ -54,6 +54,17 @@ LABELS = dict(SYSTEMS)
 THESIS_BLEU = {"vanilla": 1.21, "multi": 14.94, "closest": 5.83, "ulr_a_i": 18.61, "ulr": 20.01, "multi_bt": 17.91,
                "ulr_bt": 22.35, "ulr_mole": 20.51, "ulr_mole_bt": 22.92}
 FIG55_SYSTEMS = ("vanilla", "multi", "ulr")
+
+
+def label(system: str) -> str:
+    """The table label of a system: Table 5.4's, "<... + BT> (real pairs ×K)" for ch5.sh's *_btK systems, else the
+    folder name."""
+    m = re.fullmatch(r"(.+_bt)(\d+)", system)
+    if m and m.group(1) in LABELS:
+        return f"{LABELS[m.group(1)]} (real pairs ×{m.group(2)})"
+    return LABELS.get(system, system)
+
+
 BASELINE = "multi"
 NO_DATA = "no_data"
 GATE_SENTENCES = 3
@@ -191,7 +202,7 @@ def ladder_table(scores: dict, thesis: bool = True) -> list[str]:
         r = scores[s]
         d = "—" if r["baseline"] else f"{r['d_bleu']:+.2f} ({r['p_bleu']:.3f}{'*' if r['p_bleu'] < 0.05 else ''})"
         dc = "—" if r["baseline"] else f"{r['d_chrf']:+.2f} ({r['p_chrf']:.3f}{'*' if r['p_chrf'] < 0.05 else ''})"
-        row = f"| {LABELS.get(s, s)} | {r['bleu']:.2f} | {r['chrf']:.2f} | {d} | {dc} |"
+        row = f"| {label(s)} | {r['bleu']:.2f} | {r['chrf']:.2f} | {d} | {dc} |"
         if thesis:
             row += f" {_f(THESIS_BLEU.get(s))} |"
         lines.append(row)
@@ -228,7 +239,7 @@ def plot_fig5_5(pts: dict, path: str, lowres: str) -> None:
         xs = sorted({p[0] for v in pts.values() for p in v})
         for s, v in pts.items():
             color, marker = style.get(s, (None, "o"))
-            ax.plot([p[0] for p in v], [p[1] for p in v], marker=marker, color=color, label=LABELS.get(s, s))
+            ax.plot([p[0] for p in v], [p[1] for p in v], marker=marker, color=color, label=label(s))
             for x, y, _, no_data in v:
                 if no_data:
                     ax.annotate("no data", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
@@ -286,7 +297,7 @@ def run_gates(out: str, main_tag: str, n: int = GATE_SENTENCES, system: str = "u
 def gate_line(system: str, png: str, summ: dict) -> str:
     """One line of table5_4.md on a MoLE system's gate (its PNG and the summary of ``ulr gates --summary``)."""
     experts = list(summ["mean_gate"])
-    return (f"Fig. 5.8, {LABELS.get(system, system)}: {os.path.basename(png)} (the gate of {GATE_SENTENCES} test "
+    return (f"Fig. 5.8, {label(system)}: {os.path.basename(png)} (the gate of {GATE_SENTENCES} test "
             f"sentences). Over {summ['pieces']:,} pieces of {summ['sentences']} test sentences: mean gate "
             + ", ".join(f"{e} {summ['mean_gate'][e]:.3f}" for e in experts) + "; top expert "
             + ", ".join(f"{e} {summ['top_share'][e]:.3f}" for e in experts)
@@ -347,7 +358,7 @@ def main(argv=None) -> int:
     report["train_wps"] = speed
     if speed:
         base = speed.get(BASELINE)
-        cells = [f"{LABELS.get(s, s)} {v:,.0f}" + (f" ({v / base:.2f}× Multi-NMT)" if base else "")
+        cells = [f"{label(s)} {v:,.0f}" + (f" ({v / base:.2f}× Multi-NMT)" if base else "")
                  for s, v in speed.items()]
         md += [f"Cost (training words/s at {a.main}, fairseq's wps; from separate runs, load-dependent): "
                + "; ".join(cells) + ".", ""]
@@ -362,7 +373,7 @@ def main(argv=None) -> int:
             raise ToolError(f"{cost_json}: no gu5_multi configuration (written by recipes/bench/speed.py "
                             "--baseline gu5_multi?)")
         names = {"gu5_multi": "multi", "gu5_ulr": "ulr", "gu5_ulr_mole": "ulr_mole"}
-        cells = [f"{LABELS.get(names.get(c, c), c)} {v['median_ratio']:.2f}× (range "
+        cells = [f"{label(names.get(c, c))} {v['median_ratio']:.2f}× (range "
                  f"{min(v['ratios']):.2f}–{max(v['ratios']):.2f}; {v['params'] / 1e6:.2f}M parameters)"
                  for c, v in conf.items() if c != "gu5_multi"]
         report["cost_interleaved"] = {c: {"median_ratio": v["median_ratio"], "ratios": v["ratios"],
