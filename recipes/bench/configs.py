@@ -148,7 +148,8 @@ for _arch, _desc in [("lstm_luong", "untied"), ("lstm_luong_tied", "tied"),
 # lexicon p_l(e|f) is estimated (eflomal links, top 100 per source type) from the job's training data before
 # training, by the "prepare" step (see resolve()); the checkpoints carry it, so decoding needs no file.
 CONFIGS["luong_arthur"] = {
-    "desc": "Arthur et al. 2016 discrete lexicon bias on the Luong LSTM 2x256 tied (eps 0.001)", "task": "translation_ext",
+    "desc": "Arthur et al. 2016 discrete lexicon bias on the Luong LSTM 2x256 tied (eps 0.001)",
+    "task": "translation_ext",
     "train": ["--arch", "lstm_luong_arthur", "--encoder-embed-dim", "256", "--encoder-layers", "2",
               "--arthur-lexicon", "{run}/arthur_lexicon.pt", "--arthur-eps", "0.001"] + LUONG_OPTIM,
     "generate": GENERATE,

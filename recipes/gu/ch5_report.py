@@ -54,6 +54,11 @@ LABELS = dict(SYSTEMS)
 THESIS_BLEU = {"vanilla": 1.21, "multi": 14.94, "closest": 5.83, "ulr_a_i": 18.61, "ulr": 20.01, "multi_bt": 17.91,
                "ulr_bt": 22.35, "ulr_mole": 20.51, "ulr_mole_bt": 22.92}
 FIG55_SYSTEMS = ("vanilla", "multi", "ulr")
+BASELINE = "multi"
+NO_DATA = "no_data"
+GATE_SENTENCES = 3
+GATE_SUMMARY_SENTENCES = 300
+MOLE_SYSTEMS = ("ulr_mole", "ulr_mole_res", "ulr_mole_gw0")   # the systems whose gate the report exports
 
 
 def label(system: str) -> str:
@@ -64,12 +69,6 @@ def label(system: str) -> str:
         return f"{LABELS[m.group(1)]} (real pairs ×{m.group(2)})"
     return LABELS.get(system, system)
 
-
-BASELINE = "multi"
-NO_DATA = "no_data"
-GATE_SENTENCES = 3
-GATE_SUMMARY_SENTENCES = 300
-MOLE_SYSTEMS = ("ulr_mole", "ulr_mole_res", "ulr_mole_gw0")   # the systems whose gate the report exports
 
 _NUM = r"(-?[0-9.]+(?:e[-+]?\d+)?)"
 EPOCH_RE = re.compile(r"\| train \| epoch \d+ \|.*?\| wps " + _NUM + r" \|.*?\| wpb " + _NUM + r" \|.*?"
