@@ -316,6 +316,10 @@ def test_cli_multi_nmt_baseline_and_back_translation_split(uni_data, tmp_path):
                 "--bt-real-upsample", "10", *MODEL, "--criterion", "cross_entropy", *OPT, "--max-update", "1",
                 "--save-dir", tmp_path / "c", check=False)
     assert p.returncode != 0 and "--bt-real-upsample needs --bt-split" in p.stdout + p.stderr
+    p = fairseq("train", uni_data, "--task", "universal_translation", "--aux-langs", "aa,bb", "--lowres-lang", "cc",
+                "--bt-split", "bt", "--bt-real-upsample", "0", *MODEL, "--criterion", "cross_entropy", *OPT,
+                "--max-update", "1", "--save-dir", tmp_path / "c0", check=False)
+    assert p.returncode != 0 and "--bt-real-upsample must be > 0, got 0" in p.stdout + p.stderr
 
 
 def test_cli_bad_language_input_is_one_clear_error(uni_data, tmp_path):

@@ -124,12 +124,13 @@ class UniversalTranslationTask(TranslationDecodingTask):
         ds = self.datasets[split]
         langs = self._load_langs(path, split, len(ds))
         train = split == getattr(self.cfg, "train_subset", "train")
-        upsample = float(getattr(self.cfg, "bt_real_upsample", 1.0) or 1.0)
+        upsample = getattr(self.cfg, "bt_real_upsample", None)
+        upsample = 1.0 if upsample is None else float(upsample)  # None: a config saved before the option
+        if upsample <= 0:
+            raise LanguageDataError(f"universal_translation: --bt-real-upsample must be > 0, got {upsample:g}")
         if upsample != 1.0 and not self.cfg.bt_split:
             raise LanguageDataError("universal_translation: --bt-real-upsample needs --bt-split (the back-translated "
                                     "pairs the real ones are up-sampled against)")
-        if upsample <= 0:
-            raise LanguageDataError(f"universal_translation: --bt-real-upsample must be > 0, got {upsample:g}")
         multiplicity = None
         if train and self.cfg.bt_split:
             super().load_dataset(self.cfg.bt_split, epoch=epoch, combine=combine, **kwargs)
