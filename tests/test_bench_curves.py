@@ -179,6 +179,11 @@ def test_converged_recipe_tiny(tmp_path):
     # the ablation stops every configuration at the same number of updates
     abl = json.loads((out / "ablate" / "summary.json").read_text())
     assert {r["curve"]["last_updates"] for r in abl.values()} == {4}
+    # the ablate stage runs first; conv_es continues its configurations from there (jas_m11 from scratch)
+    es_curve = [r for r in csv.DictReader(open(out / "conv_es" / "curves.csv")) if r["config"] == "transformer"]
+    assert int(es_curve[0]["updates"]) == 2 and int(es_curve[-1]["updates"]) > 4
+    assert "transformer: continuing" in (out / "conv_es" / "laneA.log").read_text()
+    assert "jas_m11: not in" in (out / "conv_es" / "laneB.log").read_text()
 
 
 def test_configuration_prepare_step_builds_the_arthur_lexicon_first(tiny_data, tmp_path):
@@ -215,3 +220,49 @@ def test_curve_lines_stay_distinct_past_ten_configurations():
     bench = bench_module()
     styles = [tuple(sorted(bench.line_style(i).items())) for i in range(40)]
     assert len(set(styles)) == 40  # the 11th configuration is not drawn like the 1st
+
+
+def test_continue_from_seeds_a_run_with_the_newest_interval_checkpoint(tmp_path):
+    """--continue-from JOB: a configuration not yet started copies the newest checkpoint_E_U.pt of the same
+    configuration in JOB as checkpoint_last.pt (fairseq resumes from it), with the best checkpoint and the log;
+    another data folder or --arch is refused; a configuration JOB lacks starts from scratch."""
+    import argparse
+    import torch
+    b = bench_module()
+    data_bin = tmp_path / "data" / "bin"
+    data_bin.mkdir(parents=True)
+    src = tmp_path / "ablate" / "transformer"
+    src.mkdir(parents=True)
+
+    def ckpt(path, updates, data=data_bin, arch="transformer"):
+        torch.save({"cfg": {"task": {"data": str(data)}, "model": argparse.Namespace(arch=arch)},
+                    "optimizer_history": [{"num_updates": updates}]}, path)
+
+    ckpt(src / "checkpoint_3_250.pt", 250)
+    ckpt(src / "checkpoint_13_1500.pt", 1500)
+    ckpt(src / "checkpoint_best.pt", 1250)
+    (src / "train.log").write_text(LOG, encoding="utf-8")
+    cfg = b.bench_configs.get("transformer")
+    d = tmp_path / "conv" / "transformer"
+    d.mkdir(parents=True)
+    b.continue_from(src, d, data_bin, cfg)
+    last = torch.load(d / "checkpoint_last.pt", weights_only=False)
+    assert last["optimizer_history"][-1]["num_updates"] == 1500
+    assert torch.load(d / "checkpoint_best.pt", weights_only=False)["optimizer_history"][-1]["num_updates"] == 1250
+    assert (d / "train.log").read_text() == LOG
+    # another data folder, another architecture: refused, nothing copied
+    for kw in ({"data": tmp_path / "other" / "bin"}, {"arch": "transformer_jas_m11_bench"}):
+        ckpt(src / "checkpoint_15_1750.pt", 1750, **kw)
+        fresh = tmp_path / "conv2" / str(len(kw))
+        fresh.mkdir(parents=True, exist_ok=True)
+        with pytest.raises(SystemExit, match="--continue-from: .*checkpoint_15_1750.pt was trained on"):
+            b.continue_from(src, fresh, data_bin, cfg)
+        assert not any(fresh.iterdir())
+    # a configuration the other job lacks: from scratch
+    fresh = tmp_path / "conv" / "jas_m11"
+    fresh.mkdir()
+    b.continue_from(tmp_path / "ablate" / "jas_m11", fresh, data_bin, b.bench_configs.get("jas_m11"))
+    assert not any(fresh.iterdir())
+    # only with the curve mode
+    with pytest.raises(SystemExit):
+        b.main(["--data", str(tmp_path / "data"), "--configs", "transformer", "--continue-from", str(tmp_path / "ablate")])

@@ -111,6 +111,8 @@ def _transfer_driver():
 def test_bad_arguments_are_clear_errors(tmp_path, capsys):
     p = recipe("ch3", check=False, EXPERIMENTS="related,bogus", RUNS=tmp_path)
     assert p.returncode == 2 and "unknown experiment 'bogus'" in p.stderr
+    p = recipe("ch3", check=False, EXPERIMENTS="xscript", XLIT="latin", RUNS=tmp_path)
+    assert p.returncode == 2 and "unknown XLIT 'latin'" in p.stderr
     driver = _transfer_driver()
     assert driver.main(["run", "--parent-src", "es", "--child-src", "es", "--out", str(tmp_path / "x")]) == 2
     assert "error: the parent and child source languages are the same (es)" in capsys.readouterr().err

@@ -28,7 +28,10 @@ writes ``curves.csv`` and ``curves.png`` (dev BLEU vs updates, vs training wall-
 updates) so that equal updates and equal time are both visible, and ``--table`` merges its rows into
 the "converged" table (best dev BLEU, test BLEU with paired bootstrap, updates and wall-clock to the
 best checkpoint).  An interrupted job resumes: training restarts from each configuration's last
-checkpoint (saved at every validation) and its log is appended to.
+checkpoint (saved at every validation) and its log is appended to.  ``--continue-from JOB`` starts a
+configuration that has not started yet from the newest interval checkpoint of the same configuration in
+another curve job on the same data (e.g. an equal-updates job continued to convergence): its checkpoint,
+best checkpoint and log are copied, and fairseq restores the optimiser, scheduler and data iterator.
 
     python recipes/bench/bench.py --data data/bible_es_en/spm8000_low5k --configs transformer,jas_m11 \
         --curve-every 200 --patience 5 --budget-min 240 --out runs/converged/es_en_5k --table recipes/bench/RESULTS.md
@@ -209,6 +212,36 @@ def raw_folder(data: Path) -> Path:
     return Path(seg.get("raw", data.parent / "raw"))
 
 
+def continue_from(src: Path, d: Path, data_bin: Path, cfg: dict) -> None:
+    """Seed the run folder ``d`` with the newest interval checkpoint of ``src`` (a curve job's folder of the
+    same configuration): it becomes ``checkpoint_last.pt`` (fairseq resumes from it), with ``src``'s best
+    checkpoint and log; a configuration the other job lacks starts from scratch.  Refused when the checkpoint was trained on other data or with another --arch."""
+    import torch
+
+    if not src.is_dir():
+        log(f"{d.name}: not in {src.parent}, trained from scratch")
+        return
+    ckpts = sorted(src.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+    if not ckpts or not (src / "train.log").exists():
+        raise SystemExit(f"error: --continue-from: {src} has no interval checkpoint (checkpoint_E_U.pt) and "
+                         f"train.log (was it a --curve-every job?)")
+    state = torch.load(ckpts[-1], map_location="cpu", weights_only=False)
+    c = state["cfg"]
+    arch = cfg["train"][cfg["train"].index("--arch") + 1] if "--arch" in cfg["train"] else None
+    m = c["model"]
+    got_data, got_arch = str(c["task"]["data"]), (m.get("arch") if hasattr(m, "get") else getattr(m, "arch", None))
+    if Path(got_data).resolve() != Path(data_bin).resolve() or (arch and got_arch != arch):
+        raise SystemExit(f"error: --continue-from: {ckpts[-1]} was trained on {got_data} with --arch {got_arch}, "
+                         f"this job uses {data_bin} with --arch {arch}")
+    import shutil
+
+    for f, to in ((ckpts[-1], "checkpoint_last.pt"), (src / "checkpoint_best.pt", "checkpoint_best.pt"),
+                  (src / "train.log", "train.log")):
+        if f.exists():
+            shutil.copyfile(f, d / to)
+    log(f"{d.name}: continuing {ckpts[-1]} ({state['optimizer_history'][-1].get('num_updates', '?')} updates)")
+
+
 def run_config(name: str, args, out: Path) -> dict:
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
@@ -221,6 +254,8 @@ def run_config(name: str, args, out: Path) -> dict:
     for path, argv in cfg["prepare"]:  # files the training flags name (e.g. an Arthur et al. lexicon)
         if not Path(path).exists():
             run_logged([sys.executable, *argv], d / "prepare.log", args.threads, append=True)
+    if args.continue_from and not (d / "train.log").exists():
+        continue_from(args.continue_from / name, d, data_bin, cfg)
     ckpt = d / "checkpoint_best.pt"
     limits = ["--stop-time-hours", f"{args.budget_min / 60:.5f}"] if args.budget_min > 0 else []
     if args.max_updates:
@@ -439,6 +474,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --curve-every: stop after P validations without a better dev BLEU (convergence)")
     ap.add_argument("--max-updates", type=int, default=0, metavar="U",
                     help="stop each configuration at U updates (equal updates; --budget-min 0 for no time cap)")
+    ap.add_argument("--continue-from", type=Path, default=None, metavar="JOB",
+                    help="with --curve-every: start each configuration not yet started here from its newest interval "
+                         "checkpoint in the curve job JOB (same data and configuration), e.g. to take an "
+                         "equal-updates job on to convergence")
     ap.add_argument("--train-only", action="store_true",
                     help="train and decode the listed configurations only (no baseline added, no comparison, no "
                          "table): one lane of a job split over processes; a later run of the whole list reuses "
@@ -451,6 +490,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.patience and not args.curve_every:
         ap.error("--patience needs --curve-every (early stopping counts its validations)")
+    if args.continue_from and not args.curve_every:
+        ap.error("--continue-from needs --curve-every (it resumes a curve job's interval checkpoint)")
     if args.budget_min <= 0 and not args.max_updates and not args.patience:
         ap.error("--budget-min 0 needs --max-updates or --patience (nothing would stop training)")
     bench_configs.BASELINE = args.baseline  # ratios, bootstrap and table order follow it

@@ -32,7 +32,8 @@
 # Experiment "related": parent es->en_web (full Bible train split, ~29k verses, minus the child's
 # training verses), child it->en_web with CHILD_SIZE (3000) training verses; joint BPE of MERGES
 # (8000) merges. Experiment "xscript" (the Uyghur analogue, a script change): parent ar->en_web,
-# child fa->en_web, both sources romanised with uroman before the joint BPE (XLIT=uroman).
+# child fa->en_web, both sources romanised with uroman before the joint BPE (XLIT=uroman; XLIT=none: the
+# control in the original script, in its own folder runs/nguyen_ch3/ar-fa-none).
 # Splits are by book (the same valid/test verses for parent and child); target references en_web.
 # Systems, each scored with sacreBLEU (BLEU/chrF) + paired bootstrap against the BPE baseline:
 #   bpe_baseline         child only, the joint-BPE vocabulary, random init
@@ -164,10 +165,11 @@ EXPERIMENTS=${EXPERIMENTS:-related,xscript}
 for e in ${EXPERIMENTS//,/ }; do
   case "$e" in related|xscript) ;; *) echo "error: unknown experiment '$e' (related, xscript)" >&2; exit 2 ;; esac
 done
+case "${XLIT:-uroman}" in none|uroman|uyghur) ;; *) echo "error: unknown XLIT '$XLIT' (none, uroman, uyghur)" >&2; exit 2 ;; esac
 bash scripts/setup_env.sh
 for e in ${EXPERIMENTS//,/ }; do
   case "$e" in
     related) run_experiment "$RUNS/nguyen_ch3/es-it" es it en_web ;;
-    xscript) run_experiment "$RUNS/nguyen_ch3/ar-fa-uroman" ar fa en_web --xlit "${XLIT:-uroman}" ;;
+    xscript) run_experiment "$RUNS/nguyen_ch3/ar-fa-${XLIT:-uroman}" ar fa en_web --xlit "${XLIT:-uroman}" ;;
   esac
 done
