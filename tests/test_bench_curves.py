@@ -30,7 +30,9 @@ LOG = """\
 2026-11-24 10:00:07 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.9 | nll_loss 8.8 | ppl 445.7 | bleu 0.5 | wps 1000 | wpb 900 | bsz 45 | num_updates 2
 2026-11-24 10:00:12 | INFO | train_inner | epoch 001:      4 / 9 loss=8.1, nll_loss=8.0, ppl=256, wps=900, ups=0.5, wpb=1800, bsz=60, num_updates=4, lr=2e-05, gnorm=2.1, train_wall=3.5, wall=12
 2026-11-24 10:00:14 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.5 | nll_loss 8.4 | ppl 362 | bleu 1.25 | wps 1000 | wpb 900 | bsz 45 | num_updates 4 | best_bleu 1.25
+2026-11-24 10:00:15 | INFO | fairseq_cli.train | Start iterating over samples
 2026-11-24 10:00:19 | INFO | train_inner | epoch 001:      6 / 9 loss=7.1, nll_loss=7.0, ppl=128, wps=900, ups=0.5, wpb=1800, bsz=60, num_updates=6, lr=3e-05, gnorm=2.0, train_wall=3.0, wall=19
+2026-11-24 11:00:00 | INFO | fairseq.trainer | Loaded checkpoint x/checkpoint_last.pt (epoch 1 @ 4 updates)
 2026-11-24 11:00:00 | INFO | fairseq_cli.train | Start iterating over samples
 2026-11-24 11:00:05 | INFO | train_inner | epoch 001:      6 / 9 loss=7.0, nll_loss=6.9, ppl=120, wps=900, ups=0.5, wpb=1800, bsz=60, num_updates=6, lr=3e-05, gnorm=2.0, train_wall=2.5, wall=18
 2026-11-24 11:00:07 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.0 | nll_loss 7.9 | ppl 256 | bleu 1.25 | wps 1000 | wpb 900 | bsz 45 | num_updates 6 | best_bleu 1.25
@@ -43,9 +45,14 @@ def test_parse_curve_and_best_point():
     assert [r["updates"] for r in rows] == [2, 4, 6]
     assert [r["dev_bleu"] for r in rows] == [0.5, 1.25, 1.25]
     assert [r["dev_loss"] for r in rows] == [8.9, 8.5, 8.0] and rows[0]["dev_nll_loss"] == 8.8
-    # training wall-clock: the sum of the train_inner intervals (validation excluded); the elapsed wall: fairseq's
-    assert [r["train_wall_s"] for r in rows] == [4.0, 7.5, 13.0]
-    assert [r["wall_s"] for r in rows] == [5.0, 12.0, 18.0]
+    # training wall-clock: the sum of the train_inner intervals (validation excluded); the elapsed wall-clock: from
+    # the timestamps ("Start iterating" also begins every epoch). The resumption ("Loaded checkpoint ... @ 4 updates")
+    # goes back to the validation at 4 updates: the 3 s trained after it in the first run were lost, and so was the
+    # first run's wall-clock after 10:00:14; fairseq's own wall (18 in the log, 0 in real resumed logs) is not used
+    assert [r["train_wall_s"] for r in rows] == [4.0, 7.5, 10.0]
+    assert [r["wall_s"] for r in rows] == [7.0, 14.0, 21.0]
+    zero = b.parse_curve(LOG.replace("wall=18", "wall=0"))
+    assert zero[-1]["wall_s"] == 21.0
     assert rows[0]["epoch"] == 1
     # the first of equal dev BLEUs is the best (fairseq keeps the earlier checkpoint)
     assert b.best_point(rows)["updates"] == 4

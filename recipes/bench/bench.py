@@ -28,7 +28,9 @@ writes ``curves.csv`` and ``curves.png`` (dev BLEU vs updates, vs training wall-
 updates) so that equal updates and equal time are both visible, and ``--table`` merges its rows into
 the "converged" table (best dev BLEU, test BLEU with paired bootstrap, updates and wall-clock to the
 best checkpoint).  An interrupted job resumes: training restarts from each configuration's last
-checkpoint (saved at every validation) and its log is appended to.  ``--continue-from JOB`` starts a
+checkpoint (saved at every validation) and its log is appended to; fairseq keeps the patience count in
+memory, so a resumed configuration counts its P validations again from the resumption (it may train longer,
+never stop earlier; the best checkpoint is unaffected).  ``--continue-from JOB`` starts a
 configuration that has not started yet from the newest interval checkpoint of the same configuration in
 another curve job on the same data (e.g. an equal-updates job continued to convergence): its checkpoint,
 best checkpoint and log are copied, and fairseq restores the optimiser, scheduler and data iterator.
@@ -120,14 +122,24 @@ CURVE_FIELDS = ("updates", "epoch", "train_wall_s", "wall_s", "dev_loss", "dev_n
 def parse_curve(text: str) -> list:
     """The learning curve of a fairseq-train log with ``--eval-bleu``: one row per validation (dev loss, dev
     BLEU) with the training wall-clock (the sum of the ``train_inner`` intervals' train_wall: optimisation
-    only) and the elapsed wall-clock (fairseq's ``wall``, validations included) at that update.  A resumed
-    run (an appended log) repeats updates after its last checkpoint: the later row wins."""
-    rows, train_wall, wall = {}, 0.0, 0.0
+    only) and the elapsed wall-clock (from the log's timestamps, validations included) at that update.  A
+    resumed run (an appended log: fairseq's "Loaded checkpoint ... (epoch E @ U updates)") restarts at update U:
+    both clocks go back to the validation at U (the work logged after it was lost, and the time between the
+    runs is not counted), and the repeated updates' later rows win.  (fairseq's own ``wall`` reads 0 after a resumption, so it is not used.)"""
+    rows, train_wall, wall0, seg_start, seg_ts = {}, 0.0, 0.0, None, None
     for line in text.splitlines():
+        ts = _timestamp(line)
+        if ts is None:
+            continue
+        resumed = re.search(r"Loaded checkpoint .*\(epoch \d+ @ (\d+) updates\)", line)
+        if resumed:  # back to the checkpoint's update: the work logged after it was lost
+            done = [u for u in rows if u <= int(resumed.group(1))]
+            train_wall, wall0 = (rows[max(done)]["train_wall_s"], rows[max(done)]["wall_s"]) if done else (0.0, 0.0)
+            seg_start = ts
+        elif "No existing checkpoint found" in line or seg_start is None:
+            seg_start = ts
         if "| train_inner |" in line:
-            st = _stats(line.split("| train_inner |", 1)[1])
-            train_wall += st.get("train_wall", 0.0)
-            wall = st.get("wall", wall)
+            train_wall += _stats(line.split("| train_inner |", 1)[1]).get("train_wall", 0.0)
         elif "| valid |" in line and "valid on" in line:
             st = _stats(line.split("| valid |", 1)[1])
             if "num_updates" not in st:
@@ -135,9 +147,17 @@ def parse_curve(text: str) -> list:
             ep = re.search(r"epoch (\d+)", line)
             u = int(st["num_updates"])
             rows[u] = {"updates": u, "epoch": int(ep.group(1)) if ep else None, "train_wall_s": round(train_wall, 1),
-                       "wall_s": wall, "dev_loss": st.get("loss"), "dev_nll_loss": st.get("nll_loss"),
-                       "dev_bleu": st.get("bleu")}
+                       "wall_s": round(wall0 + (ts - seg_start), 1), "dev_loss": st.get("loss"),
+                       "dev_nll_loss": st.get("nll_loss"), "dev_bleu": st.get("bleu")}
     return [rows[u] for u in sorted(rows)]
+
+
+def _timestamp(line: str):
+    """Seconds since the epoch of a fairseq log line's "YYYY-MM-DD HH:MM:SS" prefix (None without one)."""
+    try:
+        return datetime.datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S").timestamp()
+    except ValueError:
+        return None
 
 
 def write_curve_csv(path: Path, rows: list, config=None) -> None:

@@ -8,14 +8,16 @@
 # updates; --patience early stopping on it; curves.csv / curves.png; the "converged" table of RESULTS.md).
 #
 #   bash recipes/bench/converged.sh                        # every stage below, two single-thread lanes
-#   STAGES="ablate" bash recipes/bench/converged.sh        # one or more of: conv_es conv_tl ablate
+#   STAGES="ablate" bash recipes/bench/converged.sh        # one or more of: ablate conv_es conv_tl
 #   DATA=tiny bash recipes/bench/converged.sh              # the committed tiny slice, a few updates (~6 min)
 #   TABLE=recipes/bench/RESULTS.md bash recipes/bench/converged.sh   # merge the rows into the converged table
 #
 # Stages (every configuration of recipes/bench/configs.py keeps the bench's model, optimiser and decoding):
 #   conv_es  es->en, LOW_SIZE (5,000) training verses, sentencepiece 4k (the Nguyen ch. 5 low set): transformer,
 #            jas_m11, enc_dc, ms12_aif; dev BLEU every CURVE_EVERY (200) updates, stopped after PATIENCE (5)
-#            validations without a better dev BLEU, capped at CAP_MIN (150) minutes of training each.
+#            validations without a better dev BLEU, capped at CAP_MIN (150) minutes of training each. A configuration
+#            the ablate stage trained (same data, flags and seed) continues from its last checkpoint there
+#            (bench.py --continue-from; CONTINUE=0: from scratch), so the ablate stage runs first.
 #   conv_tl  en_web->tl, TL_SIZE (10,000) training verses, sentencepiece 4k (the Nguyen ch. 4 set): transformer,
 #            concat_consec, concat_rand; the same stopping rule.
 #   ablate   es->en low set, equal updates (ABLATE_UPDATES, 1,500; curves every ABLATE_CURVE_EVERY, 250: the
@@ -33,7 +35,7 @@
 # multi-session run: every configuration resumes from its last checkpoint (saved at each validation), and
 # finished configurations are reused.
 source "$(dirname "$0")/../lib.sh"
-STAGES=${STAGES:-conv_es conv_tl ablate}
+STAGES=${STAGES:-ablate conv_es conv_tl}
 OUT=$RUNS/converged
 
 if [ "${DATA:-bible}" = tiny ]; then
@@ -76,11 +78,13 @@ CONV=(--patience "$PATIENCE" --budget-min "$CAP_MIN")
 [ "$CAP_UPDATES" = 0 ] || CONV+=(--max-updates "$CAP_UPDATES")
 for stage in $STAGES; do
   case $stage in
-    conv_es) job conv_es "$ES" es en "" "transformer,enc_dc" "jas_m11,ms12_aif" "${CONV[@]}" ;;
+    conv_es) cont=()
+             [ "${CONTINUE:-1}" = 1 ] && [ -d "$OUT/ablate" ] && cont=(--continue-from "$OUT/ablate")
+             job conv_es "$ES" es en "" "transformer,enc_dc" "jas_m11,ms12_aif" "${CONV[@]}" "${cont[@]}" ;;
     conv_tl) job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" ;;
     ablate) job ablate "$ES" es en "" "transformer,enc_dc,enc_dc_pad_left,enc_dc_lr7e4,ms12_aif" \
               "enc_dc_local_zero,enc_dc_nodrop,transformer_lr7e4,ms12_aif_zero,ms12" \
               --max-updates "$ABLATE_UPDATES" --curve-every "$ABLATE_CURVE_EVERY" --budget-min 0 ;;
-    *) echo "error: unknown stage '$stage' (conv_es conv_tl ablate)" >&2; exit 2 ;;
+    *) echo "error: unknown stage '$stage' (ablate conv_es conv_tl)" >&2; exit 2 ;;
   esac || { echo "error: stage $stage failed (logs in $OUT/$stage)" >&2; exit 1; }
 done
