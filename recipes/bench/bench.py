@@ -24,7 +24,7 @@ updates (``--eval-bleu``, greedy, sacreBLEU on the detokenised text) next to the
 checkpoint is the best dev BLEU; ``--patience P`` stops a configuration after P validations without
 a better dev BLEU (runs to convergence), ``--max-updates U`` at U updates (equal updates),
 ``--budget-min`` stays a wall-clock cap (0: none).  Each configuration writes ``curve.csv``; the job
-writes ``curves.csv`` and ``curves.png`` (dev BLEU vs updates, vs training wall-clock, dev loss vs
+writes ``curves.csv`` and ``curves.png`` (dev BLEU vs updates, vs training wall-clock, dev NLL vs
 updates) so that equal updates and equal time are both visible, and ``--table`` merges its rows into
 the "converged" table (best dev BLEU, test BLEU with paired bootstrap, updates and wall-clock to the
 best checkpoint).  An interrupted job resumes: training restarts from each configuration's last
@@ -160,6 +160,14 @@ def _timestamp(line: str):
         return None
 
 
+def curve_points(curve: list) -> dict:
+    """The converged table's numbers of a curve: its best dev BLEU point and its last point."""
+    best = best_point(curve)
+    return {"points": len(curve), "best_dev_bleu": best["dev_bleu"], "best_updates": best["updates"],
+            "best_train_wall_s": best["train_wall_s"], "best_wall_s": best["wall_s"],
+            "last_updates": curve[-1]["updates"], "last_train_wall_s": curve[-1]["train_wall_s"]}
+
+
 def write_curve_csv(path: Path, rows: list, config=None) -> None:
     fields = (("config",) if config is not None else ()) + CURVE_FIELDS
     with open(path, "w", newline="", encoding="utf-8") as f:
@@ -179,7 +187,7 @@ def line_style(i: int) -> dict:
 
 
 def plot_curves(curves: dict, path: Path, title: str) -> None:
-    """Dev BLEU vs updates, dev BLEU vs training wall-clock (minutes), dev loss vs updates; a line per config."""
+    """Dev BLEU vs updates, dev BLEU vs training wall-clock (minutes), dev NLL vs updates; a line per config."""
     from fairseq_ext.tools.plots import pyplot
     plt = pyplot()  # Agg, without matplotlib's font-search debug lines in the job log
 
@@ -189,10 +197,13 @@ def plot_curves(curves: dict, path: Path, title: str) -> None:
         pts = [r for r in rows if r["dev_bleu"] is not None]
         axes[0].plot([r["updates"] for r in pts], [r["dev_bleu"] for r in pts], **kw)
         axes[1].plot([r["train_wall_s"] / 60 for r in pts], [r["dev_bleu"] for r in pts], **kw)
-        pts = [r for r in rows if r["dev_loss"] is not None]
-        axes[2].plot([r["updates"] for r in pts], [r["dev_loss"] for r in pts], **kw)
+        # the NLL, not the criterion's loss: label smoothing and auxiliary terms (MS-12's extra decoders) make
+        # losses incomparable across configurations; criteria without nll_loss log the NLL as their loss
+        pts = [(r["updates"], r["dev_nll_loss"] if r["dev_nll_loss"] is not None else r["dev_loss"]) for r in rows]
+        pts = [p for p in pts if p[1] is not None]
+        axes[2].plot([p[0] for p in pts], [p[1] for p in pts], **kw)
     for ax, xl, yl in zip(axes, ("updates", "training wall-clock (min, validation excluded)", "updates"),
-                          ("dev BLEU (greedy)", "dev BLEU (greedy)", "dev loss (base 2)")):
+                          ("dev BLEU (greedy)", "dev BLEU (greedy)", "dev NLL (base 2; main decoder)")):
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)
         ax.grid(alpha=0.3)
@@ -327,13 +338,9 @@ def run_config(name: str, args, out: Path) -> dict:
         "hyp_file": str(d / "generate.out"),
     }
     if args.curve_every:
-        best = best_point(curve)
         patience_hit = bool(args.patience) and "early stop since valid performance hasn't improved" in \
             (d / "train.log").read_text()
-        result["curve"] = {"every": args.curve_every, "patience": args.patience, "points": len(curve),
-                           "best_dev_bleu": best["dev_bleu"], "best_updates": best["updates"],
-                           "best_train_wall_s": best["train_wall_s"], "best_wall_s": best["wall_s"],
-                           "last_updates": curve[-1]["updates"], "last_train_wall_s": curve[-1]["train_wall_s"],
+        result["curve"] = {"every": args.curve_every, "patience": args.patience, **curve_points(curve),
                            "stopped": "patience" if patience_hit else
                            ("max-updates" if args.max_updates and curve[-1]["updates"] >= args.max_updates
                             else "budget")}
@@ -541,9 +548,14 @@ def main(argv=None):
         for n, path in others.items():
             s = by_path[str(path)]
             results[n]["significance"] = {"bleu_p": s[bleu_m]["p_value"], "chrf_p": s[chrf_m]["p_value"]}
+    curves = {}
+    if args.curve_every:  # re-read from the logs: a reused result gets the current parser's clocks
+        curves = {n: parse_curve((out / n / "train.log").read_text()) for n in names}
+        for n, rows_n in curves.items():
+            if results[n].get("curve") and best_point(rows_n):
+                results[n]["curve"].update(curve_points(rows_n))
     (out / "summary.json").write_text(json.dumps(results, indent=1, default=str))
     if args.curve_every:
-        curves = {n: parse_curve((out / n / "train.log").read_text()) for n in names}
         with open(out / "curves.csv", "w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, fieldnames=("config",) + CURVE_FIELDS)
             w.writeheader()
