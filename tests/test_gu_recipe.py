@@ -1,5 +1,6 @@
 """Gu (2018) ch. 8 recipe: recipes/gu/nat_pipeline.py end to end on the tiny slice (tiny models, a few
 updates per stage), recipes/gu/latency.py helpers, and the thesis-mode printout of recipes/gu/ch8.sh."""
+import csv
 import json
 import subprocess
 import sys
@@ -164,6 +165,12 @@ def test_ch8_thesis_mode_prints_the_three_settings():
     assert all("--criterion cross_entropy" in c for c in cmds if "translation_ext --arch" in c)  # no LS
 
 
+def test_ch8_refuses_an_unknown_set():
+    p = subprocess.run(["bash", "recipes/gu/ch8.sh"], cwd=ROOT, env=env(SET="mid"), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and "unknown SET 'mid' (full, low)" in p.stderr
+
+
 # ============================================================================ pipeline end to end
 @pytest.mark.slow
 def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
@@ -233,3 +240,28 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     # a rerun reuses every stage
     p = run(cmd, timeout=300)
     assert p.stderr.count("reusing") == 5
+    # the NAT to convergence: dev BLEU every 2 updates, patience, curve.csv/.png; an interrupted run resumes
+    import importlib.util
+    from argparse import Namespace
+    spec = importlib.util.spec_from_file_location("nat_pipeline_under_test", ROOT / "recipes" / "gu" / "nat_pipeline.py")
+    npl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(npl)
+    a = Namespace(out=tmp_path / "conv", force=False, size="tiny", budget_min=0, max_update=4, patience=50,
+                  validate_every=2, seed=1, threads=1)
+    npl.stage_nat(a, kd, out / "teacher" / "checkpoint_best.pt", "sentencepiece")
+    d = a.out / "nat"
+    first = json.loads((d / "done.json").read_text())
+    assert first["curve"]["last_updates"] == 4 and first["curve"]["stopped"] == "limit"
+    # interrupted at 4 updates: its interval checkpoint is the last one, no done.json
+    (d / "done.json").unlink()
+    (d / "checkpoint_last.pt").write_bytes(next(d.glob("checkpoint_*_4.pt")).read_bytes())
+    a.max_update = 8
+    npl.stage_nat(a, kd, out / "teacher" / "checkpoint_best.pt", "sentencepiece")
+    log_text = (d / "train.log").read_text()
+    assert "| bleu " in log_text and "Loaded checkpoint" in log_text and "@ 4 updates" in log_text
+    rows = list(csv.DictReader(open(d / "curve.csv")))
+    assert [int(r["updates"]) for r in rows] == [2, 4, 6, 8]
+    assert (d / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    info = json.loads((d / "done.json").read_text())["curve"]
+    assert info["points"] == 4 and info["patience"] == 50 and info["best_updates"] in (2, 4, 6, 8)
+    assert "patience 50 validations, stopped by its cap" in npl._stop_text({"patience": 50}, {"curve": info})

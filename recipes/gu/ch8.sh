@@ -15,6 +15,11 @@
 #        ar2_ct2_int8_b4 rows, the NAT's speed-ups against it too (AR2=ckpt.pt: that checkpoint)
 #   MAX_UPDATE=800 FT_MAX_UPDATE=50 bash recipes/gu/ch8.sh   # NAT / FT stop at updates instead of minutes
 #   MODE=thesis bash recipes/gu/ch8.sh                       # print the thesis commands (RUN=1: run them)
+#   SET=low TEACHER=runs/converged/conv_es/transformer/checkpoint_best.pt PATIENCE=5 bash recipes/gu/ch8.sh
+#        # convergence (issue 19): the es->en 5k-verse set (recipes/lib.sh es_en_set low), a converged teacher (the
+#        # bench baseline trained to convergence by recipes/bench/converged.sh), the NAT trained until PATIENCE
+#        # validations (every VALID_EVERY=200 updates) bring no better dev BLEU, capped at CAP_MIN (240) minutes,
+#        # resumable, curve in runs/gu_ch8_low/nat/nat/curve.png; fine-tuning FT_MAX_UPDATE (300) updates
 #
 # CPU budget of the Bible mode (2 vCPUs, THREADS=1, BUDGET_MIN=15; about 2 h in all, ~40 min of it NPD s=100):
 #   teacher      BUDGET_MIN min: the bench baseline `transformer` (recipes/bench/configs.py: 3+3 d256 FFN 1024
@@ -143,10 +148,15 @@ if [ "${DATA:-bible}" = tiny ]; then
   exit 0
 fi
 
+SET=${SET:-full}
+case $SET in full|low) ;; *) echo "error: unknown SET '$SET' (full, low)" >&2; exit 2 ;; esac
 bible_data
+SEG=$(es_en_set "$SET")
+JOB=gu_ch8; [ "$SET" = full ] || JOB=gu_ch8_$SET
 if [ -z "${TEACHER:-}" ]; then
-  bench gu_ch8 transformer   # the bench baseline, BUDGET_MIN minutes -> runs/gu_ch8/transformer/
-  TEACHER=runs/gu_ch8/transformer/checkpoint_best.pt
+  # the bench baseline, BUDGET_MIN minutes -> runs/$JOB/transformer/
+  nbench "$SEG" "runs/$JOB" transformer es en kjv
+  TEACHER=runs/$JOB/transformer/checkpoint_best.pt
 fi
 AR2_ARGS=()
 if [ "${AR2:-0}" = 1 ]; then   # the deep-shallow AR model, same budget, same job (compared with the baseline)
@@ -157,7 +167,11 @@ elif [ "${AR2:-0}" != 0 ]; then
 fi
 NAT_BUDGET=(--budget-min "$BUDGET_MIN")
 [ -z "${MAX_UPDATE:-}" ] || NAT_BUDGET=(--budget-min 0 --max-update "$MAX_UPDATE" --ft-max-update "${FT_MAX_UPDATE:-50}")
-$PY recipes/gu/nat_pipeline.py --data data/bible_es_en/spm8000 --out runs/gu_ch8/nat --teacher "$TEACHER" \
+if [ -n "${PATIENCE:-}" ]; then  # the NAT to convergence: dev BLEU every VALID_EVERY updates, CAP_MIN minutes at most
+  NAT_BUDGET=(--patience "$PATIENCE" --validate-every "${VALID_EVERY:-200}" --budget-min "${CAP_MIN:-240}"
+              --ft-max-update "${FT_MAX_UPDATE:-300}")
+fi
+$PY recipes/gu/nat_pipeline.py --data "$SEG" --out "runs/$JOB/nat" --teacher "$TEACHER" \
   "${AR2_ARGS[@]}" --size small "${NAT_BUDGET[@]}" --ft-fraction "${FT_FRACTION:-0.333}" --ft-lr "${FT_LR:-2e-5}" \
   --ft-validate-interval-updates "${FT_VALID_EVERY:-50}" --npd "$NPD" --epd "$EPD" \
   --b1-max-sentences "${LAT_SENTENCES:-200}" \

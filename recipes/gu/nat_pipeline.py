@@ -7,7 +7,8 @@ plugin's CLIs) except decoding/timing, which ``recipes/gu/latency.py`` does in o
     python recipes/gu/nat_pipeline.py --data data/bible_es_en/spm8000 --out runs/gu_ch8 \\
         (--teacher runs/bench/JOB/transformer/checkpoint_best.pt | --teacher-max-update N) \\
         [--size small|tiny] [--budget-min 15] [--ft-fraction 0.33] [--max-update N] [--ft-max-update N] \\
-        [--npd 10,100] [--epd 10] [--threads 1] [--b1-max-sentences N] [--force]
+        [--npd 10,100] [--epd 10] [--threads 1] [--b1-max-sentences N] [--force] \\
+        [--patience P --validate-every N]   # the NAT to convergence on dev BLEU (resumable)
 
 Stages (each skipped when its ``done.json`` / output exists, unless ``--force``), under ``--out``:
 
@@ -19,7 +20,9 @@ Stages (each skipped when its ``done.json`` / output exists, unless ``--force``)
 3. ``nat/``       ``fairseq-train --task translation_fertility --arch nat_fertility_{size}
                   --criterion nat_fertility_loss --init-encoder-from TEACHER`` (Eq. 8.9, no label
                   smoothing, the bench's optimiser) for ``--budget-min`` minutes (and/or ``--max-update``);
-                  the checkpoint with the best dev BLEU (argmax decoding, real references) is kept;
+                  the checkpoint with the best dev BLEU (argmax decoding, real references) is kept; with
+                  ``--patience P`` it trains until P validations (every ``--validate-every`` updates) bring no
+                  better dev BLEU (the budgets become caps), resumes when interrupted, and writes curve.csv/.png;
 4. ``ft/``        ``--finetune-from-model nat/checkpoint_best.pt --finetune --teacher-path TEACHER``
                   (Eq. 8.11, λ = 0.25, REINFORCE centred and ×0.1 as [C]; constant lr ``--ft-lr``, thesis
                   2e-5) for ``--ft-fraction`` × the NAT budget; best dev BLEU kept;
@@ -54,6 +57,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "recipes" / "bench"))
 sys.path.insert(0, str(ROOT))
 
+import bench as bench_curves  # noqa: E402  (recipes/bench/bench.py: the learning-curve parser and plot)
 import configs as bench_configs  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -71,13 +75,13 @@ def log(msg: str) -> None:
     print(f"[gu-ch8 {datetime.datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
 
 
-def run_logged(cmd, logfile: Path, threads: int) -> float:
+def run_logged(cmd, logfile: Path, threads: int, append: bool = False) -> float:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
     cmd = [str(c) for c in cmd]
     log("$ " + " ".join(cmd))
     t0 = time.time()
     logfile.parent.mkdir(parents=True, exist_ok=True)
-    with open(logfile, "w") as f:
+    with open(logfile, "a" if append else "w") as f:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
         for line in p.stdout:
             f.write(line)
@@ -106,14 +110,16 @@ def without(flags, *names):
     return out
 
 
-def stop_flags(budget_min, max_update):
+def stop_flags(budget_min, max_update, patience=0):
     flags = ["--max-epoch", "100000"]
     if budget_min:
         flags += ["--stop-time-hours", f"{budget_min / 60:.6f}"]
     if max_update:
         flags += ["--max-update", str(max_update)]
-    if not budget_min and not max_update:
-        raise SystemExit("error: give a time budget (--budget-min) or an update count (--max-update)")
+    if patience:
+        flags += ["--patience", str(patience)]
+    if not budget_min and not max_update and not patience:
+        raise SystemExit("error: give a time budget (--budget-min), an update count (--max-update) or --patience")
     return flags
 
 
@@ -191,20 +197,45 @@ def eval_bleu_flags(post_process: str):
             "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"]
 
 
+def validation_flags(every: int):
+    """Dev BLEU (and a checkpoint) every ``every`` updates instead of every epoch (0: every epoch)."""
+    if not every:
+        return []
+    return ["--validate-interval-updates", str(every), "--validate-interval", "1000000",
+            "--save-interval-updates", str(every), "--keep-interval-updates", "1", "--save-interval", "1000000"]
+
+
 def stage_nat(args, kd: Path, teacher: Path, post_process: str) -> Path:
+    """NAT training (Eq. 8.9); with --patience, to convergence on dev BLEU.  An interrupted run (its
+    checkpoint_last.pt is there, no done.json) resumes and its log is appended to; nat/curve.csv and
+    nat/curve.png hold the dev BLEU / NLL curve."""
     d = args.out / "nat"
     if not done(d, args.force):
-        if d.exists():
+        resume = (d / "checkpoint_last.pt").exists() and not args.force
+        if d.exists() and not resume:
             shutil.rmtree(d)
-        d.mkdir(parents=True)
+        d.mkdir(parents=True, exist_ok=True)
         cmd = [BIN / "fairseq-train", kd, "--user-dir", ROOT / "fairseq_ext", "--task", "translation_fertility",
                "--arch", f"nat_fertility_{args.size}", "--criterion", "nat_fertility_loss",
                "--init-encoder-from", teacher.resolve(), *nat_train_flags(args),
-               *eval_bleu_flags(post_process), *stop_flags(args.budget_min, args.max_update),
-               *common_train(d, args.seed)]
-        wall = run_logged(cmd, d / "train.log", args.threads)
+               *eval_bleu_flags(post_process), *stop_flags(args.budget_min, args.max_update, args.patience),
+               *validation_flags(args.validate_every), *common_train(d, args.seed)]
+        if resume:
+            log(f"nat: resuming {d / 'checkpoint_last.pt'}")
+        wall = run_logged(cmd, d / "train.log", args.threads, append=resume)
         (d / "checkpoint_last.pt").unlink(missing_ok=True)
-        mark_done(d, {"wall_s": wall, **parse_train_log((d / "train.log").read_text())})
+        text = (d / "train.log").read_text()
+        info = {"wall_s": wall, **parse_train_log(text)}
+        curve = bench_curves.parse_curve(text)
+        if curve and bench_curves.best_point(curve):
+            bench_curves.write_curve_csv(d / "curve.csv", curve)
+            bench_curves.plot_curves({"nat": curve}, d / "curve.png", f"NAT (Eq. 8.9) on {kd.name}: dev every "
+                                     f"{args.validate_every or 'epoch'}")
+            best = bench_curves.best_point(curve)
+            info["curve"] = {**bench_curves.curve_points(curve), "patience": args.patience,
+                             "stopped": "patience" if "early stop since valid performance" in text else "limit"}
+            info["updates_to_best"] = best["updates"]
+        mark_done(d, info)
     return d / "checkpoint_best.pt"
 
 
@@ -382,11 +413,21 @@ def results_markdown(summary: dict, names, bs: int) -> str:
         f"{summary['test_sentences']} sentences (batch-1 latency over {summary['b1_sentences']}); sacreBLEU "
         f"`{res['ar_b4']['bleu_signature']}` vs `{Path(summary['ref']).name}`; BLEU(T) vs the teacher's greedy "
         f"output; paired bootstrap {a['n_bootstrap']}× vs AR b=4. NAT {st.get('nat', {}).get('updates', '?')} "
-        f"updates ({_f(a['budget_min'], 'g') + ' min budget' if a['budget_min'] else 'update budget'}), FT "
+        f"updates ({_stop_text(a, st.get('nat', {}))}), FT "
         f"{st.get('ft', {}).get('updates', '?')} updates "
         f"(lr {a['ft_lr']:g}); teacher `{st.get('teacher_path')}`; size {a['size']}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _stop_text(a: dict, nat: dict) -> str:
+    """How the NAT stage stopped: at convergence (patience, with its best dev BLEU point) or at its budget."""
+    c = nat.get("curve")
+    if a.get("patience") and c:
+        how = f"stopped by {c['stopped']}" if c.get("stopped") == "patience" else "stopped by its cap, not converged"
+        return (f"patience {a['patience']} validations, {how}; best dev BLEU {c['best_dev_bleu']} at "
+                f"{c['best_updates']:,} updates, {c['best_train_wall_s'] / 60:.1f} min of training; curve nat/curve.png")
+    return f"{_f(a['budget_min'], 'g')} min budget" if a.get("budget_min") else "update budget"
 
 
 # ------------------------------------------------------------------------------------------- main
@@ -403,6 +444,11 @@ def main(argv=None) -> int:
                     help="small: the bench shape (nat_fertility_bench); tiny: 2+2 d32 (tests)")
     ap.add_argument("--budget-min", type=float, default=15.0, help="NAT training minutes (0: --max-update only)")
     ap.add_argument("--max-update", type=int, default=0, help="cap the NAT updates (0: none)")
+    ap.add_argument("--patience", type=int, default=0, metavar="P",
+                    help="NAT to convergence: stop after P validations without a better dev BLEU (then "
+                         "--budget-min / --max-update are caps; 0: off)")
+    ap.add_argument("--validate-every", type=int, default=0, metavar="N",
+                    help="NAT dev BLEU and checkpoint every N updates (0: every epoch)")
     ap.add_argument("--ft-fraction", type=float, default=1 / 3, help="fine-tuning minutes = this x --budget-min")
     ap.add_argument("--ft-max-update", type=int, default=0)
     ap.add_argument("--ft-lr", type=float, default=2e-5, help="constant fine-tuning lr (thesis 2e-5)")
@@ -464,7 +510,7 @@ def main(argv=None) -> int:
         if f.exists():
             info = json.loads(f.read_text())
             stages[name] = {k: v for k, v in info.items() if k in ("wall_s", "updates", "valid_bleu", "valid_loss",
-                                                                    "params", "splits", "seconds")}
+                                                                    "params", "splits", "seconds", "curve")}
     stage_score(args, raw, src, tgt, lat, stages)
     log(f"done in {(time.time() - t0) / 60:.1f} min -> {args.out / 'results.md'}")
     return 0
