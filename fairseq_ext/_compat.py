@@ -61,6 +61,13 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    resampled every 16 updates reached 49 epochs (765 updates) before the kernel's memory killer stopped a run
    beside it and then it.  :func:`patch_train_iterator_workers` wraps ``Trainer.get_train_iterator``: when it
    hands out a different iterator, the previous one (its epoch is over) shuts its workers down.
+11. **Early stopping survives a resumption.**  ``fairseq_cli.train.should_stop_early`` keeps ``--patience``'s
+   best value and count of validations without improvement in memory only, so a resumed run started counting
+   again from zero (and compared against its first new validation, not the best so far): a run interrupted
+   once trained up to ``--patience`` validations longer than an uninterrupted one, and every multi-session
+   convergence run did.  :func:`patch_patience_resume` saves both in the checkpoint's extra state and restores
+   them with it (not under ``--reset-meters`` / ``--reset-optimizer``, as fairseq's own best value), so a
+   resumed run stops at the update the uninterrupted run would have stopped at.
 """
 from __future__ import annotations
 
@@ -449,6 +456,49 @@ def patch_train_iterator_workers() -> None:
 # ------------------------------------------------------------------------------------ end of fix 10
 
 
+# ------------------------------------------------------------------------------------ fix 11
+PATIENCE_STATE = "fairseq_ext_patience"
+
+
+def patch_patience_resume() -> None:
+    """Keep ``should_stop_early``'s state (best, num_runs) in checkpoints; restore it on resumption."""
+    import inspect
+    import sys
+
+    from fairseq import trainer as trainer_mod
+
+    save, load = trainer_mod.Trainer.save_checkpoint, trainer_mod.Trainer.load_checkpoint
+    if getattr(save, "_fairseq_ext_patience", False):
+        return
+    sig = inspect.signature(load)
+
+    def save_checkpoint(self, filename, extra_state):
+        train = sys.modules.get("fairseq_cli.train")
+        stop = getattr(train, "should_stop_early", None)
+        if isinstance(extra_state, dict) and getattr(stop, "best", None) is not None:
+            extra_state[PATIENCE_STATE] = {"best": float(stop.best), "num_runs": int(getattr(stop, "num_runs", 0))}
+        return save(self, filename, extra_state)
+
+    def load_checkpoint(self, *args, **kwargs):
+        extra_state = load(self, *args, **kwargs)
+        bound = sig.bind(self, *args, **kwargs).arguments
+        state = (extra_state or {}).get(PATIENCE_STATE)
+        train = sys.modules.get("fairseq_cli.train")
+        if state and train is not None and not bound.get("reset_meters") and not bound.get("reset_optimizer"):
+            train.should_stop_early.best = state["best"]
+            train.should_stop_early.num_runs = state["num_runs"]
+            logger.info("early stopping resumed: best %s, %d validation(s) without improvement",
+                        state["best"], state["num_runs"])
+        return extra_state
+
+    save_checkpoint._fairseq_ext_patience = True
+    save_checkpoint.__wrapped__ = save
+    load_checkpoint.__wrapped__ = load
+    trainer_mod.Trainer.save_checkpoint = save_checkpoint
+    trainer_mod.Trainer.load_checkpoint = load_checkpoint
+# ------------------------------------------------------------------------------------ end of fix 11
+
+
 def apply() -> None:
     """Apply every fix, once.  Called by ``fairseq_ext/__init__.py``."""
     global _APPLIED
@@ -465,4 +515,5 @@ def apply() -> None:
     patch_quantize_option()  # fix 8
     patch_frozen_linear()  # fix 9
     patch_train_iterator_workers()  # fix 10
+    patch_patience_resume()  # fix 11
     _APPLIED = True

@@ -286,6 +286,41 @@ def test_resume_training_loads_checkpoint(tiny_bin, tiny_ckpt, tmp_path):
     assert "num_updates 32" in p.stderr + p.stdout
 
 
+def test_early_stopping_state_survives_a_resumption(tiny_bin, tmp_path):
+    """--patience counts on across a resumption: a run interrupted at 4 updates stops where the uninterrupted
+    one does.  The metric (the dev loss, *maximised*) gets worse at every validation, so the first one stays
+    the best and every later validation counts: with --patience 2, the uninterrupted run stops after the
+    validations at 4 and 6.  Without the checkpointed state the resumed run compared against its first new
+    validation (6) and stopped at 10."""
+    import shutil
+
+    def run_to(save_dir, max_update):
+        return fairseq("train", tiny_bin, "--task", "translation_ext", *TINY_TRANSFORMER, "--optimizer", "adam",
+                       "--lr", "1e-3", "--max-tokens", "1000", "--max-update", str(max_update), "--save-dir", save_dir,
+                       "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--seed", "1",
+                       "--validate-interval-updates", "2", "--validate-interval", "1000", "--save-interval-updates",
+                       "2", "--save-interval", "1000", "--keep-interval-updates", "1", "--patience", "2",
+                       "--best-checkpoint-metric", "loss", "--maximize-best-checkpoint-metric",
+                       "--cpu", "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints")
+
+    def valid_updates(log):
+        return [int(u) for u in re.findall(r"valid on 'valid' subset .*\| num_updates (\d+)", log)]
+
+    full = run_to(tmp_path / "full", 30)
+    log = full.stderr + full.stdout
+    assert "early stop since valid performance hasn't improved for last 2 runs" in log
+    assert valid_updates(log) == [2, 4, 6]
+    first = run_to(tmp_path / "resumed", 4)
+    assert valid_updates(first.stderr + first.stdout) == [2, 4]
+    state = torch.load(tmp_path / "resumed" / "checkpoint_last.pt", weights_only=True)["extra_state"]
+    second = run_to(tmp_path / "resumed", 30)
+    log = second.stderr + second.stdout
+    assert valid_updates(log) == [6] and "early stop since valid performance" in log
+    assert "early stopping resumed: best" in log and "1 validation(s) without improvement" in log
+    assert state["fairseq_ext_patience"]["num_runs"] == 1
+    shutil.rmtree(tmp_path / "full")
+
+
 def test_interactive_and_wrapper_without_user_dir(tiny_bin, tiny_ckpt):
     src = " ".join((tiny_bin / ".." / "seg" / "test.es").resolve().read_text().splitlines()[:1])
     p = run([BIN / "fairseq-ext-interactive", tiny_bin, "--task", "translation_ext", "--path", tiny_ckpt,
