@@ -28,9 +28,9 @@ writes ``curves.csv`` and ``curves.png`` (dev BLEU vs updates, vs training wall-
 updates) so that equal updates and equal time are both visible, and ``--table`` merges its rows into
 the "converged" table (best dev BLEU, test BLEU with paired bootstrap, updates and wall-clock to the
 best checkpoint).  An interrupted job resumes: training restarts from each configuration's last
-checkpoint (saved at every validation) and its log is appended to; fairseq keeps the patience count in
-memory, so a resumed configuration counts its P validations again from the resumption (it may train longer,
-never stop earlier; the best checkpoint is unaffected).  ``--continue-from JOB`` starts a
+checkpoint (saved at every validation) and its log is appended to; the patience count travels in the
+checkpoints (``fairseq_ext/_compat.py`` fix 11), so a resumed configuration stops where an uninterrupted one
+would (a checkpoint without it, e.g. from a job without --patience, starts the count at the resumption).  ``--continue-from JOB`` starts a
 configuration that has not started yet from the newest interval checkpoint of the same configuration in
 another curve job on the same data (e.g. an equal-updates job continued to convergence): its checkpoint,
 best checkpoint and log are copied, and fairseq restores the optimiser, scheduler and data iterator.
