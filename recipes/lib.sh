@@ -64,11 +64,20 @@ thesis() {  # the command, shell-quoted: a printed line pastes back into bash as
   if [ "${RUN:-0}" = 1 ]; then "$@"; fi
 }
 
-# nbench SEGMENTED_FOLDER OUT CONFIGS SRC TGT REF2: bench on any prepared pair (RUNS/TABLE/N_BOOTSTRAP env)
+# nbench SEGMENTED_FOLDER OUT CONFIGS SRC TGT REF2: bench on any prepared pair (RUNS/TABLE/N_BOOTSTRAP env).
+# MAX_UPDATES=U: equal updates instead of BUDGET_MIN minutes, dev BLEU curves every CURVE_EVERY (500) updates
+# (bench.py --max-updates U --curve-every N --budget-min 0); give such a job its own OUT (job_suffix).
 nbench() {
+  local limits=(--budget-min "$BUDGET_MIN")
+  [ -z "${MAX_UPDATES:-}" ] || limits=(--budget-min 0 --max-updates "$MAX_UPDATES" --curve-every "${CURVE_EVERY:-500}")
   .venv/bin/python recipes/bench/bench.py --data "$1" --out "$2" --configs "$3" --src "$4" --tgt "$5" \
-    --ref2 "$6" --budget-min "$BUDGET_MIN" --threads "$THREADS" --n-bootstrap "${N_BOOTSTRAP:-1000}" \
+    --ref2 "$6" "${limits[@]}" --threads "$THREADS" --n-bootstrap "${N_BOOTSTRAP:-1000}" \
     ${TABLE:+--table "$TABLE"}
+}
+
+# job_suffix: "_uU" for an equal-updates job (MAX_UPDATES=U), "" for a wall-clock one: the two never share a folder
+job_suffix() {
+  if [ -n "${MAX_UPDATES:-}" ]; then echo "_u$MAX_UPDATES"; fi
 }
 
 # es_en_set full|low: print the segmented es-en folder of that set (low = LOW_SIZE training verses,

@@ -3,6 +3,7 @@ commands parse with the real fairseq / plugin parsers, the default configuration
 recipe runs end to end in its ``DATA=tiny`` mode (the committed Bible slice, seconds of training):
 train, decode, sacreBLEU, paired bootstrap, and the chapter's extra step (transfer from a parent,
 Table 4.3 concatenated decoding, Table 5.8 lexicon, Fig. 7.1 positional maps)."""
+import csv
 import json
 import os
 import re
@@ -220,6 +221,21 @@ def test_tiny_ch5_lexical(runs):
     lex = (job / "lexicon_luong_fixnorm_lex.txt").read_text().splitlines()
     assert len(lex) == 30 and all("\t" in ln and ln.endswith(")") for ln in lex)
     assert "Table 5.8 lexicon of luong_fixnorm_lex" in p.stdout
+
+
+@pytest.mark.slow
+def test_tiny_ch5_equal_updates_mode(tmp_path):
+    """MAX_UPDATES=U: every configuration stops at U updates with a dev BLEU curve, in its own job folder
+    (job_u<U>), never mixed with the wall-clock job's results."""
+    recipe("ch5", RUNS=tmp_path, **dict(TINY_ENV, CONFIGS="transformer,luong_tied", MAX_UPDATES="4",
+                                        CURVE_EVERY="2"))
+    job = tmp_path / "nguyen_tiny" / "job_u4"
+    assert not (tmp_path / "nguyen_tiny" / "job").exists()
+    for name in ("transformer", "luong_tied"):
+        r = _result(job, name)
+        assert r["curve"]["last_updates"] == 4 and r["curve"]["stopped"] == "max-updates"
+        assert [int(x["updates"]) for x in csv.DictReader(open(job / name / "curve.csv"))] == [2, 4]
+    assert (job / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow

@@ -123,7 +123,7 @@ concat_eval() {  # concat_eval SEGMENTED_FOLDER JOB CONFIGS
 if [ "${DATA:-bible}" = tiny ]; then
   seg=$($PY recipes/nguyen/transfer.py tiny-data --out "$RUNS/nguyen_tiny/data")
   CONFIGS=${CONFIGS:-transformer,concat_rand}
-  job="$RUNS/nguyen_tiny/job"   # one job folder for the tiny runs of ch4/5/7: the baseline trains once
+  job="$RUNS/nguyen_tiny/job$(job_suffix)"   # one job folder for the tiny runs of ch4/5/7: the baseline trains once
   nbench "$seg" "$job" "$CONFIGS" es en kjv
   concat_eval "$seg" "$job" "${CONCAT_EVAL_CONFIGS:-concat_rand}"
   exit 0
@@ -134,5 +134,5 @@ $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src en_web --tgt
   --method sentencepiece --vocab-size "$VOCAB" --train-size "$TRAIN_SIZE"
 seg="data/bible_multi/en_web-tl/spm$VOCAB-train$TRAIN_SIZE-seed1"
 CONFIGS=${CONFIGS:-transformer,concat_consec,concat_rand}
-nbench "$seg" "$RUNS/nguyen_ch4" "$CONFIGS" en_web tl ""
-concat_eval "$seg" "$RUNS/nguyen_ch4" "${CONCAT_EVAL_CONFIGS:-$CONFIGS}"
+nbench "$seg" "$RUNS/nguyen_ch4$(job_suffix)" "$CONFIGS" en_web tl ""
+concat_eval "$seg" "$RUNS/nguyen_ch4$(job_suffix)" "${CONCAT_EVAL_CONFIGS:-$CONFIGS}"

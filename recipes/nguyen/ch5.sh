@@ -10,6 +10,9 @@
 #   SETS=low CONFIGS=transformer,fixnorm_lex bash recipes/nguyen/ch5.sh
 #   MODE=thesis THESIS_DATA=data-bin/iwslt15_en_vi_word bash recipes/nguyen/ch5.sh   # print (RUN=1: run)
 #   DATA=tiny BUDGET_MIN=0.02 RUNS=/tmp/r bash recipes/nguyen/ch5.sh          # smoke test
+#   SETS=low CONFIGS=luong_tied,luong_fixnorm MAX_UPDATES=6000 CURVE_EVERY=500 bash recipes/nguyen/ch5.sh
+#        # equal updates with dev BLEU curves instead of 15 minutes (runs/nguyen_ch5_low_u6000/): the LSTM rows
+#        # do not learn in 15 minutes on this CPU (RESULTS.md); the thesis trains 50 epochs (~6,000 updates on low)
 #
 # ---- Thesis setting [T §5.5-5.6, Tables 5.3-5.9; spec 002 §5] (MODE=thesis) ----------------------
 # Data: LORELEI ta/ur/ha/tu/uz/hu->en (Moses-tokenized; Urdu with Morfessor FlatCat), IWSLT'15 en->vi
@@ -126,7 +129,7 @@ analyse() {  # analyse SEGMENTED_FOLDER JOB CONFIGS: LSTM rows vs luong_tied; le
 if [ "${DATA:-bible}" = tiny ]; then
   seg=$($PY recipes/nguyen/transfer.py tiny-data --out "$RUNS/nguyen_tiny/data")
   CONFIGS=${CONFIGS:-transformer,luong_fixnorm_lex}
-  job="$RUNS/nguyen_tiny/job"   # shared by the tiny runs of ch4/5/7: the baseline trains once
+  job="$RUNS/nguyen_tiny/job$(job_suffix)"   # shared by the tiny runs of ch4/5/7: the baseline trains once
   nbench "$seg" "$job" "$CONFIGS" es en kjv
   analyse "$seg" "$job" "$CONFIGS"
   exit 0
@@ -137,6 +140,6 @@ SETS=${SETS:-full,low}
 bible_data
 for set in ${SETS//,/ }; do
   seg=$(es_en_set "$set")
-  nbench "$seg" "$RUNS/nguyen_ch5_$set" "$CONFIGS" es en kjv
-  analyse "$seg" "$RUNS/nguyen_ch5_$set" "$CONFIGS"
+  nbench "$seg" "$RUNS/nguyen_ch5_$set$(job_suffix)" "$CONFIGS" es en kjv
+  analyse "$seg" "$RUNS/nguyen_ch5_$set$(job_suffix)" "$CONFIGS"
 done

@@ -115,7 +115,7 @@ figures() {  # figures SEGMENTED_FOLDER JOB CONFIGS
 if [ "${DATA:-bible}" = tiny ]; then
   seg=$($PY recipes/nguyen/transfer.py tiny-data --out "$RUNS/nguyen_tiny/data")
   CONFIGS=${CONFIGS:-transformer,untied_pos}
-  job="$RUNS/nguyen_tiny/job"   # shared by the tiny runs of ch4/5/7: the baseline trains once
+  job="$RUNS/nguyen_tiny/job$(job_suffix)"   # shared by the tiny runs of ch4/5/7: the baseline trains once
   nbench "$seg" "$job" "$CONFIGS" es en kjv
   figures "$seg" "$job" "$CONFIGS"
   exit 0
@@ -126,6 +126,6 @@ SETS=${SETS:-full,low}
 bible_data
 for set in ${SETS//,/ }; do
   seg=$(es_en_set "$set")
-  nbench "$seg" "$RUNS/nguyen_ch7_$set" "$CONFIGS" es en kjv
-  figures "$seg" "$RUNS/nguyen_ch7_$set" "$CONFIGS"
+  nbench "$seg" "$RUNS/nguyen_ch7_$set$(job_suffix)" "$CONFIGS" es en kjv
+  figures "$seg" "$RUNS/nguyen_ch7_$set$(job_suffix)" "$CONFIGS"
 done
