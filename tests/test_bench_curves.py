@@ -214,7 +214,8 @@ def test_configuration_prepare_step_builds_the_arthur_lexicon_first(tiny_data, t
     lex = d / "arthur_lexicon.pt"
     assert lex.exists() and "[arthur_lexicon]" in (d / "prepare.log").read_text()
     assert str(lex) in (d / "train.log").read_text()  # the flag fairseq-train was given
-    state = torch.load(d / "checkpoint_best.pt", weights_only=False)
+    import fairseq_ext  # noqa: F401  (allow-lists the globals of fairseq checkpoints for weights_only loading)
+    state = torch.load(d / "checkpoint_best.pt", weights_only=True)
     assert "decoder.arthur.index" in state["model"]  # decoding reads the lexicon from the checkpoint
     n_test = sum(1 for _ in open(ROOT / "tests" / "data" / "bible_tiny" / "test.en"))
     assert json.loads((d / "result.json").read_text())["n_translated"] == n_test
@@ -253,9 +254,9 @@ def test_continue_from_seeds_a_run_with_the_newest_interval_checkpoint(tmp_path)
     d = tmp_path / "conv" / "transformer"
     d.mkdir(parents=True)
     b.continue_from(src, d, data_bin, cfg)
-    last = torch.load(d / "checkpoint_last.pt", weights_only=False)
+    last = torch.load(d / "checkpoint_last.pt", weights_only=True)
     assert last["optimizer_history"][-1]["num_updates"] == 1500
-    assert torch.load(d / "checkpoint_best.pt", weights_only=False)["optimizer_history"][-1]["num_updates"] == 1250
+    assert torch.load(d / "checkpoint_best.pt", weights_only=True)["optimizer_history"][-1]["num_updates"] == 1250
     assert (d / "train.log").read_text() == LOG
     # another data folder, another architecture: refused, nothing copied
     for kw in ({"data": tmp_path / "other" / "bin"}, {"arch": "transformer_jas_m11_bench"}):

@@ -256,7 +256,7 @@ def continue_from(src: Path, d: Path, data_bin: Path, cfg: dict) -> None:
     if not ckpts or not (src / "train.log").exists():
         raise SystemExit(f"error: --continue-from: {src} has no interval checkpoint (checkpoint_E_U.pt) and "
                          f"train.log (was it a --curve-every job?)")
-    state = torch.load(ckpts[-1], map_location="cpu", weights_only=False)
+    state = torch.load(ckpts[-1], map_location="cpu", weights_only=True)  # fairseq_ext allow-lists Namespace
     c = state["cfg"]
     arch = cfg["train"][cfg["train"].index("--arch") + 1] if "--arch" in cfg["train"] else None
     m = c["model"]
