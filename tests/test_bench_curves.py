@@ -273,4 +273,5 @@ def test_continue_from_seeds_a_run_with_the_newest_interval_checkpoint(tmp_path)
     assert not any(fresh.iterdir())
     # only with the curve mode
     with pytest.raises(SystemExit):
-        b.main(["--data", str(tmp_path / "data"), "--configs", "transformer", "--continue-from", str(tmp_path / "ablate")])
+        b.main(["--data", str(tmp_path / "data"), "--configs", "transformer",
+                "--continue-from", str(tmp_path / "ablate")])

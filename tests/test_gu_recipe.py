@@ -243,7 +243,8 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     # the NAT to convergence: dev BLEU every 2 updates, patience, curve.csv/.png; an interrupted run resumes
     import importlib.util
     from argparse import Namespace
-    spec = importlib.util.spec_from_file_location("nat_pipeline_under_test", ROOT / "recipes" / "gu" / "nat_pipeline.py")
+    spec = importlib.util.spec_from_file_location("nat_pipeline_under_test",
+                                                  ROOT / "recipes" / "gu" / "nat_pipeline.py")
     npl = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(npl)
     a = Namespace(out=tmp_path / "conv", force=False, size="tiny", budget_min=0, max_update=4, patience=50,

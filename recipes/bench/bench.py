@@ -29,10 +29,10 @@ updates) so that equal updates and equal time are both visible, and ``--table`` 
 the "converged" table (best dev BLEU, test BLEU with paired bootstrap, updates and wall-clock to the
 best checkpoint).  An interrupted job resumes: training restarts from each configuration's last
 checkpoint (saved at every validation) and its log is appended to; the patience count travels in the
-checkpoints (``fairseq_ext/_compat.py`` fix 11), so a resumed configuration stops where an uninterrupted one
-would (a checkpoint without it, e.g. from a job without --patience, starts the count at the resumption).  ``--continue-from JOB`` starts a
-configuration that has not started yet from the newest interval checkpoint of the same configuration in
-another curve job on the same data (e.g. an equal-updates job continued to convergence): its checkpoint,
+checkpoints (``fairseq_ext/_compat.py`` fix 11), so a resumed configuration stops where an uninterrupted
+one would (a checkpoint without it, e.g. from a job without --patience, starts the count at the
+resumption).  ``--continue-from JOB`` starts a configuration that has not started yet from the newest
+interval checkpoint of the same configuration in another curve job on the same data (e.g. an equal-updates job continued to convergence): its checkpoint,
 best checkpoint and log are copied, and fairseq restores the optimiser, scheduler and data iterator.
 
     python recipes/bench/bench.py --data data/bible_es_en/spm8000_low5k --configs transformer,jas_m11 \
@@ -46,6 +46,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -125,8 +126,9 @@ def parse_curve(text: str) -> list:
     only) and the elapsed wall-clock (from the log's timestamps, validations included) at that update.  A
     resumed run (an appended log: fairseq's "Loaded checkpoint ... (epoch E @ U updates)") restarts at update U:
     both clocks go back to the validation at U (the work logged after it was lost, and the time between the
-    runs is not counted), and the repeated updates' later rows win.  (fairseq's own ``wall`` reads 0 after a resumption, so it is not used.)"""
-    rows, train_wall, wall0, seg_start, seg_ts = {}, 0.0, 0.0, None, None
+    runs is not counted), and the repeated updates' later rows win.  (fairseq's own ``wall`` reads 0 after a
+    resumption, so it is not used.)"""
+    rows, train_wall, wall0, seg_start = {}, 0.0, 0.0, None
     for line in text.splitlines():
         ts = _timestamp(line)
         if ts is None:
@@ -246,7 +248,8 @@ def raw_folder(data: Path) -> Path:
 def continue_from(src: Path, d: Path, data_bin: Path, cfg: dict) -> None:
     """Seed the run folder ``d`` with the newest interval checkpoint of ``src`` (a curve job's folder of the
     same configuration): it becomes ``checkpoint_last.pt`` (fairseq resumes from it), with ``src``'s best
-    checkpoint and log; a configuration the other job lacks starts from scratch.  Refused when the checkpoint was trained on other data or with another --arch."""
+    checkpoint and log; a configuration the other job lacks starts from scratch.  Refused when the checkpoint
+    was trained on other data or with another --arch."""
     import torch
 
     if not src.is_dir():
@@ -264,8 +267,6 @@ def continue_from(src: Path, d: Path, data_bin: Path, cfg: dict) -> None:
     if Path(got_data).resolve() != Path(data_bin).resolve() or (arch and got_arch != arch):
         raise SystemExit(f"error: --continue-from: {ckpts[-1]} was trained on {got_data} with --arch {got_arch}, "
                          f"this job uses {data_bin} with --arch {arch}")
-    import shutil
-
     for f, to in ((ckpts[-1], "checkpoint_last.pt"), (src / "checkpoint_best.pt", "checkpoint_best.pt"),
                   (src / "train.log", "train.log")):
         if f.exists():

@@ -426,7 +426,8 @@ def _stop_text(a: dict, nat: dict) -> str:
     if a.get("patience") and c:
         how = f"stopped by {c['stopped']}" if c.get("stopped") == "patience" else "stopped by its cap, not converged"
         return (f"patience {a['patience']} validations, {how}; best dev BLEU {c['best_dev_bleu']} at "
-                f"{c['best_updates']:,} updates, {c['best_train_wall_s'] / 60:.1f} min of training; curve nat/curve.png")
+                f"{c['best_updates']:,} updates, {c['best_train_wall_s'] / 60:.1f} min of training; "
+                f"curve nat/curve.png")
     return f"{_f(a['budget_min'], 'g')} min budget" if a.get("budget_min") else "update budget"
 
 
