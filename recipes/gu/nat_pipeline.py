@@ -231,10 +231,8 @@ def stage_nat(args, kd: Path, teacher: Path, post_process: str) -> Path:
             bench_curves.write_curve_csv(d / "curve.csv", curve)
             bench_curves.plot_curves({"nat": curve}, d / "curve.png", f"NAT (Eq. 8.9) on {kd.name}: dev every "
                                      f"{args.validate_every or 'epoch'}")
-            best = bench_curves.best_point(curve)
             info["curve"] = {**bench_curves.curve_points(curve), "patience": args.patience,
                              "stopped": "patience" if "early stop since valid performance" in text else "limit"}
-            info["updates_to_best"] = best["updates"]
         mark_done(d, info)
     return d / "checkpoint_best.pt"
 
