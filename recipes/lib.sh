@@ -102,3 +102,21 @@ tiny_slice() {
     .venv/bin/python -m fairseq_ext.tools.corpora binarize "$1/data/seg" --out "$1/data" --src es --tgt en
   fi
 }
+
+# Nguyen ch. 4 Table 4.3 on the test set: each JOB/CONFIG/checkpoint_best.pt decodes the CONSEC-concatenated
+# test set segment-aware (task concat_translation --concat-eval consec), fairseq's sacrebleu scorer -> JOB/concat_eval.tsv
+concat_eval() {  # concat_eval SEGMENTED_FOLDER JOB CONFIGS
+  local seg=$1 job=$2 c flags
+  printf 'config\tconcat_eval\tbleu\n' > "$job/concat_eval.tsv"
+  for c in ${3//,/ }; do
+    [ -f "$job/$c/checkpoint_best.pt" ] || continue
+    flags=()
+    case ",$($PY recipes/bench/configs.py "$c")," in *--cpu-bf16*) flags+=(--cpu-bf16 --math-attention) ;; esac
+    .venv/bin/fairseq-generate "$seg/bin" --user-dir fairseq_ext --task concat_translation \
+      --path "$job/$c/checkpoint_best.pt" --gen-subset test --cpu --concat-eval consec --beam 5 \
+      --batch-size 64 --max-len-a 1.2 --max-len-b 10 --post-process sentencepiece --scoring sacrebleu \
+      "${flags[@]}" > "$job/$c/generate_concat_consec.out" 2> "$job/$c/generate_concat_consec.log"
+    bleu=$(sed -n 's/.*Generate test with beam=[0-9]*: BLEU = \([0-9.]*\).*/\1/p' "$job/$c/generate_concat_consec.out")
+    printf '%s\tconsec\t%s\n' "$c" "${bleu:-?}" | tee -a "$job/concat_eval.tsv"
+  done
+}

@@ -191,6 +191,11 @@ def test_converged_recipe_tiny(tmp_path):
     assert int(es_curve[0]["updates"]) == 2 and int(es_curve[-1]["updates"]) > 4
     assert "transformer: continuing" in (out / "conv_es" / "laneA.log").read_text()
     assert "jas_m11: not in" in (out / "conv_es" / "laneB.log").read_text()
+    # conv_tl ends with Table 4.3: every converged checkpoint decodes the CONSEC-concatenated test set
+    rows = (out / "conv_tl" / "concat_eval.tsv").read_text().splitlines()
+    assert rows[0] == "config\tconcat_eval\tbleu"
+    assert [r.split("\t")[:2] for r in rows[1:]] == [[c, "consec"] for c in ("transformer", "concat_consec", "concat_rand")]
+    assert all(r.split("\t")[2] != "?" for r in rows[1:])
 
 
 def test_configuration_prepare_step_builds_the_arthur_lexicon_first(tiny_data, tmp_path):

@@ -19,7 +19,8 @@
 #            the ablate stage trained (same data, flags and seed) continues from its last checkpoint there
 #            (bench.py --continue-from; CONTINUE=0: from scratch), so the ablate stage runs first.
 #   conv_tl  en_web->tl, TL_SIZE (10,000) training verses, sentencepiece 4k (the Nguyen ch. 4 set): transformer,
-#            concat_consec, concat_rand; the same stopping rule.
+#            concat_consec, concat_rand; the same stopping rule; then Table 4.3 (the CONSEC-concatenated test set
+#            decoded segment-aware, recipes/lib.sh concat_eval) -> runs/converged/conv_tl/concat_eval.tsv.
 #   ablate   es->en low set, equal updates (ABLATE_UPDATES, 1,500; curves every ABLATE_CURVE_EVERY, 250: the
 #            settings of the Enc-DC ablation reported in RESULTS.md, job `ablate`): enc_dc against
 #            enc_dc_local_zero (W_z's local half zero-initialised), enc_dc_pad_left (window [t-1, t]),
@@ -81,7 +82,8 @@ for stage in $STAGES; do
     conv_es) cont=()
              [ "${CONTINUE:-1}" = 1 ] && [ -d "$OUT/ablate" ] && cont=(--continue-from "$OUT/ablate")
              job conv_es "$ES" es en "" "transformer,enc_dc" "jas_m11,ms12_aif" "${CONV[@]}" "${cont[@]}" ;;
-    conv_tl) job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" ;;
+    conv_tl) job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" &&
+             concat_eval "$TL" "$OUT/conv_tl" transformer,concat_consec,concat_rand ;;
     ablate) job ablate "$ES" es en "" "transformer,enc_dc,enc_dc_pad_left,enc_dc_lr7e4,ms12_aif" \
               "enc_dc_local_zero,enc_dc_nodrop,transformer_lr7e4,ms12_aif_zero,ms12" \
               --max-updates "$ABLATE_UPDATES" --curve-every "$ABLATE_CURVE_EVERY" --budget-min 0 ;;

@@ -103,23 +103,6 @@ if [ "$MODE" = thesis ]; then
   exit 0
 fi
 
-# Table 4.3 on the test set: CONSEC-concatenated, decoded segment-aware, fairseq's sacrebleu scorer
-concat_eval() {  # concat_eval SEGMENTED_FOLDER JOB CONFIGS
-  local seg=$1 job=$2 c flags
-  printf 'config\tconcat_eval\tbleu\n' > "$job/concat_eval.tsv"
-  for c in ${3//,/ }; do
-    [ -f "$job/$c/checkpoint_best.pt" ] || continue
-    flags=()
-    case ",$($PY recipes/bench/configs.py "$c")," in *--cpu-bf16*) flags+=(--cpu-bf16 --math-attention) ;; esac
-    .venv/bin/fairseq-generate "$seg/bin" --user-dir fairseq_ext --task concat_translation \
-      --path "$job/$c/checkpoint_best.pt" --gen-subset test --cpu --concat-eval consec --beam 5 \
-      --batch-size 64 --max-len-a 1.2 --max-len-b 10 --post-process sentencepiece --scoring sacrebleu \
-      "${flags[@]}" > "$job/$c/generate_concat_consec.out" 2> "$job/$c/generate_concat_consec.log"
-    bleu=$(sed -n 's/.*Generate test with beam=[0-9]*: BLEU = \([0-9.]*\).*/\1/p' "$job/$c/generate_concat_consec.out")
-    printf '%s\tconsec\t%s\n' "$c" "${bleu:-?}" | tee -a "$job/concat_eval.tsv"
-  done
-}
-
 if [ "${DATA:-bible}" = tiny ]; then
   seg=$($PY recipes/nguyen/transfer.py tiny-data --out "$RUNS/nguyen_tiny/data")
   CONFIGS=${CONFIGS:-transformer,concat_rand}
