@@ -67,7 +67,9 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    once trained up to ``--patience`` validations longer than an uninterrupted one, and every multi-session
    convergence run did.  :func:`patch_patience_resume` saves both in the checkpoint's extra state and restores
    them with it (not under ``--reset-meters`` / ``--reset-optimizer``, as fairseq's own best value), so a
-   resumed run stops at the update the uninterrupted run would have stopped at.
+   resumed run stops at the update the uninterrupted run would have stopped at.  A checkpoint of a run trained
+   without ``--patience`` (continued to convergence with it) holds no such state: the count then starts from
+   fairseq's own best metric of that checkpoint, so validations below it count from the first one.
 """
 from __future__ import annotations
 
@@ -461,7 +463,8 @@ PATIENCE_STATE = "fairseq_ext_patience"
 
 
 def patch_patience_resume() -> None:
-    """Keep ``should_stop_early``'s state (best, num_runs) in checkpoints; restore it on resumption."""
+    """Keep ``should_stop_early``'s state (best, num_runs) in checkpoints; restore it on resumption (from a
+    checkpoint without it: best = the checkpoint's best metric, no validation counted yet)."""
     import inspect
     import sys
 
@@ -483,6 +486,10 @@ def patch_patience_resume() -> None:
         extra_state = load(self, *args, **kwargs)
         bound = sig.bind(self, *args, **kwargs).arguments
         state = (extra_state or {}).get(PATIENCE_STATE)
+        if state is None and (extra_state or {}).get("best") is not None:
+            # a run without --patience saved none: count from the checkpoint's own best metric (fairseq's
+            # ``save_checkpoint.best``, the same --best-checkpoint-metric), not from the first new validation
+            state = {"best": float(extra_state["best"]), "num_runs": 0}
         train = sys.modules.get("fairseq_cli.train")
         if state and train is not None and not bound.get("reset_meters") and not bound.get("reset_optimizer"):
             train.should_stop_early.best = state["best"]

@@ -319,6 +319,23 @@ def test_early_stopping_state_survives_a_resumption(tiny_bin, tmp_path):
     assert "early stopping resumed: best" in log and "1 validation(s) without improvement" in log
     assert state["fairseq_ext_patience"]["num_runs"] == 1
     shutil.rmtree(tmp_path / "full")
+    # a checkpoint of a run without --patience (bench.py --continue-from an equal-updates job) has no patience
+    # state: the count starts from fairseq's own best metric of the checkpoint (the value at 2 here), not from the
+    # resumed run's first validation (which would stop at 10 instead of 8)
+    plain = fairseq("train", tiny_bin, "--task", "translation_ext", *TINY_TRANSFORMER, "--optimizer", "adam",
+                    "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "4", "--save-dir", tmp_path / "plain",
+                    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--seed", "1",
+                    "--validate-interval-updates", "2", "--validate-interval", "1000", "--save-interval-updates",
+                    "2", "--save-interval", "1000", "--keep-interval-updates", "1",
+                    "--best-checkpoint-metric", "loss", "--maximize-best-checkpoint-metric",
+                    "--cpu", "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints")
+    assert valid_updates(plain.stderr + plain.stdout) == [2, 4]
+    assert "fairseq_ext_patience" not in torch.load(tmp_path / "plain" / "checkpoint_last.pt",
+                                                    weights_only=True)["extra_state"]
+    resumed = run_to(tmp_path / "plain", 30)
+    log = resumed.stderr + resumed.stdout
+    assert valid_updates(log) == [6, 8] and "early stop since valid performance" in log
+    assert "early stopping resumed: best" in log and "0 validation(s) without improvement" in log
 
 
 def test_interactive_and_wrapper_without_user_dir(tiny_bin, tiny_ckpt):
