@@ -280,3 +280,13 @@ def test_continue_from_seeds_a_run_with_the_newest_interval_checkpoint(tmp_path)
     with pytest.raises(SystemExit):
         b.main(["--data", str(tmp_path / "data"), "--configs", "transformer",
                 "--continue-from", str(tmp_path / "ablate")])
+
+
+def test_device_flags_cpu_adds_cpu_and_cuda_drops_cpu_only_flags():
+    bench = bench_module()
+    flags = ["--arch", "transformer", "--cpu-bf16", "--math-attention", "--lr", "3e-3"]
+    assert bench.device_flags(flags, "cpu") == flags + ["--cpu"]
+    assert bench.device_flags(flags, "cuda") == ["--arch", "transformer", "--lr", "3e-3"]
+    args = bench.build_parser().parse_args(["--device", "cuda"])
+    assert args.device == "cuda"
+    assert bench.build_parser().parse_args([]).device == "cpu"

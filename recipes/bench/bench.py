@@ -274,6 +274,18 @@ def continue_from(src: Path, d: Path, data_bin: Path, cfg: dict) -> None:
     log(f"{d.name}: continuing {ckpts[-1]} ({state['optimizer_history'][-1].get('num_updates', '?')} updates)")
 
 
+# flags of the CPU bf16 path (recipes/bench/configs.py BF16): decoding repeats them; on a GPU they are dropped
+CPU_ONLY = ("--cpu-bf16", "--math-attention")
+
+
+def device_flags(flags: list, device: str) -> list:
+    """``flags`` for ``device``: ``--cpu`` added on the CPU; on ``cuda`` fairseq's default device (float32) and
+    without the CPU-only bf16 flags.  Equal-updates rows are comparable across devices; times are not."""
+    if device == "cpu":
+        return [*flags, "--cpu"]
+    return [f for f in flags if f not in CPU_ONLY]
+
+
 def run_config(name: str, args, out: Path) -> dict:
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
@@ -304,7 +316,7 @@ def run_config(name: str, args, out: Path) -> dict:
         if args.patience:
             limits += ["--patience", str(args.patience)]
     train_cmd = [BIN / "fairseq-train", data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", cfg["task"],
-                 *cfg["train"], "--cpu", "--seed", str(args.seed), *limits, "--max-epoch", "1000",
+                 *device_flags(cfg["train"], args.device), "--seed", str(args.seed), *limits, "--max-epoch", "1000",
                  "--save-dir", d, "--no-epoch-checkpoints", "--no-progress-bar", "--log-format", "simple",
                  "--log-interval", str(log_interval), "--skip-invalid-size-inputs-valid-test"]
     # a curve job resumes an interrupted configuration (fairseq restores checkpoint_last.pt): keep its log
@@ -318,10 +330,10 @@ def run_config(name: str, args, out: Path) -> dict:
             raise SystemExit(f"error: {d / 'train.log'}: no dev BLEU was logged (does task {cfg['task']} "
                              f"support --eval-bleu?)")
     gen_cmd = [BIN / "fairseq-generate", data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", cfg["task"],
-               "--path", ckpt, "--gen-subset", "test", "--cpu", *cfg["generate"]]
+               "--path", ckpt, "--gen-subset", "test",
+               *device_flags(cfg["generate"] + [f for f in CPU_ONLY if f in cfg["train"]], args.device)]
     if "--post-process" not in cfg["generate"]:
         gen_cmd += ["--post-process", post_process(args.data)]
-    gen_cmd += [f for f in ("--cpu-bf16", "--math-attention") if f in cfg["train"]]
     gen_wall = run_logged(gen_cmd, d / "generate.out", args.threads)
     ge = parse_generate_log((d / "generate.out").read_text())
     raw = raw_folder(args.data)
@@ -331,7 +343,8 @@ def run_config(name: str, args, out: Path) -> dict:
                         plot=d / "bleu_by_length.png", plot_title=name)
     sc2 = ev.score_files(d / "generate.out", refs) if len(refs) > 1 else None
     result = {
-        "name": name, "desc": cfg["desc"], "budget_min": args.budget_min, "train_wall_s": train_wall,
+        "name": name, "desc": cfg["desc"], "device": args.device, "budget_min": args.budget_min,
+        "train_wall_s": train_wall,
         "generate_wall_s": gen_wall, **tr, **ge,
         "bleu": sc["bleu"], "chrf": sc["chrf"], "bleu_signature": sc["bleu_signature"],
         "chrf_signature": sc["chrf_signature"], "bleu_str": sc["bleu_str"],
@@ -468,6 +481,15 @@ def merge_converged(path: Path, rows: dict, job_note: str) -> None:
     path.write_text(text)
 
 
+def machine_text(args) -> str:
+    """The machine a job's note names: the processor, and the GPU where it trained on one."""
+    cpu = platform.processor() or platform.machine()
+    if args.device == "cpu":
+        return cpu
+    import torch
+    return f"{torch.cuda.get_device_name(0)} (CPU {cpu})"
+
+
 def budget_text(args) -> str:
     """The training budget of a job as the table states it: minutes, updates, or both."""
     parts = ([f"{args.budget_min:g} min"] if args.budget_min > 0 else []) + \
@@ -489,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, default=None, help="job folder (default runs/bench/<timestamp>)")
     ap.add_argument("--table", type=Path, default=None, help="merge the rows into this Markdown file")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where fairseq trains and decodes (cuda: float32, no CPU bf16 flags; compare the times of "
+                         "rows of one device only)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--src", default="es")
     ap.add_argument("--tgt", default="en")
@@ -574,7 +599,7 @@ def main(argv=None):
                                            f"max {args.max_updates} updates" if args.max_updates else "",
                                            f"cap {args.budget_min:g} min" if args.budget_min > 0 else "") if x)
             note = (f"- job `{out.name}`: {', '.join(names)}; dev every {args.curve_every} updates ({limits}); "
-                    f"{args.threads} threads, {platform.processor() or platform.machine()}, data `{args.data}`; "
+                    f"{args.threads} threads, {machine_text(args)}, data `{args.data}`; "
                     f"curves {out / 'curves.png'}")
             merge_converged(args.table, conv, note)
             log(f"converged rows merged into {args.table}")
@@ -585,7 +610,7 @@ def main(argv=None):
         print(r)
     if args.table:
         note = (f"- job `{out.name}`: {', '.join(names)}; {budget_text(args)} of training each, "
-                f"{args.threads} threads, {platform.processor() or platform.machine()}, data `{args.data}`")
+                f"{args.threads} threads, {machine_text(args)}, data `{args.data}`")
         merge_table(args.table, rows, note)
         log(f"rows merged into {args.table}")
 
