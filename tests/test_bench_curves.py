@@ -62,6 +62,26 @@ def test_parse_curve_and_best_point():
     assert [r["updates"] for r in rows] == [2, 4, 6] and rows[-1]["dev_loss"] == 7.5
 
 
+def test_stop_reason_reads_only_the_last_run_of_a_resumed_log():
+    """A run resumed after an early stop (a larger patience, a raised cap) appends to the same train.log, which
+    keeps the first run's "early stop" line: the stop label must come from the last run only. Before the fix
+    the whole log was searched, and a resumed CONSEC run that stopped at the 5-hour cap was labelled
+    "patience (20 validations)"."""
+    bench = bench_module()
+    first = ("| early stop since valid performance hasn't improved for last 5 runs\n"
+             "| done training in 4404.2 seconds\n")
+    cap = ("| early stopping resumed: best 18.56, 5 validation(s) without improvement\n"
+           "| Stopping training due to cumulative_training_time: 5.0017 > stop_time_hours: 5.0 hour(s)\n"
+           "| done training in 3398.1 seconds\n")
+    assert bench.stop_reason(first, 5, 0, 8200) == "patience"
+    assert bench.stop_reason(first + cap, 20, 0, 12001) == "budget"
+    assert bench.stop_reason(first + cap.replace("Stopping training due to cumulative_training_time: 5.0017 > "
+                                                 "stop_time_hours: 5.0 hour(s)", "early stop since valid "
+                                                 "performance hasn't improved for last 20 runs"), 20, 0, 12001) == "patience"
+    assert bench.stop_reason(first + cap, 20, 12001, 12001) == "max-updates"
+    assert bench.stop_reason("| early stop since valid performance hasn't improved for last 5 runs\n", 0, 0, 9) == "budget"
+
+
 def test_merge_table_keeps_other_jobs_and_replaces_its_own(tmp_path):
     b = bench_module()
     path = tmp_path / "R.md"

@@ -89,6 +89,17 @@ def run_logged(cmd, logfile: Path, threads: int, append: bool = False) -> float:
     return time.time() - t0
 
 
+def stop_reason(log_text: str, patience: int, max_updates: int, last_updates: int) -> str:
+    """Why the last fairseq-train run of a (possibly appended, resumed) train.log stopped: "patience",
+    "max-updates" or "budget". Only the last run's lines count: a run resumed after an early stop keeps
+    the earlier run's "early stop" line in the same log."""
+    runs = log_text.split("done training in")
+    last = runs[-2] if len(runs) > 1 else log_text
+    if patience and "early stop since valid performance hasn't improved" in last:
+        return "patience"
+    return "max-updates" if max_updates and last_updates >= max_updates else "budget"
+
+
 def parse_train_log(text: str) -> dict:
     params = re.search(r"num\. (?:shared )?model params: ([\d,]+)", text)
     wps = [float(x) for x in re.findall(r"train_inner \|.*?wps=([\d.]+)", text)]
@@ -352,12 +363,9 @@ def run_config(name: str, args, out: Path) -> dict:
         "hyp_file": str(d / "generate.out"),
     }
     if args.curve_every:
-        patience_hit = bool(args.patience) and "early stop since valid performance hasn't improved" in \
-            (d / "train.log").read_text()
         result["curve"] = {"every": args.curve_every, "patience": args.patience, **curve_points(curve),
-                           "stopped": "patience" if patience_hit else
-                           ("max-updates" if args.max_updates and curve[-1]["updates"] >= args.max_updates
-                            else "budget")}
+                           "stopped": stop_reason((d / "train.log").read_text(), args.patience,
+                                                  args.max_updates, curve[-1]["updates"])}
     res_file.write_text(json.dumps(result, indent=1, default=str))
     for f in d.glob("checkpoint_last.pt"):
         f.unlink()  # keep the best only
