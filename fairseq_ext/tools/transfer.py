@@ -232,7 +232,8 @@ def read_sweep(path: str) -> list[dict]:
 
 
 def plot_bleu_vs_vocab(rows: list[dict], out_path: str, title: str | None = None,
-                       xlabel: str = "BPE merges / vocabulary size") -> str:
+                       xlabel: str = "BPE merges / vocabulary size",
+                       ylabel: str = "dev BLEU (tokenized)") -> str:
     """Fig. 3.1: one line per system, dev BLEU against size (PNG)."""
     from fairseq_ext.tools.plots import pyplot
     systems: dict[str, list] = {}
@@ -245,7 +246,7 @@ def plot_bleu_vs_vocab(rows: list[dict], out_path: str, title: str | None = None
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("dev BLEU (tokenized)")
+        ax.set_ylabel(ylabel)
         if title:
             ax.set_title(title)
         ax.grid(alpha=0.3)

@@ -251,7 +251,8 @@ def run(a) -> dict:
     (out / "sweep.tsv").write_text("system\tsize\tbleu\n" + "".join(f"{n}\t{k}\t{b:.2f}\n" for n, k, b in sweep))
     if len({k for _, k, _ in sweep}) > 1:
         transfer.plot_bleu_vs_vocab(transfer.read_sweep(str(out / "sweep.tsv")), str(out / "bleu_vs_merges.png"),
-                                    title=f"{csrc}->{tgt} child, {psrc}->{tgt} parent", xlabel="BPE merges")
+                                    title=f"{csrc}->{tgt} child, {psrc}->{tgt} parent", xlabel="BPE merges",
+                                    ylabel="test BLEU (sacreBLEU, beam 5)")
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
     return summary
