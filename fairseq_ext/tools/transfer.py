@@ -234,7 +234,7 @@ def read_sweep(path: str) -> list[dict]:
 def plot_bleu_vs_vocab(rows: list[dict], out_path: str, title: str | None = None,
                        xlabel: str = "BPE merges / vocabulary size",
                        ylabel: str = "dev BLEU (tokenized)") -> str:
-    """Fig. 3.1: one line per system, dev BLEU against size (PNG)."""
+    """Fig. 3.1: one line per system, BLEU against size (PNG); ``ylabel`` names the BLEU (the thesis plots dev)."""
     from fairseq_ext.tools.plots import pyplot
     systems: dict[str, list] = {}
     for r in rows:
