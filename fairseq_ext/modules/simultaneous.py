@@ -1,6 +1,5 @@
 """Simultaneous NMT with a learned READ/WRITE agent (Gu 2019, ch. 9; Gu, Neubig, Cho, Li 2017): the NMT
-environment on a frozen uni-directional ``rnnsearch``, the recurrent agent, the rewards, the latency
-metrics and the policies (the agent and the WUE / WOS / WIW / WID / wait-k baselines).
+environment on a frozen uni-directional ``rnnsearch``, the recurrent agent, the rewards and the policies (the agent and the WUE / WOS / WIW / WID / wait-k baselines).
 
 Environment (§9.3.1, Eqs. 9.1–9.3; :class:`SimulEnvironment`)
 -------------------------------------------------------------
@@ -46,14 +45,11 @@ Rewards (§9.4.2; :func:`trajectory_rewards`)
   READ, 0 on WRITE (Eq. 9.8; no-op READs count), r^D_t = α·[sgn(c_t − c*) + 1] (Eq. 9.9, ``thesis``) or
   α·[c_t − c*]_+ (``linear``, the released code's shape); α, β ≤ 0.
 
-Latency metrics (on the delays g(τ) = source tokens read when y_τ was written)
-------------------------------------------------------------------------------
-:func:`average_proportion` (Eq. 9.7; Cho & Esipova 2016), :func:`consecutive_wait` (the mean length of the
-non-empty READ runs that end in a WRITE, spec §4.12.1; the pre-read x_1 is no action), and, as SimulEval
-defines them, :func:`average_lagging` (Ma et al. 2019: (1/τ_g) Σ_{τ≤τ_g} g(τ) − (τ−1)/γ, γ = |Y|/|X|,
-τ_g the first τ with g(τ) = |X|; ``tgt_len`` the reference length when SimulEval is given one) and
-:func:`differentiable_average_lagging` (Cherry & Foster 2019: g'(1) = g(1),
-g'(τ) = max(g(τ), g'(τ−1) + 1/γ), DAL = (1/|Y|) Σ_τ g'(τ) − (τ−1)/γ).
+Latency metrics
+---------------
+AP (Eq. 9.7), CW, AL, LAAL, DAL and AL_CA are in :mod:`fairseq_ext.modules.latency` (imported here under
+their old names: :func:`average_proportion`, :func:`consecutive_wait`, :func:`average_lagging`,
+:func:`differentiable_average_lagging`, :func:`latency`, :func:`delays_from_actions`).
 
 Policies (:data:`POLICIES`)
 ---------------------------
@@ -80,114 +76,33 @@ in Belief Networks", ICML 2014.
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from fairseq_ext.modules.actor_critic import clipped_matches
+from fairseq_ext.modules.latency import (  # noqa: F401  (the latency metrics, importable from here as before)
+    READ,
+    WRITE,
+    Actions,
+    action_codes,
+    action_string,
+    average_lagging,
+    average_proportion,
+    consecutive_wait,
+    delays_from_actions,
+    differentiable_average_lagging,
+    latency,
+)
 
-READ, WRITE = 0, 1
 POLICIES = ("agent", "wue", "wos", "wiw", "wid", "waitk")
 DELAY_TYPES = ("ap", "cw")
 CW_PENALTIES = ("thesis", "linear")
 QUALITY_REWARDS = ("telescoping", "literal")
 ADV_NORMS = ("running", "batch", "none")
 REWARD_BPE = ("none", "sentencepiece", "subword_nmt")
-
-Actions = Union[str, Sequence[int]]
-
-
-# ============================================================================================ latency
-def action_codes(actions: Actions) -> List[int]:
-    """READ/WRITE codes of ``actions``: a string of ``R``/``W`` or a sequence of 0 (READ) / 1 (WRITE)."""
-    if isinstance(actions, str):
-        table = {"R": READ, "W": WRITE}
-        try:
-            return [table[a] for a in actions.upper()]
-        except KeyError as e:
-            raise ValueError(f"actions must be R/W characters, got {actions!r}") from e
-    codes = [int(a) for a in actions]
-    if any(a not in (READ, WRITE) for a in codes):
-        raise ValueError(f"actions must be {READ} (READ) or {WRITE} (WRITE), got {list(actions)}")
-    return codes
-
-
-def action_string(actions: Actions) -> str:
-    return "".join("W" if a == WRITE else "R" for a in action_codes(actions))
-
-
-def delays_from_actions(actions: Actions, src_len: int, first_read: int = 1) -> List[int]:
-    """g(τ) of every WRITE: the source tokens read when it happened. ``first_read`` tokens are read before
-    the first action (Alg. 4: x_1); a READ once all ``src_len`` tokens are read is a no-op."""
-    eta, delays = min(first_read, src_len), []
-    for a in action_codes(actions):
-        if a == WRITE:
-            delays.append(eta)
-        else:
-            eta = min(eta + 1, src_len)
-    return delays
-
-
-def average_proportion(delays: Sequence[float], src_len: int, tgt_len: Optional[int] = None) -> float:
-    """AP (Eq. 9.7): Σ_τ g(τ) / (|X|·|Y|), |Y| = ``tgt_len`` (default: the number of delays)."""
-    n = len(delays) if tgt_len is None else tgt_len
-    if n <= 0 or src_len <= 0:
-        raise ValueError("average proportion of an empty source or target")
-    return float(sum(delays)) / (src_len * n)
-
-
-def consecutive_wait(actions: Actions) -> float:
-    """CW (spec §4.12.1): the mean length of the non-empty READ runs that end in a WRITE (0 without any)."""
-    runs, current = [], 0
-    for a in action_codes(actions):
-        if a == READ:
-            current += 1
-        else:
-            if current:
-                runs.append(current)
-            current = 0
-    return float(sum(runs)) / len(runs) if runs else 0.0
-
-
-def average_lagging(delays: Sequence[float], src_len: int, tgt_len: Optional[int] = None) -> float:
-    """AL (Ma et al. 2019, as SimulEval computes it): (1/τ_g) Σ_{τ=1}^{τ_g} [g(τ) − (τ−1)/γ], γ = |Y|/|X| with
-    |Y| = ``tgt_len`` (default the hypothesis length; SimulEval uses the reference's when it has one), τ_g
-    the first τ with g(τ) ≥ |X|; g(1) when g(1) > |X|."""
-    if not delays:
-        raise ValueError("average lagging of an empty hypothesis")
-    if delays[0] > src_len:
-        return float(delays[0])
-    gamma = (len(delays) if tgt_len is None else tgt_len) / src_len
-    total, tau = 0.0, 0
-    for t_minus_1, d in enumerate(delays):
-        total += d - t_minus_1 / gamma
-        tau = t_minus_1 + 1
-        if d >= src_len:
-            break
-    return total / tau
-
-
-def differentiable_average_lagging(delays: Sequence[float], src_len: int) -> float:
-    """DAL (Cherry & Foster 2019, as SimulEval computes it): g'(1) = g(1), g'(τ) = max(g(τ), g'(τ−1) + 1/γ),
-    DAL = (1/|Y|) Σ_τ [g'(τ) − (τ−1)/γ], γ = |Y|/|X| (|Y| the hypothesis length)."""
-    if not delays:
-        raise ValueError("differentiable average lagging of an empty hypothesis")
-    gamma = len(delays) / src_len
-    total, last = 0.0, 0.0
-    for i_minus_1, g in enumerate(delays):
-        g_prime = float(g) if i_minus_1 == 0 else max(float(g), last + 1 / gamma)
-        total += g_prime - i_minus_1 / gamma
-        last = g_prime
-    return total / len(delays)
-
-
-def latency(actions: Actions, src_len: int, ref_len: Optional[int] = None, first_read: int = 1) -> Dict:
-    """``{"delays", "ap", "cw", "al", "dal"}`` of one sentence's actions (AL with γ from ``ref_len`` when given)."""
-    delays = delays_from_actions(actions, src_len, first_read)
-    return {"delays": delays, "ap": average_proportion(delays, src_len), "cw": consecutive_wait(actions),
-            "al": average_lagging(delays, src_len, ref_len), "dal": differentiable_average_lagging(delays, src_len)}
 
 
 # ============================================================================================ BLEU⁰

@@ -14,9 +14,11 @@ Two subcommands:
             merged with ``--remove-bpe`` and optionally Moses-detokenised (``--detok moses``), and ``actions.jsonl``
             of ``--simul-actions-out``): the learned agents (``--agent NAME[=TRAIN_LOG]``),
             the baselines ``wue``, ``wos``, ``wiw``, ``wid`` and the wait-k reading ``wait<k>`` of the same
-            environment. Per system: sacreBLEU BLEU / chrF (fairseq_ext.tools.score) and the corpus AP, CW, AL, DAL
-            (fairseq_ext.tools.simul_latency: means over the sentences; CW = the mean length of the READ runs that
-            end in a WRITE, spec §4.12.1). Writes ``OUT/results.md`` + ``results.json`` and the plots
+            environment. Per system: sacreBLEU BLEU / chrF (fairseq_ext.tools.score) and the corpus AP, CW, AL,
+            LAAL, DAL (fairseq_ext.tools.simul_latency: means over the sentences; CW = the mean length of the READ
+            runs that end in a WRITE, spec §4.12.1; AL as Ma et al. 2019 define it, the rate from the hypothesis
+            length; LAAL, Papi et al. 2022, the rate from max(hypothesis, reference) length, the reference
+            length from the decode's T- lines in subwords + ⟨/s⟩, so an over-long output cannot lower it). Writes ``OUT/results.md`` + ``results.json`` and the plots
             ``fig9_5_bleu_ap.png`` (Fig. 9.5: AP vs BLEU, every agent as a greedy/beam pair, the baselines and the
             wait-k curve), ``fig9_6_bleu_cw.png`` (Fig. 9.6: CW vs BLEU), ``bleu_al.png`` (AL vs BLEU beside the
             wait-k curve) and, from the agents' training logs, ``fig9_4_curves.png`` (Fig. 9.4: validation BLEU,
@@ -43,7 +45,7 @@ from fairseq_ext.tools.common import ToolError, log, read_jsonl, read_lines, run
 SEARCHES = ("greedy", "beam")
 BASELINES = ("wue", "wos", "wiw", "wid")
 DELAYS = ("ap", "cw", "al")
-DELAY_LABEL = {"ap": "AP", "cw": "CW", "al": "AL", "dal": "DAL"}
+DELAY_LABEL = {"ap": "AP", "cw": "CW", "al": "AL", "laal": "LAAL", "dal": "DAL"}
 WAITK_RE = re.compile(r"^wait(\d+)$")
 Point = Tuple[float, float, str]  # (delay, BLEU, label)
 
@@ -127,7 +129,7 @@ def score_system(folder: str, subset: str, ref: str, remove_bpe: Optional[str] =
     which re-encodes every hypothesis into the target dictionary (growing it while decoding)."""
     from fairseq_ext.tools.hypotheses import load_hypotheses
     from fairseq_ext.tools.score import load_references, score_corpus
-    from fairseq_ext.tools.simul_latency import corpus_latency
+    from fairseq_ext.tools.simul_latency import corpus_latency, reference_lengths
 
     gen = os.path.join(folder, f"generate-{subset}.txt")
     acts = os.path.join(folder, "actions.jsonl")
@@ -139,11 +141,12 @@ def score_system(folder: str, subset: str, ref: str, remove_bpe: Optional[str] =
     detok = detok or (lambda line: line)
     s = score_corpus([detok(hyps[i]) for i in range(n)], refs)
     records = read_jsonl(acts)
-    lat = corpus_latency(records, acts)
+    lat = corpus_latency(records, acts, reference_lengths(gen))
     if lat["sentences"] != s["n_sentences"]:
         raise ToolError(f"{lat['sentences']} action lines for {s['n_sentences']} hypotheses", acts)
-    return {"bleu": s["bleu"], "chrf": s["chrf"], "bleu_signature": s["bleu_signature"],
-            **{k: lat[k] for k in ("ap", "cw", "al", "dal", "cw_pooled", "sentences")}}
+    # AL: Ma et al.'s rate |Y|/|X| (the hypothesis), the AL of the runs reported so far; LAAL: max(|Y|, |Y*|)/|X|
+    return {"bleu": s["bleu"], "chrf": s["chrf"], "bleu_signature": s["bleu_signature"], "al": lat["al_hyp"],
+            **{k: lat[k] for k in ("ap", "cw", "laal", "dal", "cw_pooled", "sentences")}}
 
 
 # ============================================================================================ dominance
@@ -260,10 +263,12 @@ def format_table(rows: Sequence[Dict]) -> str:
         m = WAITK_RE.match(r["name"])
         return (order[r["kind"]], int(m.group(1)) if m else 0, r["name"], SEARCHES.index(r["search"]))
 
-    lines = ["| system | kind | search | BLEU | chrF | AP | CW | AL | DAL |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| system | kind | search | BLEU | chrF | AP | CW | AL | LAAL | DAL |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=key):
+        laal = "–" if r.get("laal") is None else f"{r['laal']:.2f}"
         lines.append(f"| {r['name']} | {r['kind']} | {r['search']} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
-                     f"{r['ap']:.3f} | {r['cw']:.2f} | {r['al']:.2f} | {r['dal']:.2f} |")
+                     f"{r['ap']:.3f} | {r['cw']:.2f} | {r['al']:.2f} | {laal} | {r['dal']:.2f} |")
     return "\n".join(lines)
 
 
@@ -363,8 +368,10 @@ def report(a) -> int:
 
     md = [f"# Gu ch. 9, simultaneous NMT: {title}", "",
           f"Decodes: `{a.decode_dir}` (subset {a.subset}); references `{a.ref}`. BLEU / chrF: sacreBLEU "
-          f"({rows[0]['bleu_signature']}); AP, CW, AL, DAL: means over the sentences of the actions files "
-          "(subwords, ⟨/s⟩ included; CW = mean length of the READ runs that end in a WRITE).", "",
+          f"({rows[0]['bleu_signature']}); AP, CW, AL, LAAL, DAL: means over the sentences of the actions files "
+          "(subwords, ⟨/s⟩ included; CW = mean length of the READ runs that end in a WRITE; AL with the rate "
+          "|Y|/|X| of the hypothesis, Ma et al. 2019; LAAL with max(|Y|, |Y*|)/|X|, the reference length from the "
+          "T- lines, Papi et al. 2022).", "",
           "## Systems", "", format_table(rows), "",
           "Plots: fig9_5_bleu_ap.png (BLEU vs AP), fig9_6_bleu_cw.png (BLEU vs CW), bleu_al.png (BLEU vs AL, wait-k "
           "curve)" + (", fig9_4_curves.png (validation curves)." if any(curves.values()) else "."), "",
