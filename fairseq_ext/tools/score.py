@@ -28,6 +28,10 @@ CLI
         --dict bin/dict.en.txt [--src test.kjv]
     python -m fairseq_ext.tools.score meteor --hyp gen.out --ref test.en [--ref test.kjv] \\
         [--tokenised] [--remove-bpe sentencepiece] [--json out.json]
+    python -m fairseq_ext.tools.score dbleu --hyp gen.out --ref test.en --ids test.ids [--json out.json]
+
+``dbleu`` is document-level BLEU (:mod:`fairseq_ext.tools.doc_metrics`): BLEU of each document's joined
+hypotheses against its joined references, the documents from the ids file.
 
 ``meteor`` is METEOR (Lavie & Agarwal 2007) from nltk's ``nltk.translate.meteor_score`` with exact and
 Porter-stem matching only (a WordNet stub without synonyms is passed, so nothing is downloaded; no
@@ -798,13 +802,20 @@ def build_parser() -> ArgumentParser:
     m.add_argument("--field", choices=("auto", "D", "H"), default="auto")
     m.add_argument("--format", dest="fmt", choices=("auto", "fairseq", "text"), default="auto")
     m.add_argument("--json", metavar="FILE", help="also write the score (and sentence scores) as JSON")
+    d = sub.add_parser("dbleu", help="document-level BLEU: BLEU of the joined documents "
+                                     "(fairseq_ext.tools.doc_metrics)")
+    d.add_argument("--hyp", required=True, metavar="FILE", help="fairseq-generate output or hypotheses, one a line")
+    _common(d)
+    d.add_argument("--doc-id-pattern", default=None, metavar="P",
+                   help="how a line id names its document, as doc_translation's --doc-id-pattern "
+                        "(default: its default)")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``fairseq-ext-score [score|compare|oov] ...``; bad input raises :class:`ToolError`."""
+    """``fairseq-ext-score [score|compare|oov|meteor|dbleu] ...``; bad input raises :class:`ToolError`."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("score", "compare", "oov", "meteor", "-h", "--help"):
+    if argv and argv[0] not in ("score", "compare", "oov", "meteor", "dbleu", "-h", "--help"):
         argv.insert(0, "score")  # `fairseq-ext-score --hyp ... --ref ...` means `score`
     args = build_parser().parse_args(argv)
     if args.command == "score":
@@ -834,6 +845,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"scores, {r['n_refs']} reference(s), tokenizer {r['tokenizer']})")
             systems[hyp] = r
         res = systems[args.hyp[0]] if len(args.hyp) == 1 else {"systems": systems}
+    elif args.command == "dbleu":
+        from fairseq_ext.tools.doc_metrics import dbleu_files, format_dbleu
+
+        res = dbleu_files(args.hyp, args.ref, args.ids, tokenised=args.tokenised, lowercase=args.lowercase,
+                          remove_bpe=args.remove_bpe, field=args.field, fmt=args.fmt, pattern=args.doc_id_pattern)
+        print(format_dbleu(res))
     else:
         res = compare_files(
             args.baseline, args.system, args.ref, ids=args.ids, tokenised=args.tokenised,
