@@ -328,9 +328,14 @@ def test_task_datasets_and_input_errors(tiny_bin, tmp_path):
     assert ds.index.n_docs == 2 and len(ds) == n_lines(tiny_bin / "test.ids")
     itr = task.get_batch_iterator(ds, max_tokens=300, max_positions=(1024, 1024)).next_epoch_itr(shuffle=False)
     seen = []
-    for batch in itr:
-        seen += batch["id"].tolist()
-        assert len(set(batch["doc_index"].tolist())) >= 1 and batch["ctx_id"].numel() == 0  # whole documents
+    test_tokens = ds.num_tokens_vec(np.arange(len(ds)))
+    for batch in itr:  # inference batches: documents in order, cut into chunks within --max-tokens (memory bound)
+        ids = batch["id"].tolist()
+        seen += ids
+        assert len(ids) * int(test_tokens[ids].max()) <= 300
+        for b, i in enumerate(ids):  # online context: the earlier sentences, from this batch or as extra rows
+            want = [(ds[j]["source"].tolist(), int(ds.index.pos[j] - ds.index.pos[i])) for j in ds.context(i)]
+            assert [(list(t), d) for t, d in context_of(batch, b)] == want
     assert sorted(seen) == list(range(len(ds)))
 
     # the training split: training batches (shuffled, long documents cut) only when the epoch is shuffled
@@ -348,9 +353,10 @@ def test_task_datasets_and_input_errors(tiny_bin, tmp_path):
         flat = sorted(i for b in batches for i in b)
         assert flat == list(range(len(tr)))
         cut = any(not set(b) >= set(tr.index.sentences(int(tr.index.doc_of[i]))) for b in batches for i in b)
-        assert cut == shuffle  # fairseq-generate --gen-subset train never cuts a document
-        if shuffle:
-            assert all(len(b) * int(num_tokens[b].max()) <= 400 for b in batches)
+        assert cut  # long documents are cut in training and at inference alike: no batch above --max-tokens
+        assert all(len(b) * int(num_tokens[b].max()) <= 400 for b in batches)
+        if not shuffle:
+            assert flat == [i for b in batches for i in sorted(b)]  # inference: document order
     assert epoch_batches(True) == epoch_batches(True)  # a pure function of the seed and the epoch
 
     # ids file: wrong number of lines -> both files named; missing -> both places named
@@ -361,7 +367,7 @@ def test_task_datasets_and_input_errors(tiny_bin, tmp_path):
     with pytest.raises(DocumentDataError, match=r"test\.ids has 35 lines, but the binarized split .*test\.es-en\.es\.bin"):
         task_for(bad).load_dataset("test")
     (bad / "test.ids").unlink()
-    with pytest.raises(DocumentDataError, match=r"no ids file .*test\.ids"):
+    with pytest.raises(DocumentDataError, match=r"test\.ids: not found"):
         task_for(bad).load_dataset("test")
     ids_dir = tmp_path / "ids"
     ids_dir.mkdir()

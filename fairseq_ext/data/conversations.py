@@ -68,6 +68,7 @@ import torch
 from fairseq.data import BaseWrapperDataset, data_utils
 
 from fairseq_ext.data.documents import DocumentIndex, document_batches
+from fairseq_ext.data.errors import UserDataError
 
 HISTORY_CONTEXTS = ("all", "prev_sent", "current_turn", "same_lang_prev_turns", "other_lang_prev_turns")
 TARGET_HISTORY = ("none", "reference", "generated")
@@ -76,7 +77,7 @@ HISTORY_NET_INPUT_KEYS = ("direction", "hist_src_tokens", "hist_src_lengths", "n
                           "hist_index", "hist_tgt_tokens", "hist_tgt_lengths")
 
 
-class ConversationDataError(ValueError):
+class ConversationDataError(UserDataError):
     """Bad conversation data: the message names the file and line."""
 
 

@@ -2,15 +2,16 @@
 the document models and ``doc_bcd``.
 
 * :class:`DocumentIndex` -- the document and the position of every line of a split, read from the
-  line-aligned ``{split}.ids`` file. The document of a line is its id without the last dot-field
-  (``Ruth.1.3`` -> ``Ruth.1``); an id without a dot is its own document name (so an ids file may also
-  just repeat a document name on every line). Lines of one document must be contiguous, else one
-  error ``FILE:LINE: ...``; a one-sentence document is fine.
+  line-aligned ``{split}.ids`` file. The document of a line is given by ``--doc-id-pattern``
+  (:func:`doc_id_rule`; default: the id without a trailing ``#N``, ``:N`` or ``.N``, so ``Ruth.1.3`` ->
+  ``Ruth.1``, ``help/page#3`` -> ``help/page``; an id without one is its own document name, so an ids file
+  may also just repeat a document name on every line). Lines of one document must be contiguous, else one
+  error ``FILE:LINE: ...``; a one-sentence document is fine, a split of (almost) only one-sentence
+  documents is refused (:func:`check_documents`).
 * :func:`context_window` -- which sentences of the document are the context of a sentence
   (decided here, never by a model): ``offline`` = every other sentence, ``online`` = the earlier ones;
   then the ``size`` nearest (by ``|distance|``, ties -> the earlier one; 0 = no limit), then the hard
-  ``cap`` (``--doc-max-context``, default 128; 0 = no context at all), the memory bound for very long
-  documents. A sentence is never in its own context. The result is always a contiguous window
+  ``cap`` (``--doc-max-context``, default 128; 0 = no context at all). A sentence is never in its own context. The result is always a contiguous window
   ``[pos - a, pos) + (pos, pos + b]``, computed in O(1) (no |d|^2 tables for long documents).
 * :class:`DocumentPairDataset` -- wraps fairseq's :class:`~fairseq.data.LanguagePairDataset` (as built
   by ``load_langpair_dataset``); its ``collater`` is fairseq's plus the document keys of the contract:
@@ -41,8 +42,9 @@ the document models and ``doc_bcd``.
 * :func:`document_batches` -- the batches of ``--doc-batching document``: whole documents, packed to
   ``--max-tokens`` (fairseq's padded cost ``B x max(src, tgt length)``) and ``--batch-size``; in
   training the document order is shuffled (seed, epoch) and a document larger than one batch is cut
-  into consecutive chunks (its other chunks then come as extra rows); at inference a document is never
-  cut, so one batch may exceed ``--max-tokens``. ``--required-batch-size-multiple`` does not apply.
+  into consecutive chunks (its other chunks then come as extra rows); at inference the task cuts them too
+  (``cut_long``), so no batch exceeds ``--max-tokens`` but for a single over-long sentence.
+  ``--required-batch-size-multiple`` does not apply.
 
 **Which models get the context keys.** fairseq's sentence models have fixed ``forward`` arguments
 (``TransformerModel.forward(src_tokens, src_lengths, prev_output_tokens, ...)``) and fail on unknown
@@ -58,6 +60,7 @@ model change at all.
 """
 import logging
 import os
+import re
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -65,6 +68,7 @@ import torch
 from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
 
 from fairseq_ext.data.samples import subset_sample
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -78,13 +82,53 @@ CONTEXT_NET_INPUT_KEYS = ("ctx_src_tokens", "ctx_src_lengths", "ctx_index", "ctx
 CONTEXT_SAMPLE_KEYS = ("ctx_id",)
 
 
-class DocumentDataError(ValueError):
+class DocumentDataError(UserDataError):
     """Bad document data (ids file, generated context file): the message names the file (and line)."""
 
 
-def document_of(line_id: str) -> str:
-    """``Book.chapter.verse`` -> ``Book.chapter``; an id without a dot is its own document name."""
-    return line_id.rsplit(".", 1)[0] if "." in line_id else line_id
+DOC_ID_PATTERNS = ("auto", "whole")  # or a regular expression whose first group is the document
+_AUTO_ID = re.compile(r"(.+)[#:.]([0-9]+)")
+
+
+def doc_id_rule(pattern: str = "auto"):
+    """The function ``line id -> document name`` of ``--doc-id-pattern`` (``None``: the id does not match).
+
+    * ``auto`` (default): a trailing position ``#N``, ``:N`` or ``.N`` (N digits) is cut off, so
+      ``Ruth.1.3`` -> ``Ruth.1``, ``help/page-name#3`` -> ``help/page-name``, ``chapter.html#12`` ->
+      ``chapter.html``, ``talk12:7`` -> ``talk12``; an id without one is the document name itself (an ids
+      file may simply repeat the document's name on every line).
+    * ``whole``: the id is the document name (never cut).
+    * anything else: a regular expression matched against the whole id; its group ``doc`` (or else its first
+      group) is the document name, e.g. ``'(.+)_[0-9]+'`` for ``report_12``."""
+    if pattern == "auto":
+        def rule(line_id: str) -> Optional[str]:
+            m = _AUTO_ID.fullmatch(line_id)
+            return m.group(1) if m else line_id
+        return rule
+    if pattern == "whole":
+        return lambda line_id: line_id
+    try:
+        rx = re.compile(pattern)
+    except re.error as e:
+        raise DocumentDataError(f"--doc-id-pattern {pattern!r} is not a regular expression ({e}); use auto, whole "
+                                f"or a pattern with one group, e.g. '(.+)#[0-9]+'") from None
+    if rx.groups < 1:
+        raise DocumentDataError(f"--doc-id-pattern {pattern!r} has no group: put the document part in "
+                                f"parentheses, e.g. '(.+)#[0-9]+'")
+    group = "doc" if "doc" in rx.groupindex else 1
+
+    def rule(line_id: str) -> Optional[str]:
+        m = rx.fullmatch(line_id)
+        return m.group(group) if m else None
+    return rule
+
+
+def document_of(line_id: str, pattern: str = "auto") -> str:
+    """The document name of one line id under ``--doc-id-pattern`` (:func:`doc_id_rule`)."""
+    doc = doc_id_rule(pattern)(line_id)
+    if doc is None:
+        raise DocumentDataError(f"id {line_id!r} does not match --doc-id-pattern {pattern!r}")
+    return doc
 
 
 # ------------------------------------------------------------------------------------ DocumentIndex
@@ -107,16 +151,20 @@ class DocumentIndex:
         self.pos = np.arange(n, dtype=np.int64) - np.repeat(self.starts, lengths)
 
     @classmethod
-    def from_ids(cls, ids: Sequence[str], source: str = "<ids>") -> "DocumentIndex":
-        """From line ids (line i of ``source`` = ids[i]); non-contiguous documents are an error."""
+    def from_ids(cls, ids: Sequence[str], source: str = "<ids>", pattern: str = "auto") -> "DocumentIndex":
+        """From line ids (line i of ``source`` = ids[i]; the document of an id by ``pattern``, see
+        :func:`doc_id_rule`); non-contiguous documents are an error."""
+        rule = doc_id_rule(pattern)
         names: List[str] = []
         lengths: List[int] = []
         first_line: Dict[str, Tuple[int, int]] = {}  # name -> (first line, doc number), 1-based lines
         for k, raw in enumerate(ids, start=1):
             line_id = raw.strip()
             if not line_id:
-                raise DocumentDataError(f"{source}:{k}: empty id (every line needs a Book.chapter.verse id)")
-            doc = document_of(line_id)
+                raise DocumentDataError(f"{source}:{k}: empty id (every line needs an id such as doc#3 or doc.3)")
+            doc = rule(line_id)
+            if doc is None:
+                raise DocumentDataError(f"{source}:{k}: id {line_id!r} does not match --doc-id-pattern {pattern!r}")
             if names and names[-1] == doc:
                 lengths[-1] += 1
                 continue
@@ -125,19 +173,16 @@ class DocumentIndex:
                 end = start + lengths[d] - 1
                 raise DocumentDataError(
                     f"{source}:{k}: line id {line_id!r} belongs to document {doc!r}, whose lines {start}-{end} "
-                    f"came before another document; the lines of a document must be contiguous")
+                    f"came before another document; the lines of a document must be contiguous (--doc-id-pattern "
+                    f"{pattern!r} decides the document of an id)")
             first_line[doc] = (k, len(names))
             names.append(doc)
             lengths.append(1)
         return cls(names, lengths, source)
 
     @classmethod
-    def from_file(cls, path: str) -> "DocumentIndex":
-        with open(path, encoding="utf-8") as f:
-            ids = f.read().split("\n")
-        if ids and ids[-1] == "":
-            ids.pop()
-        return cls.from_ids(ids, source=path)
+    def from_file(cls, path: str, pattern: str = "auto") -> "DocumentIndex":
+        return cls.from_ids(read_ids(path), source=path, pattern=pattern)
 
     @classmethod
     def from_lengths(cls, lengths: Sequence[int], source: str = "<synthetic>") -> "DocumentIndex":
@@ -499,16 +544,65 @@ def subset_doc_sample(sample, keep: torch.Tensor, left_pad_source: bool, pad: in
 
 # ------------------------------------------------------------------------------ files of the task
 def find_ids_file(split: str, data_path: str, ids_dir: Optional[str], binarized: str) -> str:
-    """``DATA/{split}.ids``, else ``--doc-ids-dir/{split}.ids``; else one error naming both."""
-    tried = [os.path.join(data_path, f"{split}.ids")]
+    """``--doc-ids-dir/{split}.ids`` when the option is given (it wins over the file next to the data, and a
+    missing one is an error, never a silent fall-back), else ``DATA/{split}.ids``; else one error."""
     if ids_dir:
-        tried.append(os.path.join(ids_dir, f"{split}.ids"))
-    for p in tried:
+        p = os.path.join(ids_dir, f"{split}.ids")
         if os.path.exists(p):
+            beside = os.path.join(data_path, f"{split}.ids")
+            if os.path.exists(beside) and os.path.abspath(beside) != os.path.abspath(p):
+                logger.info("doc_translation %s: ids from --doc-ids-dir %s (not %s)", split, p, beside)
             return p
-    raise DocumentDataError(f"doc_translation: no ids file for split {split!r} ({binarized}): looked for "
-                            f"{' and '.join(tried)}; one id per line (Book.chapter.verse) is needed, or "
-                            f"give --doc-ids-dir")
+        raise DocumentDataError(f"{p}: not found (--doc-ids-dir {ids_dir} is given, so {split}.ids is read there, "
+                                f"not from {data_path})")
+    p = os.path.join(data_path, f"{split}.ids")
+    if os.path.exists(p):
+        return p
+    raise DocumentDataError(f"{p}: not found ({binarized}): the document task needs one id per line of the split "
+                            f"(doc#3, doc.3, doc:3 or the document's name on every line; see --doc-id-pattern), "
+                            f"or --doc-ids-dir DIR")
+
+
+def read_ids(path: str) -> List[str]:
+    """The lines of an ids file (a last empty line is no line); invalid UTF-8 is an error naming the line."""
+    with open(path, "rb") as f:
+        raw = f.read().split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()
+    out = []
+    for k, b in enumerate(raw, start=1):
+        try:
+            out.append(b.decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError as e:
+            raise DocumentDataError(f"{path}:{k}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+    return out
+
+
+# a split of at least this many lines whose documents are (almost) all one sentence long was misread
+SINGLE_SENTENCE_MIN_LINES = 10
+SINGLE_SENTENCE_ERROR = 0.9
+SINGLE_SENTENCE_WARN = 0.5
+
+
+def check_documents(index: DocumentIndex, pattern: str = "auto") -> None:
+    """Refuse a split whose documents are almost all one sentence long (>= 90% of its documents, with at least
+    10 lines): its ids were almost surely misread (a wrong ``--doc-id-pattern``), and a document model would
+    silently train as a sentence model. More than half one-sentence documents is a loud warning."""
+    n_docs = index.n_docs
+    if len(index) < SINGLE_SENTENCE_MIN_LINES or not n_docs:
+        return
+    single = int((index.lengths == 1).sum())
+    share = single / n_docs
+    if share < SINGLE_SENTENCE_WARN:
+        return
+    examples = ", ".join(repr(index.names[d]) for d in range(min(3, n_docs)))
+    msg = (f"{index.source}: {single} of the {n_docs} documents have one sentence ({len(index)} lines; documents "
+           f"{examples}, ...) under --doc-id-pattern {pattern!r}: the ids are probably misread. The document of an "
+           f"id is the id without a trailing #N, :N or .N (auto), the whole id (whole), or the first group of a "
+           f"regular expression, e.g. --doc-id-pattern '(.+)_[0-9]+'")
+    if share >= SINGLE_SENTENCE_ERROR:
+        raise DocumentDataError(msg)
+    logger.warning(msg)
 
 
 def read_generated_context(path: str, tgt_dict, n_expected: int, binarized: str) -> List[torch.Tensor]:

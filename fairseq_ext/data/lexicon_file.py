@@ -11,12 +11,13 @@ import hashlib
 import os
 
 import torch
+from fairseq_ext.data.errors import UserDataError
 
 FORMAT = "arthur_lexicon/1"
 BUILD_HINT = "python -m fairseq_ext.tools.arthur_lexicon"
 
 
-class LexiconMismatchError(ValueError):
+class LexiconMismatchError(UserDataError):
     """The lexicon file does not fit the model's dictionaries (or is not a lexicon)."""
 
 

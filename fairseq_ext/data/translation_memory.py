@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from fairseq_ext.data.errors import UserDataError
 
 FORMAT_VERSION = 1
 
@@ -47,7 +48,7 @@ class TMEntry:
         raise ValueError(f"unknown translation-memory selection {selection!r} (topk, adaptive)")
 
 
-class TMFormatError(ValueError):
+class TMFormatError(UserDataError):
     """A missing, malformed or stale translation-memory side file (the message names the file and line)."""
 
 

@@ -21,11 +21,12 @@ from typing import List, Sequence
 import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset
+from fairseq_ext.data.errors import UserDataError
 
 MARK = "__"
 
 
-class LanguageDataError(ValueError):
+class LanguageDataError(UserDataError):
     """A marked dictionary or a ``.lang`` side file that does not fit the language list."""
 
 

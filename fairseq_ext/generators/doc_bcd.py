@@ -16,7 +16,8 @@
    pass for the sentences before it, pass t−1's for those after; the k-th sentences of all documents of
    the batch are decoded together, which is the same thing since documents do not see each other).
 
-The batch is the document(s) (``doc_translation`` never cuts a document at inference). Context rows outside
+The batch is the document(s); ``doc_translation`` cuts a document larger than ``--max-tokens``/``--batch-size``
+into chunks (its memory bound), and then the sentences of the other chunks are context rows. Context rows outside
 the batch ("extra" rows of the N-set) keep the target side the task gave (``--doc-target-context``); when
 the task gave none they are translated in pass 0 and kept. K = 0 returns pass 0: exactly the greedy output
 of the sentence model. A document model that does not read target context (source memory only,

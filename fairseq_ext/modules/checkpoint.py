@@ -9,9 +9,10 @@ folder of the current run), and eval mode with frozen parameters for teachers an
 """
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
+from fairseq_ext.data.errors import UserDataError
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserDataError):
     """A checkpoint that cannot be used: missing, unreadable, refused by safe loading."""
 
 

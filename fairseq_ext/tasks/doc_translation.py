@@ -9,16 +9,18 @@ keep working) whose datasets are fairseq's ``LanguagePairDataset`` wrapped in
     --doc-context-mode {offline,online}      offline: every other sentence of the document (default);
                                              online: the earlier sentences only
     --doc-context-size N                     the N nearest context sentences (0 = all, default)
-    --doc-max-context 128                    hard cap, also with N = 0 (memory bound of long documents;
-                                             0 = no context sentences)
+    --doc-max-context 128                    hard cap K, also with N = 0 (0 = no context sentences)
+    --doc-id-pattern auto                    how a line id names its document (auto: cut a trailing #N, :N
+                                             or .N; whole: the id; or a regular expression with one group)
     --doc-target-context {none,gold,generated}
                                              add ctx_tgt_tokens: the reference, or the stage-1 model's
                                              translations read from --doc-generated-dir DIR/{split}.{tgt}
                                              (python -m fairseq_ext.tools.doc_context writes it)
-    --doc-ids-dir DIR                        where {split}.ids is when it is not next to the data
+    --doc-ids-dir DIR                        read {split}.ids from DIR (wins over the one next to the data)
     --doc-batching {document,size}           whole documents per batch (default; shuffled per epoch in
-                                             training, long training documents cut into chunks, never
-                                             cut at inference), or fairseq's length-sorted batches
+                                             training; a document larger than --max-tokens/--batch-size is
+                                             cut into chunks, in training, validation and decoding alike),
+                                             or fairseq's length-sorted batches
     --doc-concat-prev N                      concatenation baseline: prev N sources + <brk> each, then
                                              the sentence (no context keys; any sentence model)
     --decoding-algorithm doc_bcd             block-coordinate-descent document decoding (generator
@@ -26,9 +28,19 @@ keep working) whose datasets are fairseq's ``LanguagePairDataset`` wrapped in
       [--bcd-update {jacobi,gauss_seidel}]   passes re-translating every sentence of the document with
       [--bcd-init {auto,base_model,zero_context}]  the others' translations as target context
 
-The ids file ``{split}.ids`` (one ``Book.chapter.verse`` a line) is looked up next to the binarized data,
-then in ``--doc-ids-dir``. Per split the task logs the number of documents, the mean and maximum document
-length and how many sentences the cap shortened.
+The ids file ``{split}.ids`` (one id a line, line-aligned with the split: ``Ruth.1.3``, ``help/page#3``,
+``doc:12``, or the document's name repeated on every line; the lines of a document are contiguous) is read
+from ``--doc-ids-dir`` when given, else next to the binarized data (``fairseq-ext-data prepare`` copies
+``raw/{split}.ids`` there). A split whose documents are almost all one sentence long (>= 90%) is refused as
+misread ids, more than half is a warning. Per split the task logs the number of documents, the mean and
+maximum document length and how many sentences the cap shortened.
+
+**Memory bound.** A batch never holds more than ``--max-tokens`` tokens (B x its longest sentence) or
+``--batch-size`` sentences, in validation and decoding as in training: a longer document is cut into
+consecutive chunks, and the sentences of the other chunks that are in a sentence's context join the batch as
+extra context rows (so every sentence keeps exactly its context). Each sentence attends to at most
+``--doc-max-context`` K context sentences, so the context attention of a batch holds at most about
+``max_tokens x heads x K x (longest context sentence)`` scores, whatever the document length.
 
 ``<brk>`` (``--doc-concat-prev N > 0``) is appended to the source dictionary in ``setup_task``, and to
 the target dictionary too when both dictionaries are equal (a joined dictionary, as
@@ -58,6 +70,8 @@ from fairseq_ext.data.documents import (
     DOC_BATCHING,
     TARGET_CONTEXT,
     DocumentDataError,
+    check_documents,
+    doc_id_rule,
     DocumentIndex,
     DocumentPairDataset,
     PrevConcatDataset,
@@ -66,6 +80,7 @@ from fairseq_ext.data.documents import (
     has_context,
     log_split_stats,
     read_generated_context,
+    read_ids,
     strip_context,
     subset_doc_sample,
     uses_document_context,
@@ -109,8 +124,12 @@ class DocTranslationConfig(TranslationDecodingConfig):
     doc_context_size: int = field(
         default=0, metadata={"help": "keep the N nearest context sentences (ties: the earlier); 0 = all"})
     doc_max_context: int = field(
-        default=128, metadata={"help": "hard cap on the context sentences of a sentence, also when "
-                                       "--doc-context-size is 0 (memory bound; 0 = no context)"})
+        default=128, metadata={"help": "hard cap K on the context sentences of a sentence, also when "
+                                       "--doc-context-size is 0 (0 = no context). Memory: every batch (training, "
+                                       "validation, decoding) holds at most --max-tokens tokens (B x longest "
+                                       "sentence; long documents are cut into chunks, their other sentences "
+                                       "joining as context rows), and each of its sentences attends to at most K "
+                                       "context sentences"})
     doc_target_context: ChoiceEnum(TARGET_CONTEXT) = field(
         default="none",
         metadata={"help": "also give the target side of the context (ctx_tgt_tokens): gold = the references, "
@@ -119,7 +138,14 @@ class DocTranslationConfig(TranslationDecodingConfig):
         default=None, metadata={"help": "folder of {split}.{tgt}: the sentence model's translations, one per "
                                         "example in dataset order, in target-dictionary units"})
     doc_ids_dir: Optional[str] = field(
-        default=None, metadata={"help": "folder of {split}.ids when they are not next to the binarized data"})
+        default=None, metadata={"help": "read {split}.ids from this folder (it wins over the {split}.ids next to the "
+                                        "binarized data)"})
+    doc_id_pattern: str = field(
+        default="auto",
+        metadata={"help": "how a line id names its document: auto = the id without a trailing #N, :N or .N "
+                          "(Ruth.1.3 -> Ruth.1, help/page#3 -> help/page, doc:7 -> doc; an id without one is the "
+                          "document's name, so the name may simply repeat on every line); whole = the whole id; "
+                          "or a regular expression whose first group is the document, e.g. '(.+)_[0-9]+'"})
     doc_batching: ChoiceEnum(DOC_BATCHING) = field(
         default="document",
         metadata={"help": "document: batches of whole documents (long training documents cut into chunks); "
@@ -144,16 +170,27 @@ class DocTranslationConfig(TranslationDecodingConfig):
                                           "first when two models are given)"})
 
 
+def groups_cut(index, batches) -> int:
+    """How many groups (documents) of ``index`` the ``batches`` spread over more than one batch."""
+    if not batches:
+        return 0
+    rows = np.concatenate(batches)
+    batch_of = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+    pairs = np.unique(np.stack([index.doc_of[rows], batch_of], 1), axis=0)
+    return int((np.bincount(pairs[:, 0]) > 1).sum())
+
+
 def group_batch_iterator(task, dataset, a: dict, train: bool, n_updates: int, make_batches_of, n_groups: int,
-                         what: str) -> "DocumentBatchIterator":
+                         what: str, cut_at_inference: bool = False) -> "DocumentBatchIterator":
     """fairseq's epoch iterator over batches of whole groups (documents, conversations) of ``dataset``.
 
     ``make_batches_of(index, num_tokens, keep, order=None, cut_long=False, max_tokens=, max_sentences=)`` packs the
     groups of ``dataset.index`` (in ``order``, a permutation of its ``n_groups`` groups) into batches of the kept
     (``keep``: within ``a["max_positions"]``) sentences. Training: a new group order per epoch (fairseq's seed
     and the epoch), groups longer than a batch cut into chunks, virtual epochs for ``--max-update`` budgets
-    (:class:`~fairseq_ext.data.batching.VirtualEpochs`); inference (and any unshuffled pass): whole groups in
-    corpus order, never cut. ``a``: the bound arguments of :meth:`get_batch_iterator`."""
+    (:class:`~fairseq_ext.data.batching.VirtualEpochs`); inference (and any unshuffled pass): groups in corpus
+    order, cut into chunks like in training with ``cut_at_inference`` (so validation and decoding never build a
+    batch larger than a training batch), else whole. ``a``: the bound arguments of :meth:`get_batch_iterator`."""
     dataset.set_epoch(a["epoch"])
     seed = a["seed"]
     indices = np.arange(len(dataset), dtype=np.int64)
@@ -166,7 +203,7 @@ def group_batch_iterator(task, dataset, a: dict, train: bool, n_updates: int, ma
     pack = dict(max_tokens=a["max_tokens"], max_sentences=a["max_sentences"])
 
     def inference_batches() -> list:
-        return make_batches_of(index, num_tokens, keep, cut_long=False, **pack)
+        return make_batches_of(index, num_tokens, keep, cut_long=cut_at_inference, **pack)
 
     if train:
         def make_pass(p: int) -> list:
@@ -184,8 +221,11 @@ def group_batch_iterator(task, dataset, a: dict, train: bool, n_updates: int, ma
     else:
         fixed = inference_batches()
         big = sum(1 for b in fixed if a["max_tokens"] and len(b) * int(num_tokens[b].max()) > a["max_tokens"])
-        logger.info("%s batches: %d batches of whole %ss%s", what, len(fixed), what,
-                    f" ({big} above --max-tokens: a {what} is never cut at inference)" if big else "")
+        cut = groups_cut(index, fixed) if cut_at_inference else 0
+        logger.info("%s batches: %d batches%s%s", what, len(fixed),
+                    f" ({cut} long {what}s cut into chunks within --max-tokens/--batch-size)" if cut else "",
+                    f" ({big} above --max-tokens: " + ("single sentences longer than it)" if cut_at_inference else
+                                                        f"a {what} is never cut at inference)") if big else "")
 
         def make_batches(epoch: int, training: bool) -> list:
             return fixed
@@ -205,6 +245,7 @@ class DocTranslationTask(TranslationDecodingTask):
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
+        doc_id_rule(cfg.doc_id_pattern)  # a bad pattern fails before any data is read
         for name in ("doc_context_size", "doc_max_context", "doc_concat_prev"):
             if getattr(cfg, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
@@ -274,18 +315,13 @@ class DocTranslationTask(TranslationDecodingTask):
         for k in range(max(len(prefixes), 1)):
             name = split + (str(k) if k > 0 else "")
             ids_files.append(find_ids_file(name, data_path, cfg.doc_ids_dir, binarized))
-        if len(ids_files) == 1:
-            index = DocumentIndex.from_file(ids_files[0])
-        else:
-            ids = []
-            for p in ids_files:
-                with open(p, encoding="utf-8") as f:
-                    ids += f.read().rstrip("\n").split("\n")
-            index = DocumentIndex.from_ids(ids, source=" + ".join(ids_files))
+        ids = [line for p in ids_files for line in read_ids(p)]
+        index = DocumentIndex.from_ids(ids, source=" + ".join(ids_files), pattern=cfg.doc_id_pattern)
         if len(index) != len(base):
             raise DocumentDataError(f"{' + '.join(ids_files)} has {len(index)} lines, but the binarized split "
                                     f"{binarized} has {len(base)} examples: the ids file must be line-aligned "
                                     f"with the data")
+        check_documents(index, cfg.doc_id_pattern)
         if cfg.doc_concat_prev > 0:
             if cfg.num_batch_buckets > 0:
                 raise ValueError("--doc-concat-prev does not support --num-batch-buckets")
@@ -334,7 +370,7 @@ class DocTranslationTask(TranslationDecodingTask):
             raise ValueError("--batching chunked applies to --doc-batching size only (document batches are "
                              "whole documents)")
         epoch_iter = group_batch_iterator(self, dataset, a, train, n_updates, document_batches,
-                                          dataset.index.n_docs, "document")
+                                          dataset.index.n_docs, "document", cut_at_inference=True)
         if reuse:
             self.dataset_to_epoch_iter[dataset] = epoch_iter
         return epoch_iter
