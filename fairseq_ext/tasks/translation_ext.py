@@ -21,12 +21,19 @@ so they inherit:
   sorted batches.
 * ``--updates-per-epoch N``: fixed-size "virtual" epochs (§6.3.1, Table 4.1: 100/600/1500/2000
   updates]; see :class:`TrainBatchingMixin`.
+* Over-long inputs at evaluation time: a source or target longer than the model's positions (the smallest of
+  the task's ``--max-source/target-positions`` and the models') in ``fairseq-interactive``, ``fairseq-generate``
+  or validation is cut to its first max - 1 tokens + ⟨/s⟩ and translated, with one warning naming the input
+  line, instead of stopping the run ("Size of sample #i is invalid") or, with
+  ``--skip-invalid-size-inputs-valid-test``, going without an output; see :class:`LongInputMixin`. The
+  training split keeps fairseq's filter.
 """
 
 import contextlib
 import functools
 import inspect
 import logging
+import weakref
 from dataclasses import dataclass, field
 from typing import List
 
@@ -40,6 +47,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
 from fairseq_ext.data.batching import BATCHING_MODES, VirtualEpochs, chunked_batches
+from fairseq_ext.data.truncation import language_pair_of, position_limits, truncate_pairs_
 from fairseq_ext.generators.length_penalty import GNMTLengthPenaltySequenceGenerator
 
 logger = logging.getLogger(__name__)
@@ -232,9 +240,87 @@ class TrainBatchingMixin:
         return epoch_iter
 
 
+class LongInputMixin:
+    """Evaluation inputs longer than the model's positions are cut, not dropped (module doc).
+
+    fairseq's ``get_batch_iterator`` hands :meth:`filter_indices_by_size` the dataset and the positions of the
+    task and the models; for an *evaluation input* this cuts the over-long examples of the dataset in place
+    (:func:`fairseq_ext.data.truncation.truncate_pairs_`) before fairseq's filter, which then keeps them all.
+    Evaluation inputs are
+
+    * a split not loaded for training: any split but ``--train-subset``, and also that one when an evaluation
+      command loads it (``fairseq-generate`` / ``fairseq-validate`` pass the checkpoint's ``task_cfg``), e.g.
+      ``fairseq-generate --gen-subset train`` for distillation; named ``SPLIT line N (id N-1)``;
+    * a dataset of sources without references that is no loaded split: ``fairseq-interactive``'s buffered input
+      lines (one dataset per ``--buffer-size`` chunk) or the hub interface's sentences; named ``input line N``,
+      counted from 1 across the chunks.
+
+    Anything else (the training split of ``fairseq-train``, a dataset whose wrappers keep sizes of their own)
+    keeps fairseq's behaviour: over-long examples are skipped or refused.
+    """
+
+    MAX_WARNINGS = 20  # per dataset; the rest are counted in one more warning
+
+    def _evaluation_names(self, dataset):
+        """``i -> name of example i`` if ``dataset`` is an evaluation input (class doc), else None."""
+        for split, ds in self.datasets.items():
+            if ds is dataset:
+                training = split == getattr(self.cfg, "train_subset", "train")
+                if getattr(self, "_loaded_for_training", {}).get(split, training):
+                    return None
+                return lambda i: f"{split} line {i + 1} (id {i})"
+        pair = language_pair_of(dataset)
+        if pair is None or pair.tgt is not None:
+            return None
+        if not hasattr(self, "_input_first_line"):
+            self._input_first_line, self._input_lines = weakref.WeakKeyDictionary(), 0
+        first = self._input_first_line.get(dataset)
+        if first is None:
+            first = self._input_first_line[dataset] = self._input_lines + 1
+            self._input_lines += len(dataset)
+        return lambda i: f"input line {first + i}"
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        if not hasattr(self, "_loaded_for_training"):
+            self._loaded_for_training = {}
+        self._loaded_for_training[split] = (split == getattr(self.cfg, "train_subset", "train")
+                                            and "task_cfg" not in kwargs)
+
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        name = None if max_positions is None else self._evaluation_names(dataset)
+        pair = None if name is None else language_pair_of(dataset)
+        if pair is not None and len(dataset.filter_indices_by_size(indices, max_positions)[1]):
+            max_source, max_target = position_limits(max_positions)
+            cut = truncate_pairs_(pair, max_source, max_target)
+            if cut:
+                ignored = set(dataset.filter_indices_by_size(np.asarray(indices), max_positions)[1])
+                self._warn_cut([c for c in cut if c.index not in ignored], name, max_source, max_target,
+                               ignore_invalid_inputs)
+        return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
+
+    def _warn_cut(self, cut, name, max_source, max_target, skip: bool) -> None:
+        instead = "skipped (--skip-invalid-size-inputs-valid-test)" if skip else "refused"
+        for c in cut[: self.MAX_WARNINGS]:
+            too_long, done = [], []
+            if c.source:
+                too_long.append(f"{c.source} source tokens (with </s>), more than the {max_source} source positions")
+                done.append(f"translated from its first {max_source - 1} tokens + </s>")
+            if c.target:
+                too_long.append(f"{c.target} target tokens (with </s>), more than the {max_target} target positions")
+                done.append(f"its reference cut to its first {max_target - 1} tokens + </s>")
+            logger.warning("%s: %s: %s instead of being %s", name(c.index), " and ".join(too_long),
+                           "; ".join(done), instead)
+        if len(cut) > self.MAX_WARNINGS:
+            rest = [name(c.index) for c in cut[self.MAX_WARNINGS:]]
+            logger.warning("%d more examples longer than the positions were cut the same way: %s%s",
+                           len(rest), ", ".join(rest[:10]), " ..." if len(rest) > 10 else "")
+
+
 @register_task("translation_ext", dataclass=TranslationExtConfig)
-class TranslationExtTask(AutocastMixin, GNMTGeneratorMixin, TrainBatchingMixin, TranslationTask):
+class TranslationExtTask(AutocastMixin, GNMTGeneratorMixin, TrainBatchingMixin, LongInputMixin, TranslationTask):
     """fairseq ``translation`` + ``--cpu-bf16`` + ``--math-attention`` + ``--gnmt-alpha`` +
-    ``--batching`` / ``--chunk-size`` / ``--updates-per-epoch`` (base of the plugin's tasks)."""
+    ``--batching`` / ``--chunk-size`` / ``--updates-per-epoch`` + over-long evaluation inputs cut, not dropped
+    (base of the plugin's tasks)."""
 
     cfg: TranslationExtConfig
