@@ -192,3 +192,57 @@ def test_500_sentence_document_trains_validates_and_decodes_within_the_memory_bo
     assert sorted(hypotheses(p.stdout)) == list(range(500))
     print(f"fairseq-generate peak RSS {peak_mb(p):.0f} MB")
     assert peak_mb(p) < MEMORY_BOUND_MB, peak_mb(p)
+
+
+# ----------------------------------------------------------------------------- the own-data path, end to end
+def foreign_ids(raw_ids):
+    """The tiny Bible's ids in two foreign formats: chapters alternate between ``help/<book>-<ch>#<verse>`` and
+    ``<book><ch>.html#<verse>``."""
+    out, chapters = [], {}
+    for line_id in raw_ids:
+        book, ch, verse = line_id.rsplit(".", 2)
+        k = chapters.setdefault((book, ch), len(chapters))
+        out.append(f"help/{book}-{ch}#{verse}" if k % 2 == 0 else f"{book}{ch}.html#{verse}")
+    return out
+
+
+@pytest.mark.slow
+def test_own_data_path_from_raw_files_with_foreign_ids_to_a_score(tmp_path):
+    """README's own-data document path on raw files whose ids are ``help/page#N`` and ``page.html#N``: prepare,
+    a stage-1 sentence model, a stage-2 document model warm-started from it, decoding with document context,
+    BLEU and d-BLEU against the raw references."""
+    from harness import TINY
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    n_docs = {}
+    for split in ("train", "valid", "test"):
+        for lang in ("es", "en"):
+            shutil.copy(TINY / f"{split}.{lang}", raw / f"{split}.{lang}")
+        ids = foreign_ids((TINY / f"{split}.ids").read_text().splitlines())
+        (raw / f"{split}.ids").write_text("\n".join(ids) + "\n")
+        n_docs[split] = len(DocumentIndex.from_ids(ids).names)
+    data_cli("prepare", "--raw", raw, "--src", "es", "--tgt", "en", "--out", tmp_path, "--vocab-size", "300")
+    data = tmp_path / "spm300" / "bin"
+    shape = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+             "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
+             "--decoder-attention-heads", "4"]
+    sent = train(data, tmp_path / "sent", ["--arch", "transformer_maruf_base_bench", *shape], task="doc_translation",
+                 max_update=6, extra=["--lr-scheduler", "budget_inverse_sqrt", "--warmup-updates", "300"])
+    p = fairseq("train", data, "--task", "doc_translation", "--arch", "selattn_enc_hier_sparsesoft_bench", *shape,
+                "--finetune-from-model", sent, "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
+                "--lr-scheduler", "budget_inverse_sqrt", "--warmup-updates", "300", "--max-update", "4",
+                "--save-dir", tmp_path / "doc", "--cpu", "--no-progress-bar", "--log-format", "simple")
+    log = p.stdout + p.stderr
+    assert f"doc_translation train: {n_docs['train']} documents" in log  # the foreign ids were read as chapters
+    assert f"doc_translation valid: {n_docs['valid']} documents" in log
+    out = generate(data, tmp_path / "doc" / "checkpoint_best.pt", "--post-process", "sentencepiece",
+                   task="doc_translation")
+    (tmp_path / "gen.out").write_text(out)
+    n_test = n_lines(raw / "test.ids")
+    assert sorted(hypotheses(out)) == list(range(n_test))
+    score = run([sys.executable, "-m", "fairseq_ext.tools.score", "score", "--hyp", tmp_path / "gen.out",
+                 "--ref", raw / "test.en"]).stdout
+    assert "BLEU" in score and "chrF" in score
+    dbleu = run([sys.executable, "-m", "fairseq_ext.tools.score", "dbleu", "--hyp", tmp_path / "gen.out",
+                 "--ref", raw / "test.en", "--ids", raw / "test.ids"]).stdout
+    assert f"{n_docs['test']} documents" in dbleu
