@@ -70,11 +70,25 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    resumed run stops at the update the uninterrupted run would have stopped at.  A checkpoint of a run trained
    without ``--patience`` (continued to convergence with it) holds no such state: the count then starts from
    fairseq's own best metric of that checkpoint, so validations below it count from the first one.
+12. **``--help`` lists the options of the named task, architecture and criterion.**  ``fairseq-train DATA --task
+   doc_translation --help`` showed no ``--doc-*`` option: ``options.parse_args_and_arch`` parses the command
+   line once to learn ``--task``/``--arch``/``--criterion``/... and only then adds their options for the second
+   parse, but argparse answers ``-h`` during that first parse, before they exist.  :func:`patch_help` wraps
+   ``parse_args_and_arch`` so that its first parse of a parser leaves ``-h``/``--help`` out (and required
+   arguments optional, as help never needed them); the second parse, with every option added, prints the help
+   and exits 0.  Without ``--arch`` no model options are added (fairseq would stop on the missing choice).
+   When ``--user-dir`` is not on ``sys.argv`` (a program calling ``parse_args_and_arch(parser, args)``), the
+   plugin is imported *inside* that call, after the parser was built, so wrapping the function comes too late
+   for it: :func:`apply` then finds the call's parser on the stack and prepares it the same way.  Applies to
+   every tool that parses with ``parse_args_and_arch`` (train, generate, interactive, validate, eval-lm) and
+   to every task, plugin or fairseq's.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
+import sys
 import warnings
 
 import numpy as np
@@ -506,6 +520,64 @@ def patch_patience_resume() -> None:
 # ------------------------------------------------------------------------------------ end of fix 11
 
 
+# ------------------------------------------------------------------------------------ fix 12
+def first_parse_without_help(parser: argparse.ArgumentParser) -> None:
+    """Make the next ``parser.parse_known_args`` -- fairseq's first pass -- ignore ``-h``/``--help`` and the
+    required arguments (fix 12); the passes after it are argparse's own again."""
+    if "parse_known_args" in vars(parser):  # already prepared (an outer call, suppress_defaults)
+        return
+    helps = {s for a in parser._actions if isinstance(a, argparse._HelpAction) for s in a.option_strings}
+    orig = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        del parser.parse_known_args
+        argv = sys.argv[1:] if args is None else list(args)
+        end = argv.index("--") if "--" in argv else len(argv)  # after "--" nothing is an option
+        if not helps.intersection(argv[:end]):
+            return orig(args, namespace)
+        required = [a for a in parser._actions if a.required]
+        for a in required:
+            a.required = False
+        try:
+            known, extra = orig([a for a in argv[:end] if a not in helps] + argv[end:], namespace)
+        finally:
+            for a in required:
+                a.required = True
+        if getattr(known, "arch", "") is None:  # no --arch: no model options to list (and none to look up)
+            del known.arch
+        return known, extra
+
+    parser.parse_known_args = parse_known_args
+
+
+def patch_help() -> None:
+    """Wrap ``options.parse_args_and_arch`` with :func:`first_parse_without_help`, and prepare the parser of a
+    call in progress that is importing the plugin (fix 12)."""
+    from fairseq import options
+
+    orig = options.parse_args_and_arch
+    if getattr(orig, "_fairseq_ext", False):
+        return
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not orig.__code__:
+        frame = frame.f_back
+    if frame is not None and isinstance(frame.f_locals.get("parser"), argparse.ArgumentParser):
+        first_parse_without_help(frame.f_locals["parser"])  # its first parse is still to come
+    del frame
+
+    @functools.wraps(orig)
+    def parse_args_and_arch(parser, *args, **kwargs):
+        first_parse_without_help(parser)
+        try:
+            return orig(parser, *args, **kwargs)
+        finally:
+            vars(parser).pop("parse_known_args", None)
+
+    parse_args_and_arch._fairseq_ext = True
+    options.parse_args_and_arch = parse_args_and_arch
+# ------------------------------------------------------------------------------------ end of fix 12
+
+
 def apply() -> None:
     """Apply every fix, once.  Called by ``fairseq_ext/__init__.py``."""
     global _APPLIED
@@ -523,4 +595,5 @@ def apply() -> None:
     patch_frozen_linear()  # fix 9
     patch_train_iterator_workers()  # fix 10
     patch_patience_resume()  # fix 11
+    patch_help()  # fix 12
     _APPLIED = True
