@@ -101,6 +101,15 @@ Usage::
         --spm data/bible_es_en/spm8000/spm.model [--json acc.json] [--details scores.jsonl] [--name M] \
         data/bible_es_en/spm8000/bin --path ckpt/checkpoint_best.pt --task translation --gen-subset test
 
+Published sets (``score --format contrapro|bawden``): ContraPro (Müller et al. 2018) and the sets of Bawden et al.
+(2018) in their own formats, each instance scored with its context sentences by the same scorer
+(:mod:`fairseq_ext.tools.contrastive_sets`)::
+
+    python -m fairseq_ext.tools.contrastive score --format contrapro --set contrapro.json --docs documents \
+        [--context 1] --spm spm.model DATA --path ckpt.pt --task doc_translation [--doc-target-context gold]
+    python -m fairseq_ext.tools.contrastive score --format bawden --set anaphora.json --spm spm.model \
+        DATA --path ckpt.pt --task translation
+
 (installed: ``fairseq-ext-contrastive``). Bad input prints one ``error: FILE:LINE: ...`` line, exit 2.
 """
 from __future__ import annotations
@@ -123,7 +132,7 @@ __all__ = [
     "ES_AMBIGUOUS", "ES_GENDERED", "EN_PRONOUNS", "BUCKETS", "DEFAULT_LEXICON",
     "load_gender_lexicon", "derive_names", "swap_variants", "distance_bucket", "build_instances",
     "build_set", "format_stats", "encode_candidates", "score_sample", "score_instances",
-    "contrastive_accuracy", "format_accuracy", "main", "cli_main",
+    "contrastive_accuracy", "format_accuracy", "load_for_scoring", "score_candidates", "main", "cli_main",
 ]
 
 # --------------------------------------------------------------------------------------------- lexicons
@@ -652,8 +661,28 @@ def format_accuracy(res: Mapping[str, Any], name: str = "model") -> str:
     return "\n".join(lines)
 
 
-def _load_fairseq(fairseq_argv: Sequence[str]):
-    """(cfg, task, models, dataset, use_cuda) the way fairseq-generate loads them."""
+def _shadow_data(data: str, workdir: str, split: str) -> str:
+    """``workdir`` with a link to every file of the (first) data folder except those of ``split``."""
+    from fairseq import utils
+
+    first = utils.split_paths(data)[0]
+    if not os.path.isdir(first):
+        raise ToolError(f"missing data folder: {first}")
+    for entry in os.listdir(first):
+        if not entry.startswith(split + "."):
+            os.symlink(os.path.abspath(os.path.join(first, entry)), os.path.join(workdir, entry))
+    return workdir
+
+
+def load_for_scoring(fairseq_argv: Sequence[str], prepare: Optional[Callable[[Any, str, str], None]] = None,
+                     workdir: Optional[str] = None):
+    """(cfg, task, models, dataset, use_cuda) the way fairseq-generate loads them (``fairseq_cli/generate.py``):
+    the task, the ensemble, then per model ``half()`` (``--fp16``), ``cuda()`` and ``prepare_for_inference_(cfg)``
+    (so ``--quantize int8`` and the other inference preparations apply), then the split ``--gen-subset``.
+
+    With ``prepare(task, folder, split)`` the split is the caller's: the data folder is replaced by ``workdir``
+    (links to every file of the data folder except those of the split), ``prepare`` writes the split there once
+    the task and its dictionaries are set up, and the task loads it as any split."""
     import ast
 
     import torch
@@ -667,9 +696,15 @@ def _load_fairseq(fairseq_argv: Sequence[str]):
 
     parser = options.get_generation_parser()
     args = options.parse_args_and_arch(parser, with_user_dir(list(fairseq_argv)))
-    cfg = convert_namespace_to_omegaconf(args)
-    if cfg.common_eval.path is None:
+    if args.path is None:
         raise ToolError("give --path CHECKPOINT (and the data folder) for fairseq")
+    if prepare is not None:
+        if workdir is None:
+            raise ValueError("prepare needs a workdir")
+        args.data = _shadow_data(args.data, workdir, args.gen_subset)
+        if hasattr(args, "doc_id_pattern"):
+            args.doc_id_pattern = "whole"  # the split's ids file names each line's document itself
+    cfg = convert_namespace_to_omegaconf(args)
     utils.import_user_module(cfg.common)
     paths = utils.split_paths(cfg.common_eval.path)
     for p in paths:
@@ -685,10 +720,36 @@ def _load_fairseq(fairseq_argv: Sequence[str]):
             m.half()
         if use_cuda:
             m.cuda()
+        m.prepare_for_inference_(cfg)
         m.eval()
     split = cfg.dataset.gen_subset
+    if prepare is not None:
+        prepare(task, cfg.task.data, split)
     task.load_dataset(split, task_cfg=saved_cfg.task)
     return cfg, task, models, task.dataset(split), use_cuda
+
+
+def score_candidates(lines: Sequence[int], texts: Sequence[Sequence[str]], dataset, models: Sequence[Any], tgt_dict, *,
+                     spm: Optional[str] = None, per_batch: int = 1, use_cuda: bool = False,
+                     scorer: Optional[Callable[[Mapping[str, Any]], List[float]]] = None) -> Tuple[List[List[float]], int]:
+    """:func:`score_instances` of the candidate translations ``texts[k]`` (reference first) of the item
+    ``dataset[lines[k]]``: encoded by :func:`encode_candidates` (``spm``), on CUDA with ``use_cuda``, scored by
+    :func:`score_sample` with ``models`` unless ``scorer(sample)`` is given. Returns (scores, mismatched)."""
+    flat = encode_candidates([t for c in texts for t in c], tgt_dict, spm)
+    candidates, pos = [], 0
+    for c in texts:
+        candidates.append(flat[pos:pos + len(c)])
+        pos += len(c)
+    move = None
+    if use_cuda:
+        from fairseq import utils
+
+        move = utils.move_to_cuda
+    pad = tgt_dict.pad()
+    if scorer is None:
+        def scorer(sample):
+            return score_sample(models, sample, pad)
+    return score_instances([{"line": n} for n in lines], dataset, candidates, scorer, pad, per_batch, move)
 
 
 def score_set(set_path: str, fairseq_argv: Sequence[str], *, spm: Optional[str] = None,
@@ -708,31 +769,12 @@ def score_set(set_path: str, fairseq_argv: Sequence[str], *, spm: Optional[str] 
             raise ToolError("an instance without variants", set_path, i)
     if not instances:
         raise ToolError("empty contrastive set", set_path)
-    cfg, task, models, dataset, use_cuda = _load_fairseq(fairseq_argv)
-    tgt_dict = task.target_dictionary
-    texts, sizes = [], []
-    for x in instances:
-        cands = [x["reference"]] + list(x["variants"])
-        texts += cands
-        sizes.append(len(cands))
-    flat = encode_candidates(texts, tgt_dict, spm)
-    candidates, pos = [], 0
-    for n in sizes:
-        candidates.append(flat[pos:pos + n])
-        pos += n
-    move = None
-    if use_cuda:
-        from fairseq import utils
-
-        move = utils.move_to_cuda
-    pad = tgt_dict.pad()
-
-    def scorer(sample):
-        return score_sample(models, sample, pad)
-
-    log(f"[contrastive] scoring {len(instances)} instances ({len(texts)} candidates) on "
+    cfg, task, models, dataset, use_cuda = load_for_scoring(fairseq_argv)
+    cands = [[x["reference"]] + list(x["variants"]) for x in instances]
+    log(f"[contrastive] scoring {len(instances)} instances ({sum(map(len, cands))} candidates) on "
         f"{cfg.dataset.gen_subset} with {cfg.common_eval.path}")
-    scores, mismatched = score_instances(instances, dataset, candidates, scorer, pad, per_batch, move)
+    scores, mismatched = score_candidates([int(x["line"]) for x in instances], cands, dataset, models,
+                                          task.target_dictionary, spm=spm, per_batch=per_batch, use_cuda=use_cuda)
     if mismatched == len(instances):
         raise ToolError(f"no reference of the set matches the target of its line in split "
                         f"{cfg.dataset.gen_subset!r} (wrong --gen-subset, --spm or reference language?)",
@@ -786,7 +828,10 @@ def build_parser() -> ArgumentParser:
                        description="Accuracy of a model on a contrastive set. Every option not listed here "
                                    "goes to fairseq's generation parser, as for fairseq-generate: DATA --path "
                                    "CHECKPOINT [--task TASK and its options] [--gen-subset SPLIT] [--cpu] ...")
-    s.add_argument("--set", dest="set_path", required=True, help="the JSON lines set of `build`")
+    s.add_argument("--set", dest="set_path", help="the set: JSON lines of `build`, contrapro.json, anaphora.json ...")
+    from fairseq_ext.tools.contrastive_sets import add_set_arguments
+
+    add_set_arguments(s)
     s.add_argument("--spm", help="sentencepiece model of the data (segments reference and variants)")
     s.add_argument("--segmented", action="store_true", help="the set's texts are already segmented")
     s.add_argument("--instances-per-batch", type=positive_int, default=1,
@@ -821,9 +866,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     if not rest:
         raise ToolError("score needs fairseq's arguments: DATA --path CHECKPOINT [--task ...]")
-    res = score_set(args.set_path, rest, spm=args.spm, segmented=args.segmented,
-                    per_batch=args.instances_per_batch, name=args.name, details=args.details)
-    print(format_accuracy(res, res["model"]))
+    if args.set_format != "jsonl":  # a published set (ContraPro, Bawden et al.) with its own context
+        from fairseq_ext.tools.contrastive_sets import score_from_args
+
+        res = score_from_args(args, rest)
+    else:
+        if args.set_path is None:
+            raise ToolError("give the set (--set)")
+        res = score_set(args.set_path, rest, spm=args.spm, segmented=args.segmented,
+                        per_batch=args.instances_per_batch, name=args.name, details=args.details)
+        print(format_accuracy(res, res["model"]))
     if args.json:
         write_json(args.json, res, indent=2)
     return 0
