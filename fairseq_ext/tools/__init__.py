@@ -32,13 +32,25 @@ module                 console script                         what
 ``ulr``                ``fairseq-ext-ulr``                    Gu ch. 5: skip-gram embeddings, seed dictionaries,
                                                               Procrustes projection, closest universal tokens
 ``back_translation``   ``fairseq-ext-bt``                     Gu ch. 5: the two back-translation passes' corpora
-``simul_latency``      ``fairseq-ext-simul-latency``          Gu ch. 9: AP / CW / AL / DAL of READ/WRITE actions
+``simul_latency``      ``fairseq-ext-simul-latency``          Gu ch. 9: AP / CW / AL (both) / LAAL / DAL / AL_CA
+                                                              of READ/WRITE actions
 ``simuleval_agent``    — (optional: SimulEval installed)      Gu ch. 9: the agent as a SimulEval text agent
 ``conversations``      ``fairseq-ext-conversations``          Maruf ch. 5: speaker conversations from the SWORD
                                                               markup, Table 5.1 statistics, per-direction BLEU
 ``export``             ``fairseq-ext-export``                 a checkpoint -> CTranslate2 (transformer archs;
                                                               ``--list-archs`` says which cannot and why)
-``score``              ``fairseq-ext-score``                  sacreBLEU BLEU/chrF, bootstrap, length buckets
+``score``              ``fairseq-ext-score``                  sacreBLEU BLEU/chrF, bootstrap, length buckets,
+                                                              METEOR, d-BLEU (``dbleu``)
+``doc_metrics``        (``fairseq-ext-score dbleu``)          document-level BLEU over joined documents
+``contrastive``        ``fairseq-ext-contrastive``            Maruf ch. 4: the Bible pronoun set; scores any
+                                                              contrastive set with any model
+``contrastive_sets``   (``fairseq-ext-contrastive score       ContraPro (Mueller et al. 2018) and Bawden et al.
+                       --format``)                            2018 sets in their own formats
+``doc_consistency``    ``fairseq-ext-doc-consistency``        Maruf ch. 4: chapter consistency
+``doc_context``        (``python -m``)                        Maruf ch. 3-4: the stage-1 translations as the
+                                                              target context of a split
+``copy_heatmap``       (``python -m``)                        Gu ch. 3: the copy/generate heatmap (Fig. 3.3)
+``tm_analysis``        —                                      Gu ch. 4: the fuzzy-match bins and k sweep plots
 ``hypotheses``         —                                      reading fairseq-generate output
 ``plots``              —                                      matplotlib helpers
 ``analysis``           ``fairseq-ext-analysis``               Ampomah: attention statistics of a checkpoint
