@@ -333,6 +333,12 @@ for s in "${SYSTEMS[@]}"; do
     --json $OUT/$s.meteor.json)
   echo "$s: $m" | tee -a $RES
 done
+printf '\n## d-BLEU (whole chapters; Bao et al. 2021)\n\n' >> $RES
+for s in "${SYSTEMS[@]}"; do
+  d=$($PY -m fairseq_ext.tools.score dbleu --hyp $OUT/$s/generate-test.txt --ref $RAW/test.$TGT --ids $RAW/test.ids \
+    --json $OUT/$s.dbleu.json)
+  echo "$s: $d" | tee -a $RES
+done
 
 # contrastive pronoun test (Table 4.4 layout, built from the test split; target-memory models read the stage-1
 # translations of the test chapters) and chapter consistency

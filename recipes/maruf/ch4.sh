@@ -248,6 +248,10 @@ hyps=()
 for s in "${SCORED[@]}"; do hyps+=(--hyp "$(hyp_of $s)"); done
 $PY -m fairseq_ext.tools.score meteor "${hyps[@]}" --ref $RAW/test.${TGT} --json $OUT/meteor$TAG.json \
   | tee -a $RES
+for s in "${SCORED[@]}"; do  # d-BLEU: BLEU over whole chapters (Bao et al. 2021)
+  echo "d-BLEU ($s): $($PY -m fairseq_ext.tools.score dbleu --hyp "$(hyp_of $s)" --ref $RAW/test.${TGT} \
+    --ids $RAW/test.ids --json $OUT/$s.dbleu$TAG.json)" | tee -a $RES
+done
 
 # contrastive pronoun test (Table 4.4 layout; built from the test split; the ambiguous pronouns are Spanish ones,
 # so es-en only) and chapter consistency
