@@ -255,6 +255,8 @@ for _name, _desc, _train in [
          ["--arch", "transformer_enc_dc_bench", "--dc-dropout", "0"] + OPTIM),
         ("enc_dc_lr7e4", "Enc-DC at lr 7e-4 (the DC paper's)", ["--arch", "transformer_enc_dc_bench"] + _LR_7E4),
         ("transformer_lr7e4", "baseline at lr 7e-4", TRANSFORMER_SMALL + _LR_7E4),
+        ("dec_dc_lr7e4", "Dec-DC at lr 7e-4 (the DC paper's)", ["--arch", "transformer_dec_dc_bench"] + _LR_7E4),
+        ("full_dc_lr7e4", "Full-DC at lr 7e-4 (the DC paper's)", ["--arch", "transformer_full_dc_bench"] + _LR_7E4),
         ("ms12_aif_zero", "MS-12+AIF, AIF weights zero-initialised (starts as MS-12)",
          CONFIGS["ms12_aif"]["train"] + ["--aif-zero-init"]),
         ("ms12", "MS-12 without AIF (aux decoders on enc layers 1,2)",

@@ -18,6 +18,10 @@
 #            validations without a better dev BLEU, capped at CAP_MIN (150) minutes of training each. A configuration
 #            the ablate stage trained (same data, flags and seed) continues from its last checkpoint there
 #            (bench.py --continue-from; CONTINUE=0: from scratch), so the ablate stage runs first.
+#   variants es->en low set, the conv_es rule and cap: the Ampomah variants never trained to convergence, each in
+#            priority order on two lanes (VARIANTS_A, VARIANTS_B; the thesis's best first): the transformer
+#            baseline, M-00, S-Agg, C-Agg, Dec-DC at lr 7e-4 | M-10, Dec-DC, Full-DC, Iter-S-Agg, Iter-C-Agg, M-01.
+#            Its own baseline (a configuration trained elsewhere is not reused across jobs).
 #   conv_tl  en_web->tl, TL_SIZE (10,000) training verses, sentencepiece 4k (the Nguyen ch. 4 set): transformer,
 #            concat_consec, concat_rand; the same stopping rule; then Table 4.3 (the CONSEC-concatenated test set
 #            decoded segment-aware, recipes/lib.sh concat_eval) -> runs/converged/conv_tl/concat_eval.tsv.
@@ -82,11 +86,13 @@ for stage in $STAGES; do
     conv_es) cont=()
              [ "${CONTINUE:-1}" = 1 ] && [ -d "$OUT/ablate" ] && cont=(--continue-from "$OUT/ablate")
              job conv_es "$ES" es en "" "transformer,enc_dc" "jas_m11,ms12_aif" "${CONV[@]}" "${cont[@]}" ;;
+    variants) job variants "$ES" es en "" "${VARIANTS_A:-transformer,jas_m00,jas_sagg,jas_cagg,dec_dc_lr7e4}" \
+              "${VARIANTS_B:-jas_m10,dec_dc,full_dc,jas_iter_sagg,jas_iter_cagg,jas_m01}" "${CONV[@]}" ;;
     conv_tl) job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" &&
              concat_eval "$TL" "$OUT/conv_tl" transformer,concat_consec,concat_rand ;;
     ablate) job ablate "$ES" es en "" "transformer,enc_dc,enc_dc_pad_left,enc_dc_lr7e4,ms12_aif" \
               "enc_dc_local_zero,enc_dc_nodrop,transformer_lr7e4,ms12_aif_zero,ms12" \
               --max-updates "$ABLATE_UPDATES" --curve-every "$ABLATE_CURVE_EVERY" --budget-min 0 ;;
-    *) echo "error: unknown stage '$stage' (ablate conv_es conv_tl)" >&2; exit 2 ;;
+    *) echo "error: unknown stage '$stage' (ablate conv_es conv_tl variants)" >&2; exit 2 ;;
   esac || { echo "error: stage $stage failed (logs in $OUT/$stage)" >&2; exit 1; }
 done
