@@ -5,7 +5,9 @@ import os
 
 def registrations() -> dict:
     """``{kind: [names]}`` of every fairseq registration whose class lives in ``fairseq_ext``."""
-    import fairseq_ext  # noqa: F401
+    import fairseq_ext
+
+    fairseq_ext.register()
     from fairseq.criterions import CRITERION_REGISTRY
     from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
     from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY

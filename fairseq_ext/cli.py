@@ -22,7 +22,9 @@ def with_user_dir(argv: list[str]) -> list[str]:
 def _run(module: str, prog: str) -> None:
     import importlib
 
-    import fairseq_ext  # noqa: F401  (compat fixes + registrations before fairseq parses args)
+    # registers when fairseq_cli.X imports fairseq, so after fairseq_cli.X set logging up (its format, INFO)
+    # and before fairseq builds its parsers (the compat layer's --quantize)
+    import fairseq_ext  # noqa: F401
 
     sys.argv = [prog] + with_user_dir(sys.argv[1:])
     importlib.import_module(module).cli_main()

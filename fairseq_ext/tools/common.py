@@ -77,10 +77,15 @@ def positive_int(s: str) -> int:
     return v
 
 
-def _error_message(e: BaseException) -> str:
-    from fairseq_ext.modules.checkpoint import CheckpointError
+def _checkpoint_errors() -> tuple:
+    """``(CheckpointError,)`` once the checkpoint helpers are loaded (only they raise it), else ``()``: a tool
+    that reads no checkpoint does not import them (and with them torch and fairseq)."""
+    mod = sys.modules.get("fairseq_ext.modules.checkpoint")
+    return (mod.CheckpointError,) if mod is not None else ()
 
-    if isinstance(e, (ToolError, CheckpointError)):
+
+def _error_message(e: BaseException) -> str:
+    if isinstance(e, (ToolError, *_checkpoint_errors())):
         text = str(e)
     elif isinstance(e, OSError) and e.filename is not None:
         text = f"{e.filename}: {e.strerror or e}"
@@ -95,11 +100,9 @@ def cli_status(main: Callable[[Optional[Sequence[str]]], Optional[int]],
     :class:`ToolError`, a :class:`~fairseq_ext.modules.checkpoint.CheckpointError` or an ``OSError``
     becomes one line ``error: <message>`` on stderr and status 2; Ctrl-C is ``error: interrupted``, 130.
     Usage errors of :class:`ArgumentParser` exit (status 2) from inside ``main``."""
-    from fairseq_ext.modules.checkpoint import CheckpointError
-
     try:
         rc = main(None if argv is None else list(argv))
-    except (ToolError, CheckpointError, OSError) as e:
+    except (ToolError, OSError, *_checkpoint_errors()) as e:
         sys.stdout.flush()
         print(f"error: {_error_message(e)}", file=sys.stderr, flush=True)
         return 2

@@ -58,7 +58,6 @@ import re
 import shutil
 from collections import OrderedDict
 
-from fairseq_ext.data.conversations import ConversationDataError, ConversationIndex, parse_langs
 from fairseq_ext.tools.common import (ArgumentParser, OutputSet, Timer, ToolError, log, read_lines, run_cli,
                                       write_json)
 from fairseq_ext.tools.sword import HDR, NOTE, TEST_BOOKS, TGT_MODULE, VALID_BOOKS, dump_path
@@ -215,6 +214,8 @@ def table(stats: dict, langs=(LANG_A, LANG_B)) -> str:
 
 
 def folder_stats(folder: str, langs=(LANG_A, LANG_B)) -> dict:
+    from fairseq_ext.data.conversations import ConversationDataError, ConversationIndex  # torch, fairseq
+
     out = {}
     for sp in SPLITS:
         path = os.path.join(folder, f"{sp}.conv")
@@ -307,6 +308,8 @@ def binarize(seg_dir: str, bin_dir: str, dictionary: str) -> None:
 
 def lm_data(folder: str, out: str, langs=(LANG_A, LANG_B)) -> dict:
     """Per-language forward / reversed LM text from a conversation folder (module doc); returns line counts."""
+    from fairseq_ext.data.conversations import ConversationDataError, ConversationIndex  # torch, fairseq
+
     counts = {}
     with OutputSet(out) as o:
         for sp in SPLITS:
@@ -348,6 +351,8 @@ def read_generate(path: str) -> tuple:
 
 def score(generate_out: str, conv_file: str, langs=(LANG_A, LANG_B), tokenize: str = "13a") -> dict:
     import sacrebleu
+
+    from fairseq_ext.data.conversations import ConversationIndex  # torch, fairseq
 
     index = ConversationIndex.from_file(conv_file, langs, allow_monolingual=True)
     hyps, refs = read_generate(generate_out)
@@ -397,6 +402,8 @@ def build_parser() -> ArgumentParser:
 
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
+    from fairseq_ext.data.conversations import ConversationDataError, parse_langs  # torch, fairseq
+
     try:
         if a.cmd == "build":
             build(a.out, a.cache, a.pairs, a.spm, a.dict, a.dev_conversations, a.seed, a.min_share)
