@@ -59,6 +59,7 @@ setup(
             "fairseq-ext-ulr=fairseq_ext.tools.ulr:cli_main",
             "fairseq-ext-bt=fairseq_ext.tools.back_translation:cli_main",
             "fairseq-ext-export=fairseq_ext.tools.export:cli_main",
+            "fairseq-ext-translate=fairseq_ext.tools.translate:cli_main",
             "fairseq-ext-simul-latency=fairseq_ext.tools.simul_latency:cli_main",
             "fairseq-ext-conversations=fairseq_ext.tools.conversations:cli_main",
             "fairseq-ext-doc-consistency=fairseq_ext.tools.doc_consistency:cli_main",

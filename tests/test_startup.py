@@ -1,6 +1,6 @@
 """Start-up of the command lines: light tools load neither torch nor fairseq, and a run is not noisy.
 
-* ``fairseq-ext-tm/-score/-data/-export --help`` and the import of a light tool module load neither torch nor
+* ``fairseq-ext-tm/-score/-data/-export/-translate --help`` and the import of a light tool module load neither torch nor
   fairseq (the plugin registers itself only once one of them is imported);
 * ``import fairseq_ext`` followed by fairseq or torch (in either order), or the import of any registered or
   shared layer first, registers everything and applies the compat fixes (safe globals for ``torch.load``);
@@ -23,7 +23,8 @@ def loaded(stderr: str) -> str:
 
 
 @pytest.mark.parametrize("module,script", [("retrieval", "fairseq-ext-tm"), ("score", "fairseq-ext-score"),
-                                           ("corpora", "fairseq-ext-data"), ("export", "fairseq-ext-export")])
+                                           ("corpora", "fairseq-ext-data"), ("export", "fairseq-ext-export"),
+                                           ("translate", "fairseq-ext-translate")])
 def test_help_of_a_light_tool_loads_neither_torch_nor_fairseq(module, script):
     code = (f"import sys\nfrom fairseq_ext.tools.{module} import cli_main\n"
             f"try:\n    cli_main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n" + LOADED)

@@ -38,7 +38,10 @@ module                 console script                         what
 ``conversations``      ``fairseq-ext-conversations``          Maruf ch. 5: speaker conversations from the SWORD
                                                               markup, Table 5.1 statistics, per-direction BLEU
 ``export``             ``fairseq-ext-export``                 a checkpoint -> CTranslate2 (transformer archs;
-                                                              ``--list-archs`` says which cannot and why)
+                                                              ``--list-archs`` says which cannot and why), with
+                                                              the source segmentation model
+``translate``          ``fairseq-ext-translate``              raw lines -> detokenised translations with an
+                                                              exported model (CTranslate2)
 ``score``              ``fairseq-ext-score``                  sacreBLEU BLEU/chrF, bootstrap, length buckets,
                                                               METEOR, d-BLEU (``dbleu``)
 ``doc_metrics``        (``fairseq-ext-score dbleu``)          document-level BLEU over joined documents

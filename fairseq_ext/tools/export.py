@@ -24,12 +24,23 @@ representation (``universal_rnn*``, ``ulr_transformer*``) and the simultaneous R
 ``fairseq-generate --quantize int8`` instead (:mod:`fairseq_ext.modules.fast_inference`).
 
     fairseq-ext-export runs/quickstart/transformer/checkpoint_best.pt --out ct2_int8 \\
-        [--data data/bible_es_en/spm8000/bin] [--quantization int8] [--force]
+        [--data data/bible_es_en/spm8000/bin] [--segmentation data/bible_es_en/spm8000] [--quantization int8]
+        [--force]
     fairseq-ext-export --list-archs
+    fairseq-ext-translate --model ct2_int8 < raw.es > out.en      # fairseq_ext.tools.translate
 
 ``--data`` defaults to the data folder recorded in the checkpoint (its dictionaries become the CTranslate2
 vocabularies, ``<pad>`` renamed ``<blank>``).  The model folder also gets ``fairseq_ext_export.json``
-(source checkpoint, architecture, quantization, CTranslate2 version).  Decoding it::
+(source checkpoint, architecture, quantization, CTranslate2 version, languages, segmentation).
+
+The segmentation the data was prepared with travels with the model, so that ``fairseq-ext-translate`` goes
+from raw lines to detokenised output: the ``segment.json`` of ``fairseq-ext-data bpe`` (method,
+``post_process``, model per language; :mod:`fairseq_ext.tools.segment`) is read from ``--segmentation DIR``,
+by default from the data folder or its parent (``prepare`` writes ``SEG/bin`` next to ``SEG/segment.json``
+and ``SEG/spm.model``); the source language's model file (``spm.model``, ``bpe.codes``; none for ``word``)
+is copied into the model folder and the record's ``segmentation`` names it.  Without one (a folder not made
+by ``fairseq-ext-data``) the export still succeeds and says so; the model then takes pre-segmented pieces
+only, e.g. from Python::
 
     import ctranslate2
     tr = ctranslate2.Translator("ct2_int8", device="cpu", intra_threads=1)
@@ -39,10 +50,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from typing import Optional, Sequence
 
-from fairseq_ext.tools.common import ArgumentParser, ToolError, log, run_cli, write_json
+from fairseq_ext.tools.common import ArgumentParser, ToolError, log, read_json, run_cli, write_json
+from fairseq_ext.tools.segment import METHODS
+
+#: the provenance record of an exported model folder (read by :mod:`fairseq_ext.tools.translate`)
+RECORD = "fairseq_ext_export.json"
 
 #: fairseq model names CTranslate2's converter represents (the plugin registers only "transformer" ones).
 SUPPORTED_MODELS = ("transformer",)
@@ -149,7 +165,9 @@ def unsupported_reason(arch: str, args=None) -> Optional[str]:
 def list_archs() -> list[tuple[str, str, Optional[str]]]:
     """``(arch, model, reason or None)`` of every architecture of fairseq's ``transformer`` model and
     of the plugin's model families (fairseq's other models are not listed: none converts)."""
-    import fairseq_ext  # noqa: F401  (registers the plugin's architectures)
+    import fairseq_ext
+
+    fairseq_ext.register()  # the plugin's architectures
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     return [(a, m, unsupported_reason(a)) for a, m in sorted(ARCH_MODEL_NAME_REGISTRY.items())
@@ -161,11 +179,51 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(p.strip(" -") for p in text.splitlines() if p.strip(" -"))
 
 
+#: the keys of ``segment.json`` the export record keeps (what translating needs, and what it was)
+SEGMENTATION_KEYS = ("method", "sp_type", "vocab_size", "joint", "src", "tgt", "post_process")
+
+
+def find_segmentation(data: str, source_lang: Optional[str], folder: Optional[str] = None) -> tuple:
+    """``(segment.json record, path of the source language's model file or None, why not)`` for the data the
+    model was trained on: from ``folder`` when given (an unusable one is a :class:`ToolError`), else from the
+    first of ``data`` and its parent whose ``segment.json`` names a model file that exists there."""
+    candidates = [folder] if folder else [data, os.path.dirname(os.path.abspath(data))]
+    why = f"no segment.json in {' or '.join(candidates)}"
+    for d in candidates:
+        path = os.path.join(d, "segment.json")
+        if not os.path.isfile(path):
+            continue
+        info = read_json(path)
+        lang = source_lang or info.get("src")
+        model = (info.get("models") or {}).get(lang)
+        if info.get("marker"):
+            problem = "language-marked sources (one model per source language) are not supported"
+        elif info.get("method") not in METHODS:
+            problem = f"unknown segmentation method {info.get('method')!r}"
+        elif info.get("method") == "word":
+            return info, None, None
+        elif not model:
+            problem = f"no segmentation model for source language {lang!r}"
+        elif not os.path.isfile(os.path.join(d, model)):
+            problem = f"missing segmentation model {os.path.join(d, model)}"
+        else:
+            return info, os.path.join(d, model), None
+        if folder:
+            raise ToolError(problem, path)
+        why = f"{path}: {problem}"
+    if folder:
+        raise ToolError(f"missing {os.path.join(folder, 'segment.json')} (the folder fairseq-ext-data bpe wrote)")
+    return None, None, why
+
+
 def export(checkpoint: str, out: str, data: Optional[str] = None, quantization: str = "float32",
            source_lang: Optional[str] = None, target_lang: Optional[str] = None,
-           user_dir: Optional[str] = None, force: bool = False) -> dict:
-    """Convert ``checkpoint`` to a CTranslate2 model folder ``out``; returns the provenance record."""
-    import fairseq_ext  # noqa: F401  (compat fixes and registrations before the checkpoint is read)
+           user_dir: Optional[str] = None, force: bool = False, segmentation: Optional[str] = None) -> dict:
+    """Convert ``checkpoint`` to a CTranslate2 model folder ``out`` with the source segmentation model
+    (:func:`find_segmentation`); returns the provenance record."""
+    import fairseq_ext
+
+    fairseq_ext.register()  # compat fixes and registrations before the checkpoint is read
     from fairseq_ext.modules.checkpoint import load_state
 
     state = load_state(checkpoint)
@@ -184,6 +242,7 @@ def export(checkpoint: str, out: str, data: Optional[str] = None, quantization: 
         raise ToolError(f"missing data folder: {data}")
     source_lang = source_lang or (_get(task_cfg, "source_lang") if task_cfg is not None else None)
     target_lang = target_lang or (_get(task_cfg, "target_lang") if task_cfg is not None else None)
+    seg_info, seg_model, seg_why = find_segmentation(data, source_lang, segmentation)
     if os.path.exists(out) and os.listdir(out) and not force:
         raise ToolError(f"output folder exists and is not empty: {out} (--force to overwrite)")
     try:
@@ -203,8 +262,21 @@ def export(checkpoint: str, out: str, data: Optional[str] = None, quantization: 
                         checkpoint) from None
     record = {"checkpoint": os.path.abspath(checkpoint), "arch": arch, "data": os.path.abspath(data),
               "quantization": quantization, "ctranslate2": ctranslate2.__version__,
-              "converter": "ctranslate2.converters.FairseqConverter"}
-    write_json(os.path.join(out, "fairseq_ext_export.json"), record)
+              "converter": "ctranslate2.converters.FairseqConverter",
+              "source_lang": source_lang or (seg_info or {}).get("src"),
+              "target_lang": target_lang or (seg_info or {}).get("tgt"), "segmentation": None}
+    if seg_info is None:
+        log(f"[export] note: {seg_why}; the model takes segmented input only (give --segmentation DIR, the "
+            f"folder fairseq-ext-data bpe wrote, for fairseq-ext-translate to read raw text)")
+    else:
+        seg = {k: seg_info[k] for k in SEGMENTATION_KEYS if k in seg_info}
+        seg["model"] = os.path.basename(seg_model) if seg_model else None
+        if seg_model:
+            shutil.copyfile(seg_model, os.path.join(out, seg["model"]))
+        record["segmentation"] = seg
+        log(f"[export] segmentation: {seg['method']} {seg_model or ''} (post-process {seg.get('post_process')}); "
+            f"translate raw text with: fairseq-ext-translate --model {out}")
+    write_json(os.path.join(out, RECORD), record)
     return record
 
 
@@ -216,6 +288,9 @@ def build_parser() -> ArgumentParser:
                                   "(default: the one recorded in the checkpoint)")
     p.add_argument("--quantization", default="float32", choices=QUANTIZATIONS,
                    help="weight type of the exported model (default float32; int8 for the fastest CPU model)")
+    p.add_argument("--segmentation", metavar="DIR",
+                   help="folder with the segment.json (and model) of fairseq-ext-data bpe, copied into --out for "
+                        "fairseq-ext-translate (default: the data folder or its parent, when either has one)")
     p.add_argument("--source-lang")
     p.add_argument("--target-lang")
     p.add_argument("--user-dir", help="plugin folder (default: this fairseq_ext)")
@@ -234,7 +309,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not a.checkpoint or not a.out:
         raise ToolError("give a CHECKPOINT and --out (or --list-archs)")
     export(a.checkpoint, a.out, data=a.data, quantization=a.quantization, source_lang=a.source_lang,
-           target_lang=a.target_lang, user_dir=a.user_dir, force=a.force)
+           target_lang=a.target_lang, user_dir=a.user_dir, force=a.force, segmentation=a.segmentation)
     print(a.out)
     return 0
 
