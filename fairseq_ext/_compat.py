@@ -28,7 +28,8 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    torch's message recommending ``weights_only=False``.  :func:`patch_checkpoint_loading` wraps
    ``checkpoint_utils.load_checkpoint_to_cpu`` so that it raises
    :class:`fairseq_ext.modules.checkpoint.CheckpointError` ("not a readable fairseq checkpoint: FILE
-   (why)"), and an uncaught one ends the command with that one line and exit status 1.
+   (why)"), a :class:`fairseq_ext.data.errors.UserDataError`: uncaught, it ends the command with that one
+   ``error:`` line and exit status 2.
 6. **A run that stops mid-epoch exits cleanly.**  fairseq prefetches batches in a daemon thread
    (``BufferedIterator``, ``--data-buffer-size``).  When training stops at ``--max-update`` in the
    middle of an epoch that thread is still collating; if it is inside a torch operation when the
@@ -82,6 +83,12 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    for it: :func:`apply` then finds the call's parser on the stack and prepares it the same way.  Applies to
    every tool that parses with ``parse_args_and_arch`` (train, generate, interactive, validate, eval-lm) and
    to every task, plugin or fairseq's.
+13. **A failed validation keeps the trained weights.**  ``fairseq_cli.train.validate_and_save`` validates before
+   it saves, so an exception in validation (out of memory on a long validation document, a broken valid file)
+   lost every update since the last checkpoint.  :func:`patch_validation_save` wraps ``fairseq_cli.train.validate``
+   (when ``fairseq-train`` is the running program): on an exception the weights, optimizer and position in the
+   epoch are saved to ``checkpoint_last.pt`` first (as fairseq saves them), one line says so, and the error goes
+   on; the same command resumes from there.
 """
 from __future__ import annotations
 
@@ -243,8 +250,6 @@ def _checkpoint_reason(exc: BaseException) -> str:
 
 
 def patch_checkpoint_loading() -> None:
-    import sys
-
     from fairseq import checkpoint_utils
 
     from fairseq_ext.modules.checkpoint import CheckpointError
@@ -272,16 +277,6 @@ def patch_checkpoint_loading() -> None:
     load_checkpoint_to_cpu._fairseq_ext = True
     load_checkpoint_to_cpu.__wrapped__ = orig
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
-
-    previous_hook = sys.excepthook
-
-    def excepthook(typ, value, tb):
-        if isinstance(value, CheckpointError):
-            print(f"error: {value}", file=sys.stderr)
-            return
-        previous_hook(typ, value, tb)
-
-    sys.excepthook = excepthook
 
 
 def patch_background_loader() -> None:
@@ -413,11 +408,12 @@ def patch_frozen_linear() -> None:
 
 
 def quiet_warnings() -> None:
+    """Harmless per-command warnings of the base (fix 7); Hydra's three deprecation notices are filtered in
+    ``fairseq_ext/__init__.py``, before fairseq is imported. ``(?s)``: some messages start with a newline."""
     for pattern in (
-        r".*hydra.experimental.*", r".*version_base.*", r".*deprecated keyword in package header.*",
-        r".*validated against ConfigStore schema.*", r".*strict flag in the compose API.*",
-        r".*pin_memory.*", r".*torch.cuda.amp.autocast.*", r".*torch.jit.script.*",
-        r".*mismatched key_padding_mask and attn_mask.*",
+        r"(?s).*hydra.experimental.*", r"(?s).*deprecated keyword in package header.*",
+        r"(?s).*pin_memory.*", r"(?s).*torch.cuda.amp.autocast.*", r"(?s).*torch.jit.script.*",
+        r"(?s).*mismatched key_padding_mask and attn_mask.*",
     ):
         warnings.filterwarnings("ignore", message=pattern)
 
@@ -578,6 +574,46 @@ def patch_help() -> None:
 # ------------------------------------------------------------------------------------ end of fix 12
 
 
+# ------------------------------------------------------------------------------------ fix 13
+def patch_validation_save() -> None:
+    """Save ``checkpoint_last.pt`` before an exception in ``fairseq_cli.train.validate`` propagates (fix 13)."""
+    import os
+
+    train = sys.modules.get("fairseq_cli.train")
+    orig = getattr(train, "validate", None)
+    if orig is None or getattr(orig, "_fairseq_ext", False):
+        return
+
+    @functools.wraps(orig)
+    def validate(cfg, trainer, task, epoch_itr, subsets, *args, **kwargs):
+        try:
+            return orig(cfg, trainer, task, epoch_itr, subsets, *args, **kwargs)
+        except BaseException as exc:
+            if cfg.checkpoint.no_save or not trainer.should_save_checkpoint_on_current_rank:
+                raise
+            path = os.path.join(cfg.checkpoint.save_dir, "checkpoint_last.pt")
+            try:  # as fairseq's checkpoint_utils.save_checkpoint does, without a validation loss
+                from fairseq import checkpoint_utils
+
+                trainer.consolidate_optimizer()
+                extra = {"train_iterator": epoch_itr.state_dict(), "val_loss": None}
+                if hasattr(checkpoint_utils.save_checkpoint, "best"):
+                    extra["best"] = checkpoint_utils.save_checkpoint.best
+                trainer.save_checkpoint(path, extra)
+            except Exception as save_exc:  # the original error matters more
+                logger.error("validation failed (%s) and saving %s failed too (%s)", type(exc).__name__, path,
+                             save_exc)
+                raise exc
+            logger.error("validation failed (%s: %s); the weights after %d updates were saved to %s first: "
+                         "the same command resumes from them", type(exc).__name__, str(exc).splitlines()[0][:200]
+                         if str(exc) else "", trainer.get_num_updates(), path)
+            raise
+
+    validate._fairseq_ext = True
+    train.validate = validate
+# ------------------------------------------------------------------------------------ end of fix 13
+
+
 def apply() -> None:
     """Apply every fix, once.  Called by ``fairseq_ext/__init__.py``."""
     global _APPLIED
@@ -596,4 +632,5 @@ def apply() -> None:
     patch_train_iterator_workers()  # fix 10
     patch_patience_resume()  # fix 11
     patch_help()  # fix 12
+    patch_validation_save()  # fix 13
     _APPLIED = True

@@ -379,11 +379,11 @@ def test_interactive_copies_oovs_and_answers_bad_input_with_one_message_each(cop
         assert sorted(hyps) == [0, 1, 2, 3]
         warnings = [line for line in p.stderr.splitlines() if "fairseq_ext.tasks.copy_translation" in line]
         assert len(warnings) == 4, warnings
-        assert "input line 0: 1 token(s) outside the source vocabulary" in warnings[0] and "zork" in warnings[0]
-        assert "input line 1 is empty" in warnings[1]
-        assert "input line 2: 2 token(s) outside the source vocabulary" in warnings[2]
+        assert "input line 1 (id 0): 1 token(s) outside the source vocabulary" in warnings[0] and "zork" in warnings[0]
+        assert "input line 2 (id 1) is empty" in warnings[1]
+        assert "input line 3 (id 2): 2 token(s) outside the source vocabulary" in warnings[2]
         assert "qqzx@1 fred" in warnings[2]
-        assert re.search(r"input line 3 has \d+ tokens .* source limit of 30 .* first 29 tokens", warnings[3])
+        assert re.search(r"input line 4 \(id 3\) has \d+ tokens .* source limit of 30 .* first 29 tokens", warnings[3])
         assert re.search(r"^S-0\tw1 w2 zork w3$", p.stdout, re.M)  # the S- line keeps the OOV
         assert hyps[1] == ""
         assert "<unk>" not in p.stdout and "<copy:" not in p.stdout

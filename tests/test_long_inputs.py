@@ -52,8 +52,8 @@ def test_interactive_translates_an_over_long_line(tiny_bin, ckpt, skip):
     warned = warnings_of(out)
     # one warning per over-long line, naming it (1-based, counted across the --buffer-size 2 chunks)
     assert len(warned) == 2, warned
-    assert "input line 1:" in warned[0] and f"{LONG_WORDS + 1} source tokens" in warned[0]
-    assert "input line 4:" in warned[1]
+    assert "input line 1 (id 0):" in warned[0] and f"{LONG_WORDS + 1} source tokens" in warned[0]
+    assert "input line 4 (id 3):" in warned[1]
     long_src = re.search(r"^S-0\t(.*)$", out, re.M).group(1).split()
     assert len(long_src) == 1023  # the first max - 1 tokens (and </s>, not printed)
 

@@ -287,10 +287,10 @@ def test_interactive_bad_input_gets_one_message_each(tiny_bin, tiny_ckpt):
         assert sorted(hypotheses(p.stdout)) == [0, 1, 2, 3]
         warnings = [l for l in p.stderr.splitlines() if "fairseq_ext.tasks.translation_decoding" in l]
         assert len(warnings) == 3, warnings
-        assert "input line 1 is empty" in warnings[0]
-        assert "input line 2: 2 token(s) outside the source vocabulary" in warnings[1]
+        assert "input line 2 (id 1) is empty" in warnings[0]
+        assert "input line 3 (id 2): 2 token(s) outside the source vocabulary" in warnings[1]
         assert "zzqx@1 qqzx@2" in warnings[1]
-        assert re.search(r"input line 3 has \d+ tokens .* source limit of 30 .* first 29 tokens", warnings[2])
+        assert re.search(r"input line 4 \(id 3\) has \d+ tokens .* source limit of 30 .* first 29 tokens", warnings[2])
         assert hypotheses(p.stdout)[1] == ""  # the empty line's translation is empty
         s3 = re.search(r"^S-3\t(.*)$", p.stdout, re.M).group(1)
         assert s3.split() == words[:29]

@@ -4,7 +4,10 @@
 * :mod:`~fairseq_ext.data.concat_dataset` -- the concatenated pairs of ``concat_translation``;
 * :mod:`~fairseq_ext.data.fertility` -- the fertility dataset of ``translation_fertility``;
 * :mod:`~fairseq_ext.data.binarized` -- finding and scanning fairseq's binarized splits;
-* :mod:`~fairseq_ext.data.lexicon_file` -- the Arthur lexicon file the ``*_arthur`` models read.
+* :mod:`~fairseq_ext.data.lexicon_file` -- the Arthur lexicon file the ``*_arthur`` models read;
+* :mod:`~fairseq_ext.data.documents`, :mod:`~fairseq_ext.data.conversations` -- documents and conversations;
+* :mod:`~fairseq_ext.data.truncation` -- over-long evaluation inputs cut to the model's positions;
+* :mod:`~fairseq_ext.data.errors` -- :class:`UserDataError`, a user's bad file as one ``error:`` line.
 
 Preparing data (corpora, segmentation, distillation, fertilities, lexicons, ...) is offline work:
 :mod:`fairseq_ext.tools`.  Nothing here imports the tools.

@@ -69,6 +69,7 @@ from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
 
 from fairseq_ext.data.samples import subset_sample
 from fairseq_ext.data.errors import UserDataError
+from fairseq_ext.data.truncation import truncate_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -259,12 +260,6 @@ def log_split_stats(split: str, index: DocumentIndex, mode: str, size: int, cap:
 
 
 # ----------------------------------------------------------------------------------- dataset wrapper
-def _truncate_source(tokens: torch.Tensor, limit: Optional[int], eos: int) -> torch.Tensor:
-    if limit is None or tokens.numel() <= limit:
-        return tokens
-    return torch.cat([tokens[: limit - 1], tokens.new_tensor([eos])])
-
-
 class DocumentPairDataset(BaseWrapperDataset):
     """A :class:`~fairseq.data.LanguagePairDataset` whose batches carry the document keys (module doc).
 
@@ -345,7 +340,7 @@ class DocumentPairDataset(BaseWrapperDataset):
         ds = self.dataset
         pad, eos = ds.src_dict.pad(), ds.eos
         if extra:
-            sources = [_truncate_source(ds[j]["source"], self.max_source_positions, ds.src_dict.eos())
+            sources = [truncate_tokens(ds[j]["source"], self.max_source_positions, ds.src_dict.eos())
                        for j in extra]
             ctx_src = data_utils.collate_tokens(sources, pad, eos, ds.left_pad_source,
                                                 pad_to_multiple=getattr(ds, "pad_to_multiple", 1))

@@ -274,15 +274,14 @@ class CopyTranslationTask(TranslationDecodingTask):
         d = self.src_dict
         tokens = []
         for line in lines:
-            n = self.interactive_lines
-            self.interactive_lines += 1
+            n = self.next_input_line()
             words = encode_fn(line).split()
             if not words:
-                logger.warning("input line %d is empty: its translation is empty", n)
+                logger.warning("input line %s is empty: its translation is empty", n)
             ids = [d.display_id(w) if w != d.unk_word else d.unk() for w in words] + [d.eos()]
             limit = self.source_limit
             if limit is not None and len(ids) > limit:
-                logger.warning("input line %d has %d tokens (with </s>), more than the model's source limit of %d "
+                logger.warning("input line %s has %d tokens (with </s>), more than the model's source limit of %d "
                                "(--max-source-positions): only its first %d tokens are translated",
                                n, len(ids), limit, limit - 1)
                 ids = ids[: limit - 1] + [d.eos()]
@@ -290,13 +289,13 @@ class CopyTranslationTask(TranslationDecodingTask):
             unknown = [d[i] for i in ids if i >= len(d)]
             if unknown:
                 shown = " ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else "")
-                logger.warning("input line %d: %d token(s) outside the source vocabulary (read as %s by the encoder, "
+                logger.warning("input line %s: %d token(s) outside the source vocabulary (read as %s by the encoder, "
                                "copied as they are when the model copies them): %s", n, len(unknown), d.unk_word,
                                shown)
             slots = len(set(self.source_copy_ids(row.unsqueeze(0))[0].tolist()) - set(range(len(self.tgt_dict))))
             n_copyable = len({w for w, i in zip(words, ids) if i >= len(d) or int(self.src_to_tgt[i]) < 0})
             if n_copyable > slots:
-                logger.warning("input line %d: %d distinct words outside the target vocabulary, more than "
+                logger.warning("input line %s: %d distinct words outside the target vocabulary, more than "
                                "--max-source-oovs %d: only the first %d can be copied", n, n_copyable,
                                self.cfg.max_source_oovs, slots)
             tokens.append(row)

@@ -64,6 +64,7 @@ from fairseq.tasks import register_task
 
 from fairseq_ext.data.binarized import split_prefix
 from fairseq_ext.data.translation_memory import TMFormatError, read_tm
+from fairseq_ext.data.truncation import truncate_tokens
 from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
 
 logger = logging.getLogger(__name__)
@@ -99,12 +100,6 @@ def strip_tm(sample):
     out = {k: v for k, v in sample.items() if k not in TM_SAMPLE_KEYS + ("tm_fuzzy",)}
     out["net_input"] = {k: v for k, v in sample["net_input"].items() if k not in TM_NET_INPUT_KEYS}
     return out
-
-
-def _truncate(tokens: torch.Tensor, limit: Optional[int], eos: int) -> torch.Tensor:
-    if limit is None or tokens.numel() <= limit:
-        return tokens
-    return torch.cat([tokens[: limit - 1], tokens.new_tensor([eos])])
 
 
 class TMPairDataset(BaseWrapperDataset):
@@ -175,8 +170,8 @@ class TMPairDataset(BaseWrapperDataset):
         src_pad, src_eos = ds.src_dict.pad(), ds.src_dict.eos()
         tgt_dict = ds.tgt_dict
         if rows:
-            sources = [_truncate(self.memory_src[j].long(), self.max_source_positions, src_eos) for j in rows]
-            targets = [_truncate(self.memory_tgt[j].long(), self.max_target_positions, tgt_dict.eos()) for j in rows]
+            sources = [truncate_tokens(self.memory_src[j].long(), self.max_source_positions, src_eos) for j in rows]
+            targets = [truncate_tokens(self.memory_tgt[j].long(), self.max_target_positions, tgt_dict.eos()) for j in rows]
             tm_src = data_utils.collate_tokens(sources, src_pad, src_eos, ds.left_pad_source,
                                                pad_to_multiple=getattr(ds, "pad_to_multiple", 1))
             tm_tgt = data_utils.collate_tokens(targets, tgt_dict.pad(), tgt_dict.eos(), False)

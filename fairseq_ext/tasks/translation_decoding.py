@@ -91,25 +91,29 @@ class TranslationDecodingTask(TranslationExtTask):
                                       sigma0=self.cfg.npd_sigma0, rescore_batch=self.cfg.npd_rescore_batch,
                                       **common)
 
+    def next_input_line(self) -> str:
+        """The name of the next interactive input line in warnings: its 1-based line and fairseq's S-/H- id."""
+        self.interactive_lines += 1
+        return f"{self.interactive_lines} (id {self.interactive_lines - 1})"
+
     def get_interactive_tokens_and_lengths(self, lines, encode_fn):
         """fairseq's encoding of interactive lines, with one warning per problem (module doc)."""
         d = self.source_dictionary
         tokens = []
         for line in lines:
-            n = self.interactive_lines
-            self.interactive_lines += 1
+            n = self.next_input_line()
             words = encode_fn(line).split()
             ids = d.encode_line(" ".join(words), add_if_not_exist=False, append_eos=True).long()
             if not words:
-                logger.warning("input line %d is empty: its translation is empty", n)
+                logger.warning("input line %s is empty: its translation is empty", n)
             unknown = [w for w, i in zip(words, ids.tolist()) if i == d.unk() and w != d.unk_word]
             if unknown:
                 shown = " ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else "")
-                logger.warning("input line %d: %d token(s) outside the source vocabulary, translated as %s: %s",
+                logger.warning("input line %s: %d token(s) outside the source vocabulary, translated as %s: %s",
                                n, len(unknown), d.unk_word, shown)
             limit = self.source_limit
             if limit is not None and ids.numel() > limit:
-                logger.warning("input line %d has %d tokens (with </s>), more than the model's source limit of %d "
+                logger.warning("input line %s has %d tokens (with </s>), more than the model's source limit of %d "
                                "(--max-source-positions): only its first %d tokens are translated",
                                n, ids.numel(), limit, limit - 1)
                 ids = torch.cat([ids[: limit - 1], ids.new_tensor([d.eos()])])

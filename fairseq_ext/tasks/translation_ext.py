@@ -278,7 +278,7 @@ class LongInputMixin:
         if first is None:
             first = self._input_first_line[dataset] = self._input_lines + 1
             self._input_lines += len(dataset)
-        return lambda i: f"input line {first + i}"
+        return lambda i: f"input line {first + i} (id {first + i - 1})"
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
