@@ -83,7 +83,7 @@
 # greedy; wait-k for k in WAITK (1 2 3 5 7) greedy; --simul-actions-out everywhere
 # -> OUT/eval_*/decode/<system>.<search>/.
 # Report (ch9_report.py report): sacreBLEU BLEU / chrF and corpus AP / CW / AL / DAL per system -> OUT/results.md
-# (+ results.json, fig9_5_bleu_ap.png, fig9_6_bleu_cw.png, bleu_al.png, fig9_4_curves.png) with the dominance check of
+# (+ results.json, fig9_5_bleu_ap.png, fig9_6_bleu_cw.png, bleu_al.png, bleu_laal.png, fig9_4_curves.png) with the dominance check of
 # the agents against WIW / WID on AP, CW and AL (stated either way) and the agents against the wait-k curve at their AL.
 # Caching: a step is skipped when its output exists (stage 1's and the agents' train.done, finished decode folders;
 # decodes are written to .tmp folders and moved), so a killed run resumes where it stopped.

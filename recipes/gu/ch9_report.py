@@ -20,7 +20,7 @@ Two subcommands:
             length; LAAL, Papi et al. 2022, the rate from max(hypothesis, reference) length, the reference
             length from the decode's T- lines in subwords + ⟨/s⟩, so an over-long output cannot lower it). Writes ``OUT/results.md`` + ``results.json`` and the plots
             ``fig9_5_bleu_ap.png`` (Fig. 9.5: AP vs BLEU, every agent as a greedy/beam pair, the baselines and the
-            wait-k curve), ``fig9_6_bleu_cw.png`` (Fig. 9.6: CW vs BLEU), ``bleu_al.png`` (AL vs BLEU beside the
+            wait-k curve), ``fig9_6_bleu_cw.png`` (Fig. 9.6: CW vs BLEU), ``bleu_al.png`` and ``bleu_laal.png`` (AL, LAAL vs BLEU beside the
             wait-k curve) and, from the agents' training logs, ``fig9_4_curves.png`` (Fig. 9.4: validation BLEU,
             AP, CW against updates).
 
@@ -360,6 +360,8 @@ def report(a) -> int:
     plot_tradeoff(rows, "ap", os.path.join(a.out, "fig9_5_bleu_ap.png"), f"Fig. 9.5 layout: BLEU vs AP ({title})")
     plot_tradeoff(rows, "cw", os.path.join(a.out, "fig9_6_bleu_cw.png"), f"Fig. 9.6 layout: BLEU vs CW ({title})")
     plot_tradeoff(rows, "al", os.path.join(a.out, "bleu_al.png"), f"BLEU vs AL beside wait-k ({title})")
+    if all(r.get("laal") is not None for r in rows):  # LAAL (Papi et al. 2022) needs the reference lengths
+        plot_tradeoff(rows, "laal", os.path.join(a.out, "bleu_laal.png"), f"BLEU vs LAAL beside wait-k ({title})")
     curves = {n: validation_curve(p) for n, p in agents.items() if p and os.path.exists(p)}
     if any(curves.values()):
         plot_curves(curves, os.path.join(a.out, "fig9_4_curves.png"))
