@@ -25,9 +25,7 @@ def registrations() -> dict:
         "criterions": sorted(n for n, c in CRITERION_REGISTRY.items() if ours(c)),
         "lr_schedulers": sorted(n for n, c in LR_SCHEDULER_REGISTRY.items() if ours(c)),
     }
-    from fairseq_ext import generators
-
-    out["generators"] = sorted(getattr(generators, "GENERATORS", {}) or _generator_classes())
+    out["generators"] = sorted(_generator_classes())
     return out
 
 

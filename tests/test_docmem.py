@@ -9,7 +9,6 @@ import pytest
 import torch
 from fairseq.data import data_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
-from fairseq.tasks import TASK_REGISTRY
 
 from harness import build_model, make_dictionary, n_params, toy_batch
 from fairseq_ext.generators.decoding import GreedyGenerator
@@ -761,7 +760,6 @@ def test_bcd_rows_as_batch_keeps_the_context_of_every_sentence():
 
 
 # ------------------------------------------------------------------------------------------ command line
-@pytest.mark.skipif("doc_translation" not in TASK_REGISTRY, reason="the doc_translation task is not written yet")
 def test_cli_train_and_generate_then_bcd_through_the_task(tiny_bin, tmp_path):
     """fairseq-train / fairseq-generate --user-dir on the tiny Bible slice with gold target context; then
     doc_bcd through the task's own document batches (K = 0 is the zero-memory greedy output, K = 1 Jacobi

@@ -1,5 +1,5 @@
 """Training batch orders of Nguyen (2021) ch. 4 and 6: Morishita chunked batching and fixed-size
-"virtual" epochs (spec 002 §1.3 and the shared-infrastructure checklist). Used by the
+"virtual" epochs (Morishita et al. 2017). Used by the
 ``translation_ext`` task family (:class:`fairseq_ext.tasks.translation_ext.TrainBatchingMixin`).
 
 * :func:`chunked_batches` -- Morishita et al. (2017) as used in [T §4.2.2]: "we randomly shuffle

@@ -20,14 +20,14 @@ Pair builders (all vectorised numpy, seeded with a :class:`numpy.random.Generato
 Position shifting ablations [T §4.3] (one shift per example, for source and target):
 
 * :func:`sim_shifts` -- with probability p (1/3 in the thesis) shift by ``|f_j|`` / ``|e_j|`` of a
-  random training pair j (lengths count the final </s>, spec 002 §4.6.3);
+  random training pair j (lengths count the final </s>);
 * :func:`uniform_shifts` -- with probability p (0.1) shift by ``s, t ~ U{0..max}`` (inclusive,
   independent).
 
 Token-level helpers used by the ``concat_translation`` task's hooks (pure torch, vectorised):
 
 * :func:`segment_ids` -- segment number of every token (-1 on padding): on the source an </s>
-  *closes* a segment, on the decoder input an </s> *opens* one (spec 002 §4.6.5);
+  *closes* a segment, on the decoder input an </s> *opens* one;
 * :func:`token_positions` -- 0-based position of every token (-1 on padding), continuing across
   segments (the default of plain concatenation), restarting at 0 in every segment (``reset``), and
   offset by a per-example ``shift``;

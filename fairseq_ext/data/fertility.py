@@ -1,6 +1,6 @@
 """Fertility supervision of the NAT of Gu (2018) ch. 8 at training time: the fertility dataset.
 
-Fertility f_j = number of target tokens aligned to source token j, with Σ_j f_j = T (spec 004b §0); the
+Fertility f_j = number of target tokens aligned to source token j, with Σ_j f_j = T; the
 offline tool :mod:`fairseq_ext.tools.fertility` computes them (eflomal / diagonal / given links) and writes
 them as a fairseq mmap indexed dataset ``{split}.{src}-{tgt}.fert.{bin,idx}`` (:func:`fertility_prefix`;
 another ``name`` than ``fert``, e.g. ``fert_gt``, for other alignments) next to the bin files.  The
@@ -45,7 +45,7 @@ def check_fertility(fert_ds, src_sizes: np.ndarray, tgt_sizes: Optional[np.ndarr
 
 # ----------------------------------------------------------------------------------------------- dataset
 class FertilityLanguagePairDataset(LanguagePairDataset):
-    """fairseq's ``LanguagePairDataset`` + fertilities, for the NAT (spec 004b §0 "fertility loader").
+    """fairseq's ``LanguagePairDataset`` + fertilities, for the NAT.
 
     * ``sample["fertility"]`` (B, S) long: the q-fertility of each source position, padded with 0 exactly
       like ``net_input.src_tokens`` (left or right), 0 at the source ⟨eos⟩;

@@ -55,13 +55,6 @@ def memnet_read(query: Tensor, cells: Tensor, padding_mask: Tensor) -> Tuple[Ten
     return torch.bmm(weights.unsqueeze(1), cells).squeeze(1), weights
 
 
-class MemNetRead(nn.Module):
-    """:func:`memnet_read` as a (parameter-free) module."""
-
-    def forward(self, query: Tensor, cells: Tensor, padding_mask: Tensor) -> Tuple[Tensor, Tensor]:
-        return memnet_read(query, cells, padding_mask)
-
-
 def gather_rows(table: Tensor, index: Tensor) -> Tuple[Tensor, Tensor]:
     """``table`` (N, D) rows at ``index`` (B, K) (−1 = padding) → (B, K, D) (zeros at padding), mask (B, K)."""
     mask = index.lt(0)

@@ -40,7 +40,7 @@ MoLE (§5.3.2): K experts f_k (Linear(C→hidden)–ReLU–Linear(hidden→C)) a
 
 "We do not update the MoLE module for training on a sentence from the low-resource language": for those
 sentences the experts and the gate run with *detached* parameters, so MoLE gets no gradient from them while
-the gradient still flows into h (spec 004a §5.10: s' = m·MoLE(h; θ) + (1−m)·MoLE(h; sg(θ))).
+the gradient still flows into h (s' = m·MoLE(h; θ) + (1−m)·MoLE(h; sg(θ))).
 
 Torch only (no fairseq, no tools): the offline side (``fairseq-ext-ulr``) writes the arrays, the model
 loads them and builds these modules.

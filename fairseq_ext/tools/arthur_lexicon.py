@@ -1,10 +1,10 @@
 """Discrete translation lexicon p_l(e | f) for the Arthur et al. (2016) baseline of Nguyen (2021) ch. 5
-(thesis §5.5.2, spec 002 §5.2): the ``auto`` lexicon of Arthur et al., estimated from word alignments of
+(thesis §5.5.2): the ``auto`` lexicon of Arthur et al., estimated from word alignments of
 the training data and integrated by the model as the bias log(L_f a_t + ε)
 (``--arthur-lexicon``, :class:`fairseq_ext.modules.lexical.DiscreteLexiconBias`).
 
 The thesis used GIZA++; GIZA++ is not on PyPI, so the alignments come from **eflomal** (a documented
-substitute, spec 002 §5.7.9 — a deviation), run through :func:`fairseq_ext.tools.fertility.align_eflomal`
+substitute — a deviation), run through :func:`fairseq_ext.tools.fertility.align_eflomal`
 on the segmented training pairs, or from any precomputed Pharaoh file (``--links``: GIZA++ or fast_align
 output over the same tokens, one ``i-j`` line per pair, source index first).
 

@@ -1,5 +1,5 @@
 r"""Contrastive pronoun evaluation in the style of ContraPro (Müller et al. 2018) on the es-en Bible, for
-the document-level models of Maruf (2019) ch. 4 (Table 4.4; spec 003 §7, §10.21).
+the document-level models of Maruf (2019) ch. 4 (Table 4.4).
 
 ContraPro asks whether a model prefers the reference over the same sentence with the pronoun of the wrong
 gender, broken down by the distance of the antecedent. ContraPro is English→German ("it" → er/sie/es);

@@ -6,7 +6,7 @@ top-K exact-match accuracy (Table 3.5). ``python -m fairseq_ext.tools.dialogue_p
     python -m fairseq_ext.tools.dialogue_patterns accuracy --data DS-I=ds1 --data DS-II=ds2 \\
         --hyp RNNSearch@DS-I=rnn1.out --hyp RNNSearch@DS-II=rnn2.out ... [--topk 1 10] [--json]
 
-What the thesis says (§3.3.3, spec 004a §3.4): dialogue instances from Baidu Tieba; "patterns with slots
+What the thesis says (§3.3.3): dialogue instances from Baidu Tieba; "patterns with slots
 like ``hi, my name is x -> hi, x`` are mined from the set, with possibly multiple responding patterns to
 one input"; "we enlarge the dataset by filling the slots with suitable subsequence (e.g. name entities,
 dates, etc.)"; "we also maintain a certain proportion of instances with the response that 1) do not

@@ -1,5 +1,5 @@
-r"""Document-level lexical consistency of a translation (Maruf 2019, ch. 3 "lexical consistency"; spec 003
-§7 manual checks, automated): the share of source names/terms repeated in a chapter that are translated
+r"""Document-level lexical consistency of a translation (Maruf 2019, ch. 3 "lexical consistency",
+automated): the share of source names/terms repeated in a chapter that are translated
 the same way every time.
 
 Terms (source side; a chapter = a document, from the ids ``Book.chapter.verse``). Words are

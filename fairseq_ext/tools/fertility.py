@@ -6,7 +6,7 @@ Here the aligner is **eflomal** (an IBM-1/HMM/fertility Gibbs-sampling aligner, 
 :mod:`fairseq_ext.tools.distill` — or a trivial ``diagonal`` alignment, or precomputed Pharaoh links (e.g.
 ``fast_align -d -o -v -N`` output, ``--links-dir``).
 
-Fertility f_j = number of target tokens aligned to source token j, so that Σ_j f_j = T (spec 004b §0):
+Fertility f_j = number of target tokens aligned to source token j, so that Σ_j f_j = T:
 
 * the forward ("source → target", IBM direction) links are used: every target token has at most one
   source token; a target token aligned to several source tokens (symmetrised links) keeps the first;

@@ -1,4 +1,4 @@
-r"""The retrieval stage of SEG-NMT (Gu thesis ch. 4, §4.2.1; spec 004a §4.2, §4.8) as an offline tool.
+r"""The retrieval stage of SEG-NMT (Gu thesis ch. 4, §4.2.1) as an offline tool.
 
 The translation memory M is the training split: its source side is indexed once, every example of a split
 is answered with the training pairs whose source is most similar, and the answers are written as the side

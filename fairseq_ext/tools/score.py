@@ -35,8 +35,7 @@ hypotheses against its joined references, the documents from the ids file.
 
 ``meteor`` is METEOR (Lavie & Agarwal 2007) from nltk's ``nltk.translate.meteor_score`` with exact and
 Porter-stem matching only (a WordNet stub without synonyms is passed, so nothing is downloaded; no
-paraphrase table): labelled ``METEOR (exact+stem, nltk; not comparable to METEOR 1.5)`` (spec 003
-§10.18). nltk's defaults alpha=0.9, beta=3, gamma=0.5, lowercased; with several references a sentence
+paraphrase table): labelled ``METEOR (exact+stem, nltk; not comparable to METEOR 1.5)``. nltk's defaults alpha=0.9, beta=3, gamma=0.5, lowercased; with several references a sentence
 gets its best score; the corpus score is the **mean of the sentence scores** (nltk has no corpus-level
 METEOR with pooled statistics as METEOR 1.5 has). Text is split with sacreBLEU's 13a tokenizer, or on
 whitespace with ``--tokenised``.

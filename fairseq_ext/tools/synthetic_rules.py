@@ -4,7 +4,7 @@
     python -m fairseq_ext.tools.synthetic_rules generate OUT [--seed 1] [--scale 0.1] [size flags]
     python -m fairseq_ext.tools.synthetic_rules accuracy OUT --hyp encdec=enc.txt --hyp copynet=gen.out [--json]
 
-What the thesis says (§3.3.1, Table 3.1, spec 004a §3.4): "we first randomly generate transformation rules
+What the thesis says (§3.3.1, Table 3.1): "we first randomly generate transformation rules
 with 5~20 symbols and variables x & y, e.g. ``a b x c d y e f -> g h x m``, with {a b c d e f g h m} being
 regular symbols from a vocabulary of size 1,000"; each rule produces instances "by replacing the
 variables with randomly generated subsequences (1~15 symbols) from the same vocabulary"; five rule types

@@ -1,4 +1,4 @@
-r"""SEG-NMT analyses (Gu thesis ch. 4; spec 004a §4.5, §4.7) as an offline tool: BLEU per fuzzy-score bin
+r"""SEG-NMT analyses (Gu thesis ch. 4) as an offline tool: BLEU per fuzzy-score bin
 of the top-1 retrieved pair (Fig. 4.3), BLEU against the number of retrieved pairs (Fig. 4.4), the gate
 ζ_t of a few translations (Fig. 4.5), and the JRC-Acquis dev/test split with its length limits (§4.5,
 Table 4.1).

@@ -14,7 +14,7 @@ Subcommands::
                projection and output bias) are re-assigned to the child's dictionaries:
                ``index`` (child type i gets parent row i: "effectively a random assignment") or
                ``identity`` (a type present in both keeps its row; the others get the unused
-               parent rows in index order). Default: source index, target identity (spec 002 §3.2).
+               parent rows in index order). Default: source index, target identity.
     overlap    Table 3.3: the share of distinct child source types (train; dev) found in the parent's
                source vocabulary (optionally both cut to the N most frequent types).
     plot       Fig. 3.1: dev BLEU against the number of BPE merges / vocabulary size, one line per

@@ -5,8 +5,8 @@ Two methods:
 
 * **table** (the thesis' method): a *string homomorphism*, each character replaced by a fixed string
   independent of context, so ``t(ab) = t(a) t(b)``. Built in: ``uyghur`` -- Uyghur Arabic script
-  (UEY) to ASCII Latin after the ULY (Uyghur Latin Yéziqi) correspondences, ASCII-fied as spec 002
-  §3.2 recommends (ۆ o', ۈ u', ې e'; ch, gh, ng, sh, zh clusters; the hamza carrier ئ dropped;
+  (UEY) to ASCII Latin after the ULY (Uyghur Latin Yéziqi) correspondences, ASCII-fied
+  (ۆ o', ۈ u', ې e'; ch, gh, ng, sh, zh clusters; the hamza carrier ئ dropped;
   ، ؛ ؟ to , ; ?; Arabic-Indic digits to 0-9). The exact table of the tool the thesis used is not
   published; ``table --dump`` writes the built-in table as a TSV that can be edited and passed back
   with ``--table FILE.tsv`` (``<source chars>\\t<replacement>`` per line; ``#`` comments; an empty
@@ -226,14 +226,6 @@ def reverse_uyghur(text: str) -> str:
 
 
 # --------------------------------------------------------------------------- files and folders
-def transliterate_file(inp: str, out: str, scheme: str, lcode: str | None = None, strict: bool = False) -> int:
-    t = Transliterator(scheme, lcode)
-    lines = read_lines(inp)
-    res = t.lines(lines, inp, strict)
-    _write(out, res)
-    return len(res)
-
-
 def _write(path: str, lines: Iterable[str]) -> None:
     d = os.path.dirname(os.path.abspath(path))
     with OutputSet(d) as o:

@@ -1,4 +1,4 @@
-"""The offline half of the Universal Lexical Representation (Gu 2019 thesis ch. 5, §5.3.1; spec 004a §5.3):
+"""The offline half of the Universal Lexical Representation (Gu 2019 thesis ch. 5, §5.3.1):
 monolingual embeddings, seed dictionaries, the Procrustes projection (Eq. 5.4) and the arrays the ULR
 embedding (:class:`fairseq_ext.modules.ulr.ULREmbedding`) loads.  ``python -m fairseq_ext.tools.ulr <cmd>``
 (``fairseq-ext-ulr``), on a data folder DIR written by ``fairseq-ext-data universal``.

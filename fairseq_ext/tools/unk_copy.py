@@ -1,4 +1,4 @@
-"""UNK-copy augmentation (Nguyen 2021 [T §3.3, §5.6.6]; spec 002 §1.5):
+"""UNK-copy augmentation (Nguyen 2021 [T §3.3, §5.6.6]):
 ``python -m fairseq_ext.tools.unk_copy IN_DIR OUT_DIR --src SRC --tgt TGT --min-freq K`` (``fairseq-ext-unk-copy``).
 
 BPE systems use the full vocabulary; "to ensure the model still learns how to deal with unknown
@@ -8,7 +8,7 @@ once", i.e. ``--min-freq 2``).
 
 ``IN_DIR`` is a segmented parallel folder (``corpora bpe`` or ``transfer joint-bpe`` output). The
 type frequencies are counted on the segmented (BPE) tokens of its own training set, separately for
-each side, and the replacement applies to both sides (spec 002 §1.5 [REC], §3.6.6): a token whose
+each side, and the replacement applies to both sides: a token whose
 type occurs fewer than ``K`` times on its side becomes fairseq's ``<unk>``. ``OUT_DIR`` gets
 
 * ``train.SRC`` / ``train.TGT``: the original lines, then the UNK'd copy (2N lines);
@@ -20,7 +20,7 @@ type occurs fewer than ``K`` times on its side becomes fairseq's ``<unk>``. ``OU
 
 ``python -m fairseq_ext.tools.corpora binarize OUT_DIR`` then binarizes it (with the original
 dictionary: ``--fairseq-args "--srcdict DICT"``; ``<unk>`` maps to fairseq's unknown symbol).
-Length filtering, if any, must come before (spec 002 §3.6.7). The thesis halves the number of
+Length filtering, if any, must come before. The thesis halves the number of
 epochs to compensate for the doubled data.
 
 Bad input is one :class:`~fairseq_ext.tools.common.ToolError` naming the file (and line); the CLI
