@@ -227,10 +227,10 @@ def test_own_data_path_from_raw_files_with_foreign_ids_to_a_score(tmp_path):
              "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
              "--decoder-attention-heads", "4"]
     sent = train(data, tmp_path / "sent", ["--arch", "transformer_maruf_base_bench", *shape], task="doc_translation",
-                 max_update=6, extra=["--lr-scheduler", "budget_inverse_sqrt", "--warmup-updates", "300"])
+                 max_update=6)
     p = fairseq("train", data, "--task", "doc_translation", "--arch", "selattn_enc_hier_sparsesoft_bench", *shape,
                 "--finetune-from-model", sent, "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
-                "--lr-scheduler", "budget_inverse_sqrt", "--warmup-updates", "300", "--max-update", "4",
+                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "300", "--max-update", "4",
                 "--save-dir", tmp_path / "doc", "--cpu", "--no-progress-bar", "--log-format", "simple")
     log = p.stdout + p.stderr
     assert f"doc_translation train: {n_docs['train']} documents" in log  # the foreign ids were read as chapters
