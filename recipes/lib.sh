@@ -16,6 +16,8 @@ PY=.venv/bin/python   # the project's interpreter and console scripts
 FS=.venv/bin
 UD=(--user-dir fairseq_ext)
 RUNS=${RUNS:-runs}
+# the decoding length limit of every recipe (fairseq-generate; the bench's GENERATE in recipes/bench/configs.py)
+LEN=(--max-len-a 1.2 --max-len-b 10)
 
 bible_data() {
   bash scripts/setup_env.sh
@@ -114,7 +116,7 @@ concat_eval() {  # concat_eval SEGMENTED_FOLDER JOB CONFIGS
     case ",$($PY recipes/bench/configs.py "$c")," in *--cpu-bf16*) flags+=(--cpu-bf16 --math-attention) ;; esac
     .venv/bin/fairseq-generate "$seg/bin" --user-dir fairseq_ext --task concat_translation \
       --path "$job/$c/checkpoint_best.pt" --gen-subset test --cpu --concat-eval consec --beam 5 \
-      --batch-size 64 --max-len-a 1.2 --max-len-b 10 --post-process sentencepiece --scoring sacrebleu \
+      --batch-size 64 "${LEN[@]}" --post-process sentencepiece --scoring sacrebleu \
       "${flags[@]}" > "$job/$c/generate_concat_consec.out" 2> "$job/$c/generate_concat_consec.log"
     bleu=$(sed -n 's/.*Generate test with beam=[0-9]*: BLEU = \([0-9.]*\).*/\1/p' "$job/$c/generate_concat_consec.out")
     printf '%s\tconsec\t%s\n' "$c" "${bleu:-?}" | tee -a "$job/concat_eval.tsv"

@@ -45,7 +45,8 @@ SCHEDULE = [
 OPTIM = SCHEDULE + ["--criterion", "label_smoothed_cross_entropy"]
 
 # (bench.py adds --post-process from the data's segment.json: sentencepiece or subword_nmt)
-GENERATE = ["--beam", "5", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10"]
+DECODE_LEN = ["--max-len-a", "1.2", "--max-len-b", "10"]  # the decoding length limit (recipes/lib.sh LEN too)
+GENERATE = ["--beam", "5", "--batch-size", "64", *DECODE_LEN]
 
 CONFIGS = {
     "transformer": {
@@ -197,7 +198,7 @@ CONFIGS["rnnsearch"] = {
 MARUF_STAGE2 = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--clip-norm", "1.0", "--lr", "3e-4",
                 "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--criterion",
                 "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "2048"]
-GREEDY = ["--beam", "1", "--batch-size", "64", "--max-len-a", "1.2", "--max-len-b", "10"]
+GREEDY = ["--beam", "1", "--batch-size", "64", *DECODE_LEN]
 for _name, _desc, _flags in [
         ("maruf_sentence", "Maruf ch.4 stage-2 baseline: the sentence transformer on document batches",
          ["--arch", "transformer_maruf_base_bench"]),

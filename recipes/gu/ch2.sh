@@ -78,7 +78,7 @@ decode() {
   shift 3
   if [ ! -s "$DEC/$name.out" ] || [ -n "${FORCE:-}" ]; then
     .venv/bin/fairseq-generate "$DATA_BIN" --user-dir fairseq_ext --task translation_decoding --path "$ckpt" \
-      --gen-subset "$subset" --cpu --batch-size 64 --max-len-a 1.2 --max-len-b 10 --post-process "$POST" \
+      --gen-subset "$subset" --cpu --batch-size 64 "${LEN[@]}" --post-process "$POST" \
       --seed 1 "$@" > "$DEC/$name.out.tmp" 2> "$DEC/$name.log"
     mv "$DEC/$name.out.tmp" "$DEC/$name.out"
   fi

@@ -168,7 +168,7 @@ bible_system() {
     --stop-time-hours "$(echo "$BUDGET_MIN / 60" | bc -l)" --save-dir $B/$arch --no-epoch-checkpoints \
     > $B/$arch.log 2>&1 || { tail -20 $B/$arch.log; return 1; }
   $FS/fairseq-generate $BIN_DIR "${UD[@]}" "${T[@]}" --path $B/$arch/checkpoint_best.pt --cpu --beam 5 \
-    --max-len-a 1.2 --max-len-b 10 --batch-size 64 --results-path $B/$arch > $B/$arch.generate.log 2>&1 \
+    "${LEN[@]}" --batch-size 64 --results-path $B/$arch > $B/$arch.generate.log 2>&1 \
     || { tail -20 $B/$arch.generate.log; return 1; }
 }
 

@@ -91,7 +91,6 @@ FS=.venv/bin
 UD=(--user-dir fairseq_ext)
 RUNS=${RUNS:-runs}
 BEAM=${BEAM:-5}
-LEN=(--max-len-a 1.2 --max-len-b 10)
 SWEEP_KS=(${SWEEP_KS:-1 4 8 16})   # Fig. 4.4: + K = 2 (the main decode) and adaptive
 
 if [ "$MODE" = thesis ]; then
@@ -142,7 +141,7 @@ if [ "$MODE" = thesis ]; then
         systems+=("seg_nmt_deep|--task seg_translation --tm-topk 2 $SEG_NMT --fusion deep"
                   "seg_copynet|--task seg_translation --tm-topk 2 --arch seg_copynet --criterion copynet_cross_entropy")
       fi
-      GEN=(--beam 5 --lenpen 1 --batch-size 64 --max-len-a 1.2 --max-len-b 10 --post-process subword_nmt
+      GEN=(--beam 5 --lenpen 1 --batch-size 64 "${LEN[@]}" --post-process subword_nmt
            --tokenizer moses --source-lang "$s" --target-lang "$t")   # (moses reads the task's languages)
       for sys in "${systems[@]}"; do
         name=${sys%%|*}

@@ -86,7 +86,6 @@
 SYSTEM_MIN=${BUDGET_MIN:-45}   # read before lib.sh, whose own default (15) would win otherwise
 source "$(dirname "$0")/../lib.sh"
 BEAM=${BEAM:-5}
-LEN=(--max-len-a 1.2 --max-len-b 10)
 AUX=${AUX:-es,fr,ru}
 LOWRES=${LOWRES:-it}
 LANG_T=${LANG_T:-5}

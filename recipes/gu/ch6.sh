@@ -93,7 +93,6 @@ VALID_LANG=${VALID_LANG:-tl}
 TARGET=${TARGET:-it}
 STRATEGIES=(${STRATEGIES:-all emb+enc emb})
 BEAM=${BEAM:-1}
-LEN=(--max-len-a 1.2 --max-len-b 10)
 BETAS="(0.9,0.98)"
 
 if [ "$MODE" = thesis ]; then

@@ -65,7 +65,6 @@ FS=.venv/bin
 UD=(--user-dir fairseq_ext)
 RUNS=${RUNS:-runs}
 BEAM=${BEAM:-5}
-LEN=(--max-len-a 1.2 --max-len-b 10)
 ACTOR_OPT=(--optimizer rmsprop --lr "${CRITIC_LR:-2e-4}" --lr-scheduler fixed)
 AC=(--criterion actor_critic --critic-updates 10 --actor-updates 1 --tg-critic-samples 4 --tg-actor-samples 4
     --tg-noise-std 0.1 --tg-tau 0.01)

@@ -82,7 +82,6 @@ FS=.venv/bin
 UD=(--user-dir fairseq_ext)
 RUNS=${RUNS:-runs}
 OPTIM=${OPTIM:-adam}
-LEN=(--max-len-a 1.2 --max-len-b 10)
 
 if [ "$MODE" = thesis ]; then
   ROOTD=${THESIS_DATA:-data/maruf}

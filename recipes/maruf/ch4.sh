@@ -118,7 +118,7 @@ if [ ! -s "$STAGE1" ]; then
     --stop-time-hours "$(echo "${STAGE1_MIN:-30} / 60" | bc -l)" --save-dir $OUT/stage1 > $OUT/stage1.log 2>&1
   STAGE1=$OUT/stage1/checkpoint_best.pt
 fi
-GREEDY=(--beam 1 --max-len-a 1.2 --max-len-b 10 --batch-size 64 --post-process sentencepiece --cpu)
+GREEDY=(--beam 1 "${LEN[@]}" --batch-size 64 --post-process sentencepiece --cpu)
 
 # system NAME -> its stage-2 flags: configuration maruf_NAME of recipes/bench/configs.py (one place for them)
 system_flags() {
@@ -192,7 +192,7 @@ if [[ " ${SYSTEMS[*]} " == *" hatt_dec "* ]]; then
     if [ ! -s $GEN/$split.$TGT ]; then
       mkdir -p $OUT/stage1_gen
       $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" --gen-subset $split --path "$STAGE1" \
-        --decoding-algorithm greedy --beam 1 --max-len-a 1.2 --max-len-b 10 --batch-size 128 --cpu \
+        --decoding-algorithm greedy --beam 1 "${LEN[@]}" --batch-size 128 --cpu \
         > $OUT/stage1_gen/generate-$split.txt 2> $OUT/stage1_gen/generate-$split.log \
         || { tail -20 $OUT/stage1_gen/generate-$split.log; exit 1; }
       $PY -m fairseq_ext.tools.doc_context $OUT/stage1_gen/generate-$split.txt --data $SEG/bin --split $split --out $GEN \

@@ -102,7 +102,6 @@ RUNS=${RUNS:-runs}
 OPTIM=${OPTIM:-adam}
 INJECT=${INJECT:-initdec}
 TGT_HISTORY=${TGT_HISTORY:-generated}
-LEN=(--max-len-a 1.2 --max-len-b 10)
 
 if [ "$MODE" = thesis ]; then
   ROOTD=${THESIS_DATA:-data/maruf_bimsmt}

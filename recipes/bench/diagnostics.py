@@ -1,0 +1,346 @@
+"""Diagnostics of the document-context mechanisms (Maruf 2019 ch. 3-4): each mechanism trained beside its
+sentence baseline on a synthetic task where the baseline is limited by construction
+(:mod:`fairseq_ext.tools.diagnostics`: ``antecedent``, ``cataphor``, ``consistency``), then scored by
+contrastive accuracy (overall and by distance) with ``fairseq-ext-contrastive score``; the
+**Diagnostics** table of ``recipes/bench/RESULTS.md`` is rewritten from the results::
+
+    .venv/bin/python recipes/bench/diagnostics.py [--tasks antecedent cataphor consistency] [--systems NAME ...]
+        [--out runs/diagnostics] [--stage1-updates 1000] [--stage2-updates 1000] [--table recipes/bench/RESULTS.md]
+
+Per task: the corpus (``fairseq-ext-diagnostics generate``), then per model family (a small transformer
+for the ch. 4 models, a small RNNsearch for the ch. 3 memory networks) a stage-1 sentence model trained
+from scratch, then every stage-2 system warm-started from it (``--finetune-from-model``, as
+recipes/maruf/ch3.sh and ch4.sh do) for the same updates on document batches; the family's
+``sentence`` system is the stage-1 model trained on for those updates (the fair baseline). Every
+system is scored on the test twins with its context and, for the document systems, once more with its
+context switched off (``--doc-max-context 0``: no context sentence at all) -- that row must fall to the
+bound. The consistency task also decodes the test set greedily with the sentence model and with
+``doc_bcd`` (pass 0 = the sentence model) and counts the documents whose repeated word got one synonym.
+
+A system **passes** when its accuracy on the buckets its context can resolve is >= ``--pass-at`` (0.9) and
+on the others <= the bound (0.5: the test twins make that exact); a baseline or context-off row passes when
+it stays <= 0.5 everywhere. Results are cached per system (``OUT/TASK/SYSTEM/result.json``): a rerun only
+does what is missing (``--force`` redoes the scoring and table, not the training).
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT))
+
+from fairseq_ext.tools.diagnostics import BUCKETS, decoded_scores, generate, read_hypotheses  # noqa: E402
+
+TRANSFORMER = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
+               "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
+               "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--dropout", "0.1"]
+RNN = ["--encoder-embed-dim", "64", "--encoder-hidden-size", "64", "--decoder-layers", "2",
+       "--decoder-variant", "plain", "--dropout", "0.1"]
+SHAPES = {"transformer": TRANSFORMER, "rnn": RNN}  # every system of a family has its shape
+LR = {"transformer": (2e-3, 1e-3), "rnn": (5e-3, 2e-3)}  # Adam peak learning rate of stage 1, stage 2
+FAMILIES = {"transformer": ["--arch", "transformer_maruf_base_bench"], "rnn": ["--arch", "rnnsearch_tiny"]}  # stage 1
+GOLD = ["--doc-target-context", "gold"]
+ALL = list(BUCKETS)
+
+# task -> [(system, family, stage-2 flags (arch + task flags, also used to score), resolvable buckets, note)]
+# "sentence": the family's stage-1 model trained on (no flags). Resolvable = what its context can decide.
+SYSTEMS = {
+    "antecedent": [
+        ("sentence", "transformer", None, [], "transformer_maruf_base_bench"),
+        ("concat", "transformer", ["--arch", "transformer_maruf_base_bench", "--doc-concat-prev", "1"], ["1"],
+         "2-to-1 concatenation (previous sentence + <brk>)"),
+        ("hatt_enc", "transformer", ["--arch", "selattn_enc_hier_sparsesoft_bench", "--doc-context-mode", "offline"],
+         ["1", "2", "3"], "H-attention sparse-soft, encoder, offline"),
+        ("zhang_enc", "transformer", ["--arch", "zhang2018_doc_transformer_bench", "--ctx-integration", "encoder",
+                                      "--doc-context-mode", "online"], ["1", "2"],
+         "Zhang et al. 2018 (2 previous sentences, sentence parameters frozen)"),
+        ("rnn_sentence", "rnn", None, [], "rnnsearch (2-layer plain GRU decoder)"),
+        ("m2c_src", "rnn", ["--arch", "docmem_tiny", "--memory-integration", "m2c", "--doc-memories", "src"],
+         ["1", "2", "3"], "memory network, source memory, Memory-to-Context"),
+        ("m2o_src", "rnn", ["--arch", "docmem_tiny", "--memory-integration", "m2o", "--doc-memories", "src"],
+         ["1", "2", "3"], "memory network, source memory, Memory-to-Output"),
+        ("jean2017", "rnn", ["--arch", "docmem_tiny", "--doc-context", "jean2017"], ["1"],
+         "Jean et al. 2017 (attention over the previous source sentence)"),
+    ],
+    "cataphor": [
+        ("sentence", "transformer", None, [], "transformer_maruf_base_bench"),
+        ("hatt_enc_off", "transformer", ["--arch", "selattn_enc_hier_sparsesoft_bench", "--doc-context-mode",
+                                         "offline"], ["1", "2", "3"], "H-attention, encoder, offline"),
+        ("hatt_enc_on", "transformer", ["--arch", "selattn_enc_hier_sparsesoft_bench", "--doc-context-mode",
+                                        "online"], [], "H-attention, encoder, online (must stay at the bound)"),
+        ("rnn_sentence", "rnn", None, [], "rnnsearch"),
+        ("m2c_src_off", "rnn", ["--arch", "docmem_tiny", "--memory-integration", "m2c", "--doc-memories",
+                                "src", "--doc-context-mode", "offline"], ["1", "2", "3"],
+         "memory network, source memory, M2C, offline"),
+        ("m2c_src_on", "rnn", ["--arch", "docmem_tiny", "--memory-integration", "m2c", "--doc-memories",
+                               "src", "--doc-context-mode", "online"], [],
+         "memory network, source memory, M2C, online (must stay at the bound)"),
+    ],
+    "consistency": [
+        ("sentence", "transformer", None, [], "transformer_maruf_base_bench"),
+        ("hatt_enc", "transformer", ["--arch", "selattn_enc_hier_sparsesoft_bench"], [],
+         "H-attention, encoder (source context: must stay at the bound)"),
+        ("hatt_dec", "transformer", ["--arch", "selattn_dec_hier_sparsesoft_bench", *GOLD], ALL,
+         "H-attention sparse-soft, decoder, gold target context"),
+        ("rnn_sentence", "rnn", None, [], "rnnsearch"),
+        ("m2c_tgt", "rnn", ["--arch", "docmem_tiny", "--memory-integration", "m2c", "--doc-memories", "tgt",
+                            *GOLD], ALL, "memory network, target memory, M2C, gold target context"),
+        ("m2o_tgt", "rnn", ["--arch", "docmem_tiny", "--memory-integration", "m2o", "--doc-memories", "tgt",
+                            *GOLD], ALL, "memory network, target memory, M2O, gold target context"),
+    ],
+}
+BCD = {"hatt_dec": "sentence", "m2c_tgt": "rnn_sentence", "m2o_tgt": "rnn_sentence"}  # doc model -> pass 0
+TASK_FLAGS = ["--task", "doc_translation", "--source-lang", "src", "--target-lang", "tgt"]
+RUN = ["--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
+       "--no-epoch-checkpoints", "--disable-validation"]
+START, END = "<!-- diagnostics:table -->", "<!-- /diagnostics:table -->"
+
+
+def env(threads: int) -> dict:
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
+
+
+def run(cmd, log_path: Path, threads: int) -> float:
+    """Run a command with its output in ``log_path``; returns the wall seconds; exits on failure."""
+    t0 = time.time()
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write("+ " + " ".join(map(str, cmd)) + "\n")
+        log.flush()
+        p = subprocess.run([str(c) for c in cmd], cwd=ROOT, env=env(threads), stdout=log, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        tail = Path(log_path).read_text(encoding="utf-8")[-3000:]
+        raise SystemExit(f"error: command failed ({p.returncode}), see {log_path}:\n{tail}")
+    return time.time() - t0
+
+
+def optim(lr: float) -> list:
+    return ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(lr), "--lr-scheduler", "inverse_sqrt",
+            "--warmup-updates", "100", "--clip-norm", "1.0", "--criterion", "label_smoothed_cross_entropy",
+            "--label-smoothing", "0.1", "--max-tokens", "1024"]
+
+
+def train(data: Path, save: Path, flags: list, updates: int, lr: float, threads: int, warm=None,
+          curve_every: int = 0) -> float:
+    ckpt = save / "checkpoint_last.pt"
+    done = save / "train.done"
+    if done.exists() and ckpt.exists():
+        return float(done.read_text() or 0)
+    save.mkdir(parents=True, exist_ok=True)
+    cmd = [BIN / "fairseq-train", data, "--user-dir", ROOT / "fairseq_ext", *TASK_FLAGS, *flags, *optim(lr), *RUN,
+           "--max-update", str(updates), "--save-dir", save]
+    if curve_every:
+        cmd += ["--save-interval-updates", str(curve_every), "--keep-interval-updates", "-1"]
+    if warm is not None:
+        cmd += ["--finetune-from-model", warm]
+    else:
+        cmd += ["--doc-batching", "size"]
+    secs = run(cmd, save / "train.log", threads)
+    done.write_text(f"{secs:.1f}")
+    return secs
+
+
+def task_flags(flags) -> list:
+    """The task options among a system's flags (needed again to score and decode)."""
+    out, keep = [], {"--doc-concat-prev", "--doc-context-mode", "--doc-target-context"}
+    flags = flags or []
+    for i, f in enumerate(flags):
+        if f in keep:
+            out += [f, flags[i + 1]]
+    return out
+
+
+def score(data: Path, ckpt: Path, flags: list, out_json: Path, name: str, threads: int) -> dict:
+    if not out_json.exists():
+        cmd = [sys.executable, "-m", "fairseq_ext.tools.contrastive", "score", "--set", data / "test.contrastive.jsonl",
+               "--segmented", "--instances-per-batch", "64", "--name", name, "--json", out_json, data, "--path", ckpt,
+               *TASK_FLAGS, *flags, "--gen-subset", "test", "--cpu"]
+        run(cmd, out_json.with_suffix(".log"), threads)
+    return json.loads(out_json.read_text())
+
+
+def decode(data: Path, paths: str, flags: list, out: Path, threads: int) -> Path:
+    gen = out / "generate-test.txt"
+    if not gen.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = [BIN / "fairseq-generate", data, "--user-dir", ROOT / "fairseq_ext", *TASK_FLAGS, *flags,
+               "--path", paths, "--beam", "1", "--max-len-a", "1.2", "--max-len-b", "10", "--batch-size", "64",
+               "--cpu", "--results-path", out]
+        run(cmd, out / "generate.log", threads)
+    return gen
+
+
+def accuracy_by_bucket(res: dict) -> dict:
+    return {b: res["by_distance"][b]["accuracy"] for b in BUCKETS if res["by_distance"][b]["total"]}
+
+
+def verdict(acc: dict, resolvable: list, pass_at: float) -> bool:
+    ok = all(acc[b] >= pass_at for b in resolvable if b in acc)
+    return ok and all(acc[b] <= 0.5 for b in acc if b not in resolvable)
+
+
+def run_task(task: str, args) -> list:
+    out = Path(args.out) / task
+    info = generate(task, str(out / "data"), seed=args.seed, n_train=args.n_train, n_valid=args.n_valid,
+                    n_test=args.n_test)
+    data = Path(info["bin"])
+    systems = [s for s in SYSTEMS[task] if not args.systems or s[0] in args.systems or s[2] is None]
+    stage1 = {}
+    for fam in sorted({s[1] for s in systems}):
+        save = out / f"stage1_{fam}"
+        secs = train(data, save, FAMILIES[fam] + SHAPES[fam], args.stage1_updates, LR[fam][0], args.threads)
+        stage1[fam] = (save / "checkpoint_last.pt", secs)
+    rows = []
+    for name, fam, flags, resolvable, note in systems:
+        save = out / name
+        result = save / "result.json"
+        if result.exists() and not args.force:
+            rows.append(json.loads(result.read_text()))
+            continue
+        train_flags = (flags if flags is not None else FAMILIES[fam]) + SHAPES[fam]
+        secs = train(data, save, train_flags, args.stage2_updates, LR[fam][1], args.threads, warm=stage1[fam][0],
+                     curve_every=args.curve_every if flags is not None else 0)
+        ckpt = save / "checkpoint_last.pt"
+        tflags = task_flags(flags)
+        res = score(data, ckpt, tflags, save / "contrastive.json", name, args.threads)
+        curve = {}
+        for c in sorted(save.glob("checkpoint_*_*.pt"), key=lambda q: int(q.stem.rsplit("_", 1)[1])):
+            upd = int(c.stem.rsplit("_", 1)[1])
+            if upd < args.stage2_updates:  # the last one is checkpoint_last.pt
+                r = score(data, c, tflags, save / f"contrastive.{upd}.json", f"{name} @{upd}", args.threads)
+                curve[upd] = accuracy_by_bucket(r)
+        curve[args.stage2_updates] = accuracy_by_bucket(res)
+        row = {"task": task, "system": name, "family": fam, "note": note, "resolvable": resolvable,
+               "stage1_updates": args.stage1_updates, "stage2_updates": args.stage2_updates,
+               "stage1_seconds": round(stage1[fam][1], 1), "stage2_seconds": round(secs, 1),
+               "accuracy": res["overall"]["accuracy"], "by_bucket": accuracy_by_bucket(res),
+               "instances": res["overall"]["total"], "baseline": flags is None, "curve": curve}
+        if flags is not None and "--doc-concat-prev" not in flags:
+            off = score(data, ckpt, tflags + ["--doc-max-context", "0"], save / "contrastive.off.json",
+                        name + " (context off)", args.threads)
+            row["context_off"] = {"accuracy": off["overall"]["accuracy"], "by_bucket": accuracy_by_bucket(off)}
+        row["pass"] = verdict(row["by_bucket"], resolvable, args.pass_at) and \
+            ("context_off" not in row or verdict(row["context_off"]["by_bucket"], [], args.pass_at))
+        if task == "consistency" and (name in BCD or flags is None):
+            row["decoded"] = decoded(task, data, out, name, fam, flags, args)
+        result.write_text(json.dumps(row, indent=1))
+        rows.append(row)
+    return rows
+
+
+def decoded(task: str, data: Path, out: Path, name: str, fam: str, flags, args) -> dict:
+    """Greedy decoding (sentence models) or doc_bcd K = 1, 2 (pass 0 = the family's sentence system)."""
+    instances = [json.loads(x) for x in (data / "test.contrastive.jsonl").read_text().splitlines()]
+    ckpt = out / name / "checkpoint_last.pt"
+    res = {}
+    if flags is None:
+        gen = decode(data, str(ckpt), ["--decoding-algorithm", "greedy"], out / name / "greedy", args.threads)
+        res["greedy"] = decoded_scores(instances, read_hypotheses(str(gen)))
+        return res
+    sent = out / BCD[name] / "checkpoint_last.pt"
+    for k in (1, 2):
+        gen = decode(data, f"{ckpt}:{sent}", ["--decoding-algorithm", "doc_bcd", "--doc-iterations", str(k),
+                                              "--bcd-init", "base_model"], out / name / f"bcd{k}", args.threads)
+        res[f"bcd{k}"] = decoded_scores(instances, read_hypotheses(str(gen)))
+    return res
+
+
+# ------------------------------------------------------------------------------------------------ table
+def cpu_name() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        model = re.search(r"model name\s*:\s*(.*)", text).group(1).strip()
+        flags = re.search(r"flags\s*:\s*(.*)", text).group(1).split()
+        isa = "AMX" if "amx_tile" in flags else "AVX512-BF16" if "avx512_bf16" in flags else \
+            "AVX512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
+        return f"{model} ({isa})" if isa else model
+    except (OSError, AttributeError):
+        return platform.processor() or "CPU"
+
+
+def fmt(x) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def curve_text(r: dict) -> str:
+    """Mean accuracy over the resolvable buckets (all buckets when none) at each scored stage-2 update."""
+    keys = r["resolvable"] or list(BUCKETS)
+    out = []
+    for upd, acc in sorted(((int(k), v) for k, v in r.get("curve", {}).items())):
+        vals = [acc[b] for b in keys if b in acc]
+        out.append(f"{upd}: {sum(vals) / len(vals):.2f}" if vals else f"{upd}: –")
+    return ", ".join(out) if len(out) > 1 else "–"
+
+
+def table(rows: list, threads: int) -> str:
+    cpu = cpu_name()
+    lines = ["| task | bound | system | resolvable d | accuracy (all) | by d: " + " / ".join(BUCKETS)
+             + " | context off (all) | pass | stage-2 curve (accuracy on resolvable d) "
+             "| budget (stage 1 + 2 updates; stage-2 s) |",
+             "|---|---|---|---|---:|---|---:|---|---|---|"]
+    for r in rows:
+        by = " / ".join(fmt(r["by_bucket"].get(b)) for b in BUCKETS)
+        off = fmt(r["context_off"]["accuracy"]) if "context_off" in r else "–"
+        lines.append(f"| {r['task']} | 0.500 | {r['system']}: {r['note']} | {','.join(r['resolvable']) or 'none'} "
+                     f"| {fmt(r['accuracy'])} | {by} | {off} | {'pass' if r['pass'] else '**FAIL**'} | {curve_text(r)} "
+                     f"| {r['stage1_updates']} + {r['stage2_updates']}; {r['stage2_seconds']:.0f} s |")
+    dec = [r for r in rows if "decoded" in r]
+    if dec:
+        lines += ["", "| consistency, decoded test set | decoding | probes correct | documents with one synonym |",
+                  "|---|---|---:|---:|"]
+        for r in dec:
+            for how, d in r["decoded"].items():
+                lines.append(f"| {r['system']} | {how} | {fmt(d['accuracy'])} | {d['consistent_docs']}/{d['documents']}"
+                             f" ({fmt(d['consistency'])}) |")
+    lines += ["", f"CPU: {cpu}, {threads} torch thread(s) per run."]
+    return "\n".join(lines)
+
+
+def write_table(path: Path, text: str) -> None:
+    doc = path.read_text(encoding="utf-8")
+    block = f"{START}\n{text}\n{END}"
+    if START in doc and END in doc:
+        doc = doc[:doc.index(START)] + block + doc[doc.index(END) + len(END):]
+    else:
+        doc = doc.rstrip("\n") + "\n\n## Diagnostics: document context (recipes/bench/diagnostics.py)\n\n" + block + "\n"
+    path.write_text(doc, encoding="utf-8")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tasks", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    ap.add_argument("--systems", nargs="+", help="only these stage-2 systems (the sentence baselines always run)")
+    ap.add_argument("--out", default="runs/diagnostics")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--n-train", type=int, default=10000)
+    ap.add_argument("--n-valid", type=int, default=300)
+    ap.add_argument("--n-test", type=int, default=600)
+    ap.add_argument("--stage1-updates", type=int, default=1000)
+    ap.add_argument("--stage2-updates", type=int, default=1000)
+    ap.add_argument("--curve-every", type=int, default=500,
+                    help="also score the stage-2 checkpoints every N updates (the learning curve; 0 = off)")
+    ap.add_argument("--pass-at", type=float, default=0.9)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--table", default=str(ROOT / "recipes" / "bench" / "RESULTS.md"),
+                    help="the RESULTS.md whose Diagnostics table is rewritten ('' = print only)")
+    ap.add_argument("--force", action="store_true", help="score again and rewrite the results (training is kept)")
+    args = ap.parse_args(argv)
+    for task in args.tasks:
+        run_task(task, args)
+    rows = [json.loads(p.read_text()) for task in SYSTEMS for name, *_ in SYSTEMS[task]
+            for p in [Path(args.out) / task / name / "result.json"] if p.exists()]  # every task run so far
+    text = table(rows, args.threads)
+    print(text)
+    if args.table:
+        write_table(Path(args.table), text)
+    return 0 if all(r["pass"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
