@@ -83,10 +83,10 @@ BUCKETS = ("0", "1", "2", "3", ">3")
 SRC, TGT = "src", "tgt"
 PRO, PRO_TGT = "PRO", {"f": "la", "m": "le"}
 AMB, AMB_TGT = "amb", {"f": "syna", "m": "synb"}
-VERSION = 2  # of the generator: a change regenerates existing corpora
+VERSION = 3  # of the generator: a change regenerates existing corpora
 N_PROBES = 3  # PRO sentences per antecedent/cataphor document: d = 1, 2, 3
-DEFAULTS = {"seed": 1, "n_train": 4000, "n_valid": 300, "n_test": 600, "fillers": 24, "nouns": 4,
-            "sent_len": (4, 8), "doc_len": (3, 6)}
+DEFAULTS = {"seed": 1, "n_train": 40000, "n_valid": 300, "n_test": 600, "fillers": 16, "nouns": 2,
+            "sent_len": (2, 5), "doc_len": (3, 6)}
 BOUND = {"antecedent": "50%: the class is independent of sentence i (any sentence model; d > N for an "
                        "N-previous-sentence model)",
          "cataphor": "50%: the class is decided by a later sentence (any sentence or online model)",

@@ -5,7 +5,7 @@ contrastive accuracy (overall and by distance) with ``fairseq-ext-contrastive sc
 **Diagnostics** table of ``recipes/bench/RESULTS.md`` is rewritten from the results::
 
     .venv/bin/python recipes/bench/diagnostics.py [--tasks antecedent cataphor consistency] [--systems NAME ...]
-        [--out runs/diagnostics] [--stage1-updates 1000] [--stage2-updates 1000] [--table recipes/bench/RESULTS.md]
+        [--out runs/diagnostics] [--stage1-updates 1000] [--stage2-updates 2000] [--table recipes/bench/RESULTS.md]
 
 Per task: the corpus (``fairseq-ext-diagnostics generate``), then per model family (a small transformer
 for the ch. 4 models, a small RNNsearch for the ch. 3 memory networks) a stage-1 sentence model trained
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT))
 
-from fairseq_ext.tools.diagnostics import BUCKETS, decoded_scores, generate, read_hypotheses  # noqa: E402
+from fairseq_ext.tools.diagnostics import BUCKETS, DEFAULTS, decoded_scores, generate, read_hypotheses  # noqa: E402
 
 TRANSFORMER = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
                "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
@@ -92,11 +92,9 @@ SYSTEMS = {
         ("rnn_sentence", "rnn", None, [], "rnnsearch"),
         ("m2c_tgt", "rnn", ["--arch", "docmem_tiny", "--memory-integration", "m2c", "--doc-memories", "tgt",
                             *GOLD], ALL, "memory network, target memory, M2C, gold target context"),
-        ("m2o_tgt", "rnn", ["--arch", "docmem_tiny", "--memory-integration", "m2o", "--doc-memories", "tgt",
-                            *GOLD], ALL, "memory network, target memory, M2O, gold target context"),
     ],
 }
-BCD = {"hatt_dec": "sentence", "m2c_tgt": "rnn_sentence", "m2o_tgt": "rnn_sentence"}  # doc model -> pass 0
+BCD = {"hatt_dec": "sentence", "m2c_tgt": "rnn_sentence"}  # doc model -> pass 0
 TASK_FLAGS = ["--task", "doc_translation", "--source-lang", "src", "--target-lang", "tgt"]
 RUN = ["--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
        "--no-epoch-checkpoints", "--disable-validation"]
@@ -157,12 +155,25 @@ def task_flags(flags) -> list:
 
 
 def score(data: Path, ckpt: Path, flags: list, out_json: Path, name: str, threads: int) -> dict:
+    """``fairseq-ext-contrastive score`` of the test set; adds ``margin``: per bucket (and ``all``) the mean of
+    log P(reference) - log P(variant). Over twin documents a model whose output does not depend on the
+    context has a mean margin of exactly 0 whatever its bias towards one class, so the margin measures the
+    context's effect where the thresholded accuracy hides a weak one."""
+    details = out_json.with_suffix(".details.jsonl")
     if not out_json.exists():
         cmd = [sys.executable, "-m", "fairseq_ext.tools.contrastive", "score", "--set", data / "test.contrastive.jsonl",
-               "--segmented", "--instances-per-batch", "64", "--name", name, "--json", out_json, data, "--path", ckpt,
-               *TASK_FLAGS, *flags, "--gen-subset", "test", "--cpu"]
+               "--segmented", "--instances-per-batch", "64", "--name", name, "--json", out_json, "--details", details,
+               data, "--path", ckpt, *TASK_FLAGS, *flags, "--gen-subset", "test", "--cpu"]
         run(cmd, out_json.with_suffix(".log"), threads)
-    return json.loads(out_json.read_text())
+    res = json.loads(out_json.read_text())
+    margins: dict = {}
+    for line in details.read_text().splitlines():
+        x = json.loads(line)
+        m = x["reference_score"] - max(x["variant_scores"])
+        margins.setdefault(x["bucket"], []).append(m)
+        margins.setdefault("all", []).append(m)
+    res["margin"] = {b: sum(v) / len(v) for b, v in margins.items()}
+    return res
 
 
 def decode(data: Path, paths: str, flags: list, out: Path, threads: int) -> Path:
@@ -180,6 +191,12 @@ def accuracy_by_bucket(res: dict) -> dict:
     return {b: res["by_distance"][b]["accuracy"] for b in BUCKETS if res["by_distance"][b]["total"]}
 
 
+def margin_of(res: dict, buckets: list) -> float:
+    """Mean margin over ``buckets`` (all when empty), weighting the buckets equally."""
+    vals = [res["margin"][b] for b in (buckets or BUCKETS) if b in res["margin"]]
+    return round(sum(vals) / len(vals), 4) if vals else None
+
+
 def verdict(acc: dict, resolvable: list, pass_at: float) -> bool:
     ok = all(acc[b] >= pass_at for b in resolvable if b in acc)
     return ok and all(acc[b] <= 0.5 for b in acc if b not in resolvable)
@@ -190,7 +207,7 @@ def run_task(task: str, args) -> list:
     info = generate(task, str(out / "data"), seed=args.seed, n_train=args.n_train, n_valid=args.n_valid,
                     n_test=args.n_test)
     data = Path(info["bin"])
-    systems = [s for s in SYSTEMS[task] if not args.systems or s[0] in args.systems or s[2] is None]
+    systems = [s for s in SYSTEMS[task] if not args.systems or s[0] in args.systems]
     stage1 = {}
     for fam in sorted({s[1] for s in systems}):
         save = out / f"stage1_{fam}"
@@ -214,17 +231,19 @@ def run_task(task: str, args) -> list:
             upd = int(c.stem.rsplit("_", 1)[1])
             if upd < args.stage2_updates:  # the last one is checkpoint_last.pt
                 r = score(data, c, tflags, save / f"contrastive.{upd}.json", f"{name} @{upd}", args.threads)
-                curve[upd] = accuracy_by_bucket(r)
-        curve[args.stage2_updates] = accuracy_by_bucket(res)
+                curve[upd] = dict(accuracy_by_bucket(r), margin=margin_of(r, resolvable))
+        curve[args.stage2_updates] = dict(accuracy_by_bucket(res), margin=margin_of(res, resolvable))
         row = {"task": task, "system": name, "family": fam, "note": note, "resolvable": resolvable,
                "stage1_updates": args.stage1_updates, "stage2_updates": args.stage2_updates,
                "stage1_seconds": round(stage1[fam][1], 1), "stage2_seconds": round(secs, 1),
                "accuracy": res["overall"]["accuracy"], "by_bucket": accuracy_by_bucket(res),
+               "margin": margin_of(res, resolvable), "margin_by_bucket": res["margin"],
                "instances": res["overall"]["total"], "baseline": flags is None, "curve": curve}
         if flags is not None and "--doc-concat-prev" not in flags:
             off = score(data, ckpt, tflags + ["--doc-max-context", "0"], save / "contrastive.off.json",
                         name + " (context off)", args.threads)
-            row["context_off"] = {"accuracy": off["overall"]["accuracy"], "by_bucket": accuracy_by_bucket(off)}
+            row["context_off"] = {"accuracy": off["overall"]["accuracy"], "by_bucket": accuracy_by_bucket(off),
+                                  "margin": margin_of(off, resolvable)}
         row["pass"] = verdict(row["by_bucket"], resolvable, args.pass_at) and \
             ("context_off" not in row or verdict(row["context_off"]["by_bucket"], [], args.pass_at))
         if task == "consistency" and (name in BCD or flags is None):
@@ -244,6 +263,8 @@ def decoded(task: str, data: Path, out: Path, name: str, fam: str, flags, args) 
         res["greedy"] = decoded_scores(instances, read_hypotheses(str(gen)))
         return res
     sent = out / BCD[name] / "checkpoint_last.pt"
+    if not sent.exists():  # the stage-2 sentence system was not run: its stage-1 model
+        sent = out / f"stage1_{fam}" / "checkpoint_last.pt"
     for k in (1, 2):
         gen = decode(data, f"{ckpt}:{sent}", ["--decoding-algorithm", "doc_bcd", "--doc-iterations", str(k),
                                               "--bcd-init", "base_model"], out / name / f"bcd{k}", args.threads)
@@ -274,21 +295,24 @@ def curve_text(r: dict) -> str:
     out = []
     for upd, acc in sorted(((int(k), v) for k, v in r.get("curve", {}).items())):
         vals = [acc[b] for b in keys if b in acc]
-        out.append(f"{upd}: {sum(vals) / len(vals):.2f}" if vals else f"{upd}: –")
+        margin = "" if acc.get("margin") is None else f" ({acc['margin']:+.2f})"
+        out.append(f"{upd}: {sum(vals) / len(vals):.2f}{margin}" if vals else f"{upd}: –")
     return ", ".join(out) if len(out) > 1 else "–"
 
 
 def table(rows: list, threads: int) -> str:
     cpu = cpu_name()
     lines = ["| task | bound | system | resolvable d | accuracy (all) | by d: " + " / ".join(BUCKETS)
-             + " | context off (all) | pass | stage-2 curve (accuracy on resolvable d) "
+             + " | margin | context off (all; margin) | pass | stage-2 curve (accuracy on resolvable d (margin)) "
              "| budget (stage 1 + 2 updates; stage-2 s) |",
-             "|---|---|---|---|---:|---|---:|---|---|---|"]
+             "|---|---|---|---|---:|---|---:|---|---|---|---|"]
     for r in rows:
         by = " / ".join(fmt(r["by_bucket"].get(b)) for b in BUCKETS)
-        off = fmt(r["context_off"]["accuracy"]) if "context_off" in r else "–"
+        off = (f"{fmt(r['context_off']['accuracy'])}; {r['context_off']['margin']:+.3f}" if "context_off" in r
+               else "–")
+        margin = "–" if r.get("margin") is None else f"{r['margin']:+.3f}"
         lines.append(f"| {r['task']} | 0.500 | {r['system']}: {r['note']} | {','.join(r['resolvable']) or 'none'} "
-                     f"| {fmt(r['accuracy'])} | {by} | {off} | {'pass' if r['pass'] else '**FAIL**'} | {curve_text(r)} "
+                     f"| {fmt(r['accuracy'])} | {by} | {margin} | {off} | {'pass' if r['pass'] else '**FAIL**'} | {curve_text(r)} "
                      f"| {r['stage1_updates']} + {r['stage2_updates']}; {r['stage2_seconds']:.0f} s |")
     dec = [r for r in rows if "decoded" in r]
     if dec:
@@ -315,14 +339,15 @@ def write_table(path: Path, text: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
-    ap.add_argument("--systems", nargs="+", help="only these stage-2 systems (the sentence baselines always run)")
+    ap.add_argument("--systems", nargs="+", help="only these systems (default: all of each task; name the baselines "
+                                                 "sentence / rnn_sentence too to have them)")
     ap.add_argument("--out", default="runs/diagnostics")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--n-train", type=int, default=10000)
-    ap.add_argument("--n-valid", type=int, default=300)
-    ap.add_argument("--n-test", type=int, default=600)
+    ap.add_argument("--n-train", type=int, default=DEFAULTS["n_train"])
+    ap.add_argument("--n-valid", type=int, default=DEFAULTS["n_valid"])
+    ap.add_argument("--n-test", type=int, default=DEFAULTS["n_test"])
     ap.add_argument("--stage1-updates", type=int, default=1000)
-    ap.add_argument("--stage2-updates", type=int, default=1000)
+    ap.add_argument("--stage2-updates", type=int, default=2000)
     ap.add_argument("--curve-every", type=int, default=500,
                     help="also score the stage-2 checkpoints every N updates (the learning curve; 0 = off)")
     ap.add_argument("--pass-at", type=float, default=0.9)
