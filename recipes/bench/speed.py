@@ -17,7 +17,7 @@ rounds and its spread.
 
 Only configurations that train on the plain translation data (task translation_ext or a task
 reading the same folder) are accepted; ``doc_translation`` configurations (Maruf) get ``--doc-ids-dir``
-= the segmented folder and must be timed against a ``doc_translation`` baseline (``--baseline
+= the segmented folder when the binarized one has no ids, and must be timed against a ``doc_translation`` baseline (``--baseline
 maruf_sentence``, ``maruf3_sentence`` for the ch. 3 memory networks) so that every configuration trains on the
 same document batches; with ``--doc-generated-dir DIR`` (the sentence model's translations, for configurations
 with ``--doc-target-context generated``) every ``doc_translation`` configuration, the baseline included, reads
@@ -65,7 +65,8 @@ def build(name: str, data: Path, generated_dir=None):
                          f"({', '.join(p for p, _ in cfg['prepare'])}); speed.py does not make them")
     extra = []
     if cfg["task"] == "doc_translation":
-        extra = ["--doc-ids-dir", str(data.parent)]
+        if not (data / "train.ids").exists():  # fairseq-ext-data binarize copies them next to the data
+            extra = ["--doc-ids-dir", str(data.parent)]
         flags = cfg["train"]
         generated = "--doc-target-context" in flags and flags[flags.index("--doc-target-context") + 1] == "generated"
         if generated and not generated_dir:

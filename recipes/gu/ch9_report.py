@@ -308,7 +308,8 @@ def plot_tradeoff(rows: Sequence[Dict], delay: str, path: str, title: str) -> No
                        edgecolors=col, s=50, zorder=3, label=r["name"].upper() + ("" if r["search"] == "greedy"
                                                                                  else " beam"))
     ax.set_xlabel({"ap": "average proportion (AP)", "cw": "consecutive wait (CW)",
-                   "al": "average lagging (AL, subwords)"}[delay])
+                   "al": "average lagging (AL, subwords)",
+                   "laal": "length-adaptive average lagging (LAAL, subwords)"}[delay])
     ax.set_ylabel("BLEU")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
