@@ -5,7 +5,8 @@ contrastive accuracy (overall and by distance) with ``fairseq-ext-contrastive sc
 **Diagnostics** table of ``recipes/bench/RESULTS.md`` is rewritten from the results::
 
     .venv/bin/python recipes/bench/diagnostics.py [--tasks antecedent cataphor consistency] [--systems NAME ...]
-        [--out runs/diagnostics] [--stage1-updates 1000] [--stage2-updates 2000] [--table recipes/bench/RESULTS.md]
+        [--out runs/diagnostics] [--stage1-updates 1000] [--stage2-updates 2000] [--curve-every 500]
+        [--extend-failing 5000] [--table recipes/bench/RESULTS.md]
 
 Per task: the corpus (``fairseq-ext-diagnostics generate``), then per model family (a small transformer
 for the ch. 4 models, a small RNNsearch for the ch. 3 memory networks) a stage-1 sentence model trained
@@ -14,13 +15,18 @@ recipes/maruf/ch3.sh and ch4.sh do) for the same updates on document batches; th
 ``sentence`` system is the stage-1 model trained on for those updates (the fair baseline). Every
 system is scored on the test twins with its context and, for the document systems, once more with its
 context switched off (``--doc-max-context 0``: no context sentence at all) -- that row must fall to the
-bound. The consistency task also decodes the test set greedily with the sentence model and with
+bound. Besides the accuracy, the mean *margin* log P(reference) - log P(variant) is reported: over the twins it
+is exactly 0 for a model the context does not reach, whatever its bias. Stage-2 checkpoints are scored every
+``--curve-every`` updates (the learning curve); a mechanism that fails at ``--stage2-updates`` is trained on to
+``--extend-failing`` updates and scored on the way (its verdict stays the one at ``--stage2-updates``). The
+consistency task also decodes the test set greedily with the sentence model and with
 ``doc_bcd`` (pass 0 = the sentence model) and counts the documents whose repeated word got one synonym.
 
 A system **passes** when its accuracy on the buckets its context can resolve is >= ``--pass-at`` (0.9) and
 on the others <= the bound (0.5: the test twins make that exact); a baseline or context-off row passes when
-it stays <= 0.5 everywhere. Results are cached per system (``OUT/TASK/SYSTEM/result.json``): a rerun only
-does what is missing (``--force`` redoes the scoring and table, not the training).
+it stays <= 0.5 everywhere. Results are cached per system (``OUT/TASK/SYSTEM/result.json``, the scores in
+``contrastive*.json``): a rerun only does what is missing (``--force`` rebuilds the rows and the table from them).
+Exit status 1 when a row fails.
 """
 import argparse
 import json
