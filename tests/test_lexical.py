@@ -387,6 +387,24 @@ def test_criterion_masks_logits_and_combines_with_the_model_mask(tmp_path):
     assert torch.allclose(all_crit(model, sample)[0], crit(model, sample)[0])
 
 
+def test_target_vocab_is_a_command_line_option(tmp_path):
+    """``--target-vocab FILE`` reaches the criterion (A = the file's tokens + </s>, <unk>); without it A is 'train'."""
+    from fairseq import criterions, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    d = make_dictionary(V)
+    f = tmp_path / "allowed.txt"
+    f.write_text("".join(f"w{i}\n" for i in range(30)))
+    task = types.SimpleNamespace(target_dictionary=d, source_dictionary=d, cfg=None)
+    base = ["/nonexistent", "--task", "translation", "--arch", "transformer_twt", "--criterion",
+            "masked_label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, base + ["--target-vocab", str(f)])
+    crit = criterions.build_criterion(convert_namespace_to_omegaconf(args).criterion, task)
+    assert int(crit.allowed.sum()) == 30 + 2
+    assert options.parse_args_and_arch(options.get_training_parser(), base).target_vocab == "train"
+
+
 class _FixedLogits(torch.nn.Module):
     """A stand-in model (no target-vocabulary mask of its own) whose decoder output is ``logits``."""
 

@@ -30,6 +30,7 @@ token when A comes from the training data) is scored as ``<unk>``: the masked mo
 its NLL against the −1e9 logit (≈1e9) would swamp the validation loss.
 """
 import logging
+from dataclasses import dataclass, field
 
 import torch
 from fairseq.criterions import register_criterion
@@ -44,6 +45,14 @@ logger = logging.getLogger(__name__)
 
 
 # -------------------------------------------------------------------------------- the criterion
+@dataclass
+class MaskedLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
+    target_vocab: str = field(
+        default="train",
+        metadata={"help": "the allowed target vocabulary A when the model has no --target-vocab-mask: 'train' "
+                          "(the target side of the binarized train split), 'all', or a file of tokens"})
+
+
 def masked_label_smoothed_nll_loss(lprobs, target, epsilon, allowed, ignore_index=None, reduce=True):
     """fairseq's ``label_smoothed_nll_loss`` with the uniform part restricted to ``allowed`` (bool [V]).
 
@@ -69,13 +78,13 @@ def masked_label_smoothed_nll_loss(lprobs, target, epsilon, allowed, ignore_inde
     return loss, nll_loss
 
 
-@register_criterion("masked_label_smoothed_cross_entropy", dataclass=LabelSmoothedCrossEntropyCriterionConfig)
+@register_criterion("masked_label_smoothed_cross_entropy", dataclass=MaskedLabelSmoothedCrossEntropyConfig)
 class MaskedLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     """Label-smoothed cross-entropy with disallowed target types masked out of the softmax and out
     of the smoothing distribution (§6.3.1; see module doc).
 
     A has one source: the model's ``--target-vocab-mask`` buffer when the model has one; otherwise
-    ``target_vocab`` (``train``, the default on the command line, ``all`` or a token file; see
+    ``--target-vocab`` (``train``, the default, ``all`` or a token file; see
     :func:`fairseq_ext.modules.vocab_mask.allowed_target_vocab`)."""
 
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0,
