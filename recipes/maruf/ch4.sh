@@ -7,7 +7,7 @@
 # baselines: Zhang et al. 2018 (frozen sentence parameters) and the concatenation "2-to-1" model.
 # Spec: specs/003-maruf.md §4, §10.  Code: task `doc_translation` (fairseq_ext/tasks/doc_translation.py, data
 # in fairseq_ext/data/documents.py), models `selattn_transformer`, `zhang2018_doc_transformer`
-# (fairseq_ext/models/selattn_transformer.py), evaluation tools `fairseq_ext.tools.contrastive` (Bible pronoun
+# (fairseq_ext/models/selattn_transformer.py, zhang2018_doc_transformer.py), evaluation tools `fairseq_ext.tools.contrastive` (Bible pronoun
 # test, Table 4.4 layout), `fairseq_ext.tools.doc_consistency`, `fairseq_ext.tools.score meteor`.
 #
 #   bash recipes/maruf/ch4.sh                # CPU: Bible es->en chapters (budget below)
