@@ -186,3 +186,50 @@ def test_an_earlier_architecture_name_gives_the_same_model(old, new):
     a, b = build_model(old, vocab=60, device="meta", **NARROW), build_model(new, vocab=60, device="meta", **NARROW)
     assert [(k, v.shape) for k, v in a.state_dict().items()] == [(k, v.shape) for k, v in b.state_dict().items()]
     assert ARCH_CONFIG_REGISTRY[old] is ARCH_CONFIG_REGISTRY[new]
+
+
+# ----------------------------------------------------------------------------- criterions' metrics
+def _old_reduce(logs, extra):
+    """What copynet / seg_nmt / universal_mole logged when each re-implemented ``reduce_metrics``: loss per
+    sample-size unit and nll_loss per token (base 2), ppl from nll_loss, and their own ``extra`` keys."""
+    import math
+
+    def tot(k):
+        return sum(float(log.get(k, 0)) for log in logs)
+
+    out = {"loss": tot("loss") / tot("sample_size") / math.log(2), "nll_loss": tot("nll_loss") / tot("ntokens") / math.log(2)}
+    out["ppl"] = 2 ** out["nll_loss"]
+    out.update(extra(tot))
+    return out
+
+
+CRITERION_EXTRAS = {
+    "copynet_cross_entropy": lambda tot: {"copy_targets": tot("copy_targets") / tot("ntokens")},
+    "seg_nmt_cross_entropy": lambda tot: {"tm_gate": tot("tm_gate") / tot("ntokens")},
+    "universal_mole_cross_entropy": lambda tot: {"gate_loss": tot("gate_loss") / tot("gate_tokens") / __import__("math").log(2),
+                                                 "gate_acc": tot("gate_hits") / tot("gate_tokens")},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRITERION_EXTRAS))
+def test_criterion_metrics_come_from_fairseqs_reduce_metrics_unchanged(name):
+    """The three criterions whose loss / nll_loss / ppl are those of fairseq's label-smoothed cross-entropy
+    call its ``reduce_metrics`` (``super()``) and add their own keys; the logged values are those they logged
+    with their own copy of it."""
+    from fairseq import metrics
+    from fairseq.criterions import CRITERION_REGISTRY
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    cls = CRITERION_REGISTRY[name]
+    assert issubclass(cls, LabelSmoothedCrossEntropyCriterion)
+    logs = [dict(loss=torch.tensor(7.5), nll_loss=torch.tensor(6.25), ntokens=9, nsentences=2, sample_size=9,
+                 copy_targets=2, tm_gate=3.5, gate_loss=torch.tensor(4.0), gate_tokens=5, gate_hits=3),
+            dict(loss=torch.tensor(3.0), nll_loss=torch.tensor(2.5), ntokens=4, nsentences=1, sample_size=4,
+                 copy_targets=1, tm_gate=1.0, gate_loss=torch.tensor(1.5), gate_tokens=2, gate_hits=2)]
+    with metrics.aggregate(new_root=True) as agg:
+        cls.reduce_metrics(logs)
+        got = agg.get_smoothed_values()
+    want = _old_reduce(logs, CRITERION_EXTRAS[name])
+    assert set(want) <= set(got)
+    for k, v in want.items():
+        assert float(got[k]) == pytest.approx(v, abs=2e-3), k

@@ -9,12 +9,12 @@ extended vocabulary V + n (:func:`fairseq_ext.modules.copy_attention.copy_mixtur
 can produce (the finite entries: V and its used copy slots). Logged: ``loss``/``nll_loss`` (base 2), ``ppl``
 and ``copy_targets`` (the share of gold tokens that only copying can produce, ids ≥ V).
 """
-import math
 from dataclasses import dataclass, field
 
 import torch
-from fairseq import metrics, utils
-from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq import metrics
+from fairseq.criterions import register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
 
@@ -27,15 +27,14 @@ class CopyNetCriterionConfig(FairseqDataclass):
 
 
 @register_criterion("copynet_cross_entropy", dataclass=CopyNetCriterionConfig)
-class CopyNetCrossEntropyCriterion(FairseqCriterion):
-    """−log of the copy/generate mixture probability of each gold token (module doc)."""
+class CopyNetCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
+    """−log of the copy/generate mixture probability of each gold token (module doc); fairseq's
+    label-smoothed cross-entropy's metrics, plus ``copy_targets``."""
 
     def __init__(self, task, label_smoothing=0.0, sentence_avg=False):
-        super().__init__(task)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
-        self.eps = label_smoothing
-        self.sentence_avg = sentence_avg
+        super().__init__(task, sentence_avg, label_smoothing)
         self.vocab_size = len(task.target_dictionary)
 
     def forward(self, model, sample, reduce=True):
@@ -70,18 +69,9 @@ class CopyNetCrossEntropyCriterion(FairseqCriterion):
             return loss.sum(), nll.sum()
         return loss, nll
 
-    @staticmethod
-    def reduce_metrics(logging_outputs) -> None:
-        loss = sum(log.get("loss", 0) for log in logging_outputs)
-        nll = sum(log.get("nll_loss", 0) for log in logging_outputs)
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        super().reduce_metrics(logging_outputs)
         ntokens = sum(log.get("ntokens", 0) for log in logging_outputs)
-        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
         copied = sum(log.get("copy_targets", 0) for log in logging_outputs)
-        metrics.log_scalar("loss", loss / max(sample_size, 1) / math.log(2), sample_size, round=3)
-        metrics.log_scalar("nll_loss", nll / max(ntokens, 1) / math.log(2), ntokens, round=3)
-        metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["nll_loss"].avg))
         metrics.log_scalar("copy_targets", copied / max(ntokens, 1), ntokens, round=4)
-
-    @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True

@@ -15,8 +15,9 @@ Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019.
 import math
 from dataclasses import dataclass, field
 
-from fairseq import metrics, utils
-from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq import metrics
+from fairseq.criterions import register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
 
@@ -30,15 +31,15 @@ class SegNMTCriterionConfig(FairseqDataclass):
 
 
 @register_criterion("seg_nmt_cross_entropy", dataclass=SegNMTCriterionConfig)
-class SegNMTCrossEntropyCriterion(FairseqCriterion):
-    """−Σ_t log clip(p(y_t), floor, 1) of the model's (mixture) distribution (module doc)."""
+class SegNMTCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
+    """−Σ_t log clip(p(y_t), floor, 1) of the model's (mixture) distribution (module doc); no smoothing,
+    fairseq's label-smoothed cross-entropy's metrics, plus ``tm_gate``."""
 
     def __init__(self, task, prob_floor=1e-7, sentence_avg=False):
-        super().__init__(task)
+        super().__init__(task, sentence_avg, 0.0)
         if not 0.0 <= prob_floor < 1.0:
             raise ValueError(f"--prob-floor must be in [0, 1), got {prob_floor}")
         self.log_floor = math.log(prob_floor) if prob_floor > 0 else float("-inf")
-        self.sentence_avg = sentence_avg
 
     def forward(self, model, sample, reduce=True):
         net_output = model(**sample["net_input"])
@@ -65,19 +66,10 @@ class SegNMTCrossEntropyCriterion(FairseqCriterion):
             return loss.sum(), nll.sum()
         return loss, nll
 
-    @staticmethod
-    def reduce_metrics(logging_outputs) -> None:
-        loss = sum(log.get("loss", 0) for log in logging_outputs)
-        nll = sum(log.get("nll_loss", 0) for log in logging_outputs)
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        super().reduce_metrics(logging_outputs)
         ntokens = sum(log.get("ntokens", 0) for log in logging_outputs)
-        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
-        metrics.log_scalar("loss", loss / max(sample_size, 1) / math.log(2), sample_size, round=3)
-        metrics.log_scalar("nll_loss", nll / max(ntokens, 1) / math.log(2), ntokens, round=3)
-        metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["nll_loss"].avg))
         if any("tm_gate" in log for log in logging_outputs):
             gate = sum(log.get("tm_gate", 0) for log in logging_outputs)
             metrics.log_scalar("tm_gate", gate / max(ntokens, 1), ntokens, round=4)
-
-    @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True

@@ -16,9 +16,10 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from fairseq import metrics, utils
+from fairseq import metrics
 from fairseq.criterions import register_criterion
-from fairseq.criterions.cross_entropy import CrossEntropyCriterion, CrossEntropyCriterionConfig
+from fairseq.criterions.cross_entropy import CrossEntropyCriterionConfig
+from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
 from fairseq_ext.modules.ulr import mole_gate_loss
 
@@ -29,11 +30,12 @@ class UniversalMoLECriterionConfig(CrossEntropyCriterionConfig):
 
 
 @register_criterion("universal_mole_cross_entropy", dataclass=UniversalMoLECriterionConfig)
-class UniversalMoLECrossEntropyCriterion(CrossEntropyCriterion):
-    """NLL + w · MoLE gate loss (module doc)."""
+class UniversalMoLECrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
+    """NLL + w · MoLE gate loss (module doc): fairseq's label-smoothed cross-entropy with no smoothing (its
+    loss is then the NLL exactly), and its metrics, plus the gate's."""
 
     def __init__(self, task, sentence_avg, gate_loss_weight=1.0):
-        super().__init__(task, sentence_avg)
+        super().__init__(task, sentence_avg, 0.0)
         if gate_loss_weight < 0:
             raise ValueError(f"--gate-loss-weight must be >= 0, got {gate_loss_weight}")
         self.gate_loss_weight = gate_loss_weight
@@ -59,23 +61,13 @@ class UniversalMoLECrossEntropyCriterion(CrossEntropyCriterion):
                                   gate_hits=int(hits))
         return loss, sample_size, logging_output
 
-    @staticmethod
-    def reduce_metrics(logging_outputs) -> None:
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
         """``loss`` (per sample-size unit, base 2), ``nll_loss`` / ``ppl`` from the likelihood term alone
-        (per target token), ``gate_loss`` (per auxiliary source token, base 2) and ``gate_acc``."""
-        total = sum(float(log.get("loss", 0)) for log in logging_outputs)
-        nll = sum(float(log.get("nll_loss", 0)) for log in logging_outputs)
-        ntokens = sum(log.get("ntokens", 0) for log in logging_outputs)
-        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
-        metrics.log_scalar("loss", total / max(sample_size, 1) / math.log(2), sample_size, round=3)
-        metrics.log_scalar("nll_loss", nll / max(ntokens, 1) / math.log(2), ntokens, round=3)
-        metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["nll_loss"].avg))
+        (per target token), as fairseq's; ``gate_loss`` (per auxiliary source token, base 2) and ``gate_acc``."""
+        super().reduce_metrics(logging_outputs)
         n = sum(log.get("gate_tokens", 0) for log in logging_outputs)
         if n:
             g = sum(float(log.get("gate_loss", 0)) for log in logging_outputs)
             metrics.log_scalar("gate_loss", g / n / math.log(2), n, round=3)
             metrics.log_scalar("gate_acc", sum(log.get("gate_hits", 0) for log in logging_outputs) / n, n, round=3)
-
-    @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True
