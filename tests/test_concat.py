@@ -15,7 +15,8 @@ import fairseq_ext  # noqa: F401  (registers the tasks)
 from fairseq_ext.data.concat_dataset import (
     ConcatPairDataset, build_pairs, consec_pairs, length_sorted_pairs, rand_pairs, segment_attention_mask,
     segment_ids, sim_shifts, token_positions, uniform_shifts)
-from fairseq_ext.tasks.translation_concat import ConcatRuntime, install_concat_hooks, segment_aware
+from fairseq_ext.generators.segment_aware import segment_aware
+from fairseq_ext.modules.concat_hooks import ConcatRuntime, install_concat_hooks
 from harness import (ROOT, TINY_TRANSFORMER, USER_DIR, build_model, fairseq, generate, hypotheses, n_lines,
                      run, train)
 
@@ -304,7 +305,7 @@ def test_cli_rand_concat_with_ablations_trains_and_decodes(tiny_bin, tmp_path):
 SPY_TRAIN = """
 import json, sys
 sys.path.insert(0, {root!r})  # the package under test (and the one --user-dir names)
-import fairseq_ext.tasks.translation_concat as tc
+import fairseq_ext.tasks.concat_translation as tc
 from fairseq_cli.train import cli_main
 
 out, epoch = open({out!r}, "w"), [None]

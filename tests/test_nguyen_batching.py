@@ -19,7 +19,7 @@ import fairseq_ext  # noqa: F401  (registers the tasks)
 from fairseq_ext.tools import unk_copy as uc
 from fairseq_ext.data.batching import VirtualEpochs, chunked_batches, sort_chunk
 from fairseq_ext.tools.common import CorpusError, read_lines
-from fairseq_ext.tasks.translation_concat import ConcatTranslationConfig, ConcatTranslationTask
+from fairseq_ext.tasks.concat_translation import ConcatTranslationConfig, ConcatTranslationTask
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
 from harness import ROOT, TINY_TRANSFORMER, data_cli, fairseq, make_dictionary, n_lines, run
 

@@ -15,7 +15,7 @@ from fairseq_ext.tools import corpora, transfer
 from fairseq_ext.tools.transliterate import (
     UYGHUR_LETTERS, UYGHUR_TABLE, Transliterator, dump_table, load_table, reverse_uyghur, transliterate)
 from fairseq_ext.tools.common import CorpusError, read_lines
-from fairseq_ext.tasks.translation_concat import freeze_target_embeddings
+from fairseq_ext.tasks.transfer_translation import freeze_target_embeddings
 from harness import TINY, build_model, fairseq, run, train
 
 # ----------------------------------------------------------------------------- transliteration

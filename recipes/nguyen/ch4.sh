@@ -3,7 +3,7 @@
 # Train on D_orig + D_new, D_new = concatenations of consecutive pairs (CONSEC) or of the pairs of a
 # random permutation (RAND); source "x1 </s> x2 </s>", decoder input "</s> y1 </s> y2", positions of
 # the second segment continue from the first (task concat_translation,
-# fairseq_ext/data/concat_dataset.py, fairseq_ext/tasks/translation_concat.py).
+# fairseq_ext/data/concat_dataset.py, fairseq_ext/tasks/concat_translation.py).
 #
 #   bash recipes/nguyen/ch4.sh                        # Bible en_web->tl, 10k verses: baseline, CONSEC, RAND
 #   CONFIGS=transformer,concat_rand,shift_uniform,concat_rand_uniform_shift bash recipes/nguyen/ch4.sh
