@@ -296,6 +296,19 @@ def test_load_for_scoring_prepares_models_for_inference(tiny_bin, tiny_model):
     assert not any(isinstance(m, Int8Linear) for m in plain[0].modules()) and len(dataset) > 0
 
 
+def test_every_model_loader_of_the_package_is_load_ensemble():
+    """One loader: only fairseq_ext.modules.checkpoint calls fairseq's ensemble loaders and
+    ``prepare_for_inference_`` (a shortened copy elsewhere once skipped ``prepare_for_inference_``, so ``--quantize``
+    did nothing there)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "fairseq_ext"
+    pattern = re.compile(r"load_model_ensemble(_and_task)?\(|\.prepare_for_inference_\(")
+    where = [str(p.relative_to(root)) for p in root.rglob("*.py") if pattern.search(p.read_text())]
+    assert where == ["modules/checkpoint.py"]
+
+
 def test_document_model_sees_the_context_of_the_set(tiny_bin, tmp_path):
     """A document model (selattn, decoder integration with the gold target context: ``uses_document_context``) gets
     each instance's context sentences: its scores change when the set gives it 2 context sentences instead of 1

@@ -289,13 +289,13 @@ class NATFertilityModel(FairseqNATModel):
         """Copy ``encoder.*`` of an AR checkpoint (same encoder shape) into this model's encoder."""
         import os
 
-        from fairseq import checkpoint_utils
+        from fairseq_ext.modules.checkpoint import load_state
 
         if not os.path.exists(path):
             # e.g. decoding a NAT checkpoint elsewhere: the weights come from the NAT checkpoint anyway
             logger.warning(f"--init-encoder-from {path}: file not found; encoder left as initialised")
             return
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+        state = load_state(path)["model"]
         enc = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
         own = self.encoder.state_dict()
         bad = [k for k, v in enc.items() if k in own and own[k].shape != v.shape]

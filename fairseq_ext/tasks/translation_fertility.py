@@ -126,11 +126,10 @@ class TranslationFertilityTask(TranslationExtTask):
         if self._teacher is None:
             if not self.cfg.teacher_path:
                 raise ValueError("this needs an autoregressive teacher: --teacher-path CKPT")
-            from fairseq import checkpoint_utils
+            from fairseq_ext.modules.checkpoint import load_ensemble
 
-            models, _ = checkpoint_utils.load_model_ensemble(
-                [self.cfg.teacher_path], arg_overrides={"data": self.cfg.data})
-            teacher = models[0].eval().requires_grad_(False)
+            models, _, _ = load_ensemble([self.cfg.teacher_path], arg_overrides={"data": self.cfg.data}, frozen=True)
+            teacher = models[0]
             if len(teacher.decoder.dictionary) != len(self.tgt_dict):
                 raise ValueError(f"teacher vocabulary ({len(teacher.decoder.dictionary)}) differs from the "
                                  f"task's ({len(self.tgt_dict)})")

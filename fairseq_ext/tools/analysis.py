@@ -61,10 +61,10 @@ def load(args):
             overrides.update(ast.literal_eval(args.model_overrides))
         except (ValueError, SyntaxError):
             raise ToolError(f"--model-overrides is not a Python dict literal: {args.model_overrides!r}") from None
-    models, cfg, task = load_ensemble([args.path], arg_overrides=overrides, frozen=True)
-    model = models[0]
     device = torch.device("cpu" if args.cpu or not torch.cuda.is_available() else "cuda")
-    model.to(device)
+    models, cfg, task = load_ensemble([args.path], arg_overrides=overrides, frozen=True,
+                                      use_cuda=device.type == "cuda")
+    model = models[0]
     task.load_dataset(args.subset, combine=False, epoch=1)
     return model, task, task.dataset(args.subset), device
 

@@ -677,8 +677,8 @@ def _shadow_data(data: str, workdir: str, split: str) -> str:
 def load_for_scoring(fairseq_argv: Sequence[str], prepare: Optional[Callable[[Any, str, str], None]] = None,
                      workdir: Optional[str] = None):
     """(cfg, task, models, dataset, use_cuda) the way fairseq-generate loads them (``fairseq_cli/generate.py``):
-    the task, the ensemble, then per model ``half()`` (``--fp16``), ``cuda()`` and ``prepare_for_inference_(cfg)``
-    (so ``--quantize int8`` and the other inference preparations apply), then the split ``--gen-subset``.
+    the task, the ensemble prepared by :func:`fairseq_ext.modules.checkpoint.load_ensemble` (``--fp16``, the
+    device, ``prepare_for_inference_``: ``--quantize int8`` applies), then the split ``--gen-subset``.
 
     With ``prepare(task, folder, split)`` the split is the caller's: the data folder is replaced by ``workdir``
     (links to every file of the data folder except those of the split), ``prepare`` writes the split there once
@@ -688,11 +688,11 @@ def load_for_scoring(fairseq_argv: Sequence[str], prepare: Optional[Callable[[An
     import torch
 
     import fairseq_ext  # noqa: F401  (compat fixes before fairseq parses)
-    from fairseq import checkpoint_utils, options, tasks, utils
+    from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     from fairseq_ext.cli import with_user_dir
-    from fairseq_ext.modules.checkpoint import require_checkpoint
+    from fairseq_ext.modules.checkpoint import load_ensemble, require_checkpoint
 
     parser = options.get_generation_parser()
     args = options.parse_args_and_arch(parser, with_user_dir(list(fairseq_argv)))
@@ -710,18 +710,9 @@ def load_for_scoring(fairseq_argv: Sequence[str], prepare: Optional[Callable[[An
     for p in paths:
         require_checkpoint(p)
     task = tasks.setup_task(cfg.task)
-    overrides = ast.literal_eval(cfg.common_eval.model_overrides)
-    models, saved_cfg = checkpoint_utils.load_model_ensemble(
-        paths, arg_overrides=overrides, task=task, suffix=cfg.checkpoint.checkpoint_suffix,
-        strict=(cfg.checkpoint.checkpoint_shard_count == 1), num_shards=cfg.checkpoint.checkpoint_shard_count)
     use_cuda = torch.cuda.is_available() and not cfg.common.cpu
-    for m in models:
-        if cfg.common.fp16:
-            m.half()
-        if use_cuda:
-            m.cuda()
-        m.prepare_for_inference_(cfg)
-        m.eval()
+    models, saved_cfg, _ = load_ensemble(paths, ast.literal_eval(cfg.common_eval.model_overrides), task=task,
+                                         use_cuda=use_cuda, generation=cfg)
     split = cfg.dataset.gen_subset
     if prepare is not None:
         prepare(task, cfg.task.data, split)

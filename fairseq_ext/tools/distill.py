@@ -52,11 +52,8 @@ def load_teacher(path: str, data: str, use_cuda: bool = False):
     """(model, task) of an AR checkpoint, frozen (eval mode, no gradients), with the dictionaries of ``data``.
     (Under ``--cpu-bf16`` a frozen teacher once took a slow matmul path, 127 s instead of 4.1 s for a batch:
     ``fairseq_ext._compat`` fix 9.)"""
-    models, _cfg, task = load_ensemble([path], arg_overrides={"data": data}, frozen=True)
-    model = models[0]
-    if use_cuda:
-        model = model.cuda()
-    return model, task
+    models, _cfg, task = load_ensemble([path], arg_overrides={"data": data}, frozen=True, use_cuda=use_cuda)
+    return models[0], task
 
 
 def make_batches(sizes: np.ndarray, ids: np.ndarray, max_tokens: Optional[int], batch_size: Optional[int]

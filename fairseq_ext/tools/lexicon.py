@@ -29,11 +29,9 @@ def load_model(path: str, data: str, cpu: bool = True, overrides: Dict = None):
     """(model, task) from a checkpoint (frozen, eval mode), with the data folder of the dictionaries."""
     arg_overrides = {"data": data}
     arg_overrides.update(overrides or {})
-    models, _cfg, task = load_ensemble([path], arg_overrides=arg_overrides, frozen=True)
-    model = models[0]
-    if not cpu and torch.cuda.is_available():
-        model = model.cuda()
-    return model, task
+    models, _cfg, task = load_ensemble([path], arg_overrides=arg_overrides, frozen=True,
+                                       use_cuda=not cpu and torch.cuda.is_available())
+    return models[0], task
 
 
 def source_ids(src_dict, words: Sequence[str] = None, limit: int = None) -> Tuple[List[int], List[str]]:

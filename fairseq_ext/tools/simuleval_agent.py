@@ -51,11 +51,8 @@ def load_translator(checkpoint: str, data_bin: str, policy: str = "agent", waitk
     from fairseq_ext.modules.checkpoint import load_ensemble
     from fairseq_ext.modules.simultaneous import StreamingSimulTranslator
 
-    models, _, task = load_ensemble([checkpoint], arg_overrides={"data": data_bin}, frozen=True)
-    model = models[0]
-    if not cpu:
-        model.cuda()
-    return StreamingSimulTranslator(model, policy, waitk=waitk, max_len=max_len), task
+    models, _, task = load_ensemble([checkpoint], arg_overrides={"data": data_bin}, frozen=True, use_cuda=not cpu)
+    return StreamingSimulTranslator(models[0], policy, waitk=waitk, max_len=max_len), task
 
 
 if TextToTextAgent is not None:  # pragma: no cover - depends on the optional package
