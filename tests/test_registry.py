@@ -14,7 +14,7 @@ from fairseq_ext.models.rnnsearch import THESIS_PRESETS as RNNSEARCH_PRESETS
 from harness import build_model, toy_arthur_lexicon, toy_batch
 
 TRANSFORMER_FAMILY = [
-    "transformer_arthur", "transformer_dc", "transformer_dec_dc_bench", "transformer_dec_dc_iwslt_small",
+    "transformer_arthur", "transformer_bench", "transformer_cpu_small", "transformer_dc", "transformer_dec_dc_bench", "transformer_dec_dc_iwslt_small",
     "transformer_dec_dc_wmt_en_de", "transformer_enc_dc_bench", "transformer_enc_dc_iwslt_small",
     "transformer_enc_dc_wmt_en_de", "transformer_full_dc_bench", "transformer_full_dc_iwslt_small",
     "transformer_full_dc_wmt_en_de", "transformer_iwslt_small", "transformer_jas",
