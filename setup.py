@@ -63,6 +63,7 @@ setup(
             "fairseq-ext-simul-latency=fairseq_ext.tools.simul_latency:cli_main",
             "fairseq-ext-conversations=fairseq_ext.tools.conversations:cli_main",
             "fairseq-ext-doc-consistency=fairseq_ext.tools.doc_consistency:cli_main",
+            "fairseq-ext-diagnostics=fairseq_ext.tools.diagnostics:cli_main",
             # fairseq's own CLIs with the plugin loaded
             "fairseq-ext-train=fairseq_ext.cli:train_main",
             "fairseq-ext-generate=fairseq_ext.cli:generate_main",

@@ -181,3 +181,10 @@ def test_document_family_diagnostic_h_attention_resolves_the_antecedent(tmp_path
     assert row["margin"] > 0.5 and all(row["by_bucket"][b] >= 0.9 for b in ("1", "2", "3")), row
     assert abs(row["context_off"]["margin"]) < 1e-3 and row["context_off"]["accuracy"] <= 0.5, row
     assert row["pass"]
+
+
+def test_the_console_script_is_installed():
+    from harness import BIN, run
+
+    out = run([str(BIN / "fairseq-ext-diagnostics"), "generate", "--help"]).stdout
+    assert "antecedent" in out
