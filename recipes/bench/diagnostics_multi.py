@@ -1,0 +1,341 @@
+"""Diagnostics of the multilingual mechanisms of Gu (2019) ch. 5 (ULR, MoLE): each system trained on a synthetic
+task of :mod:`fairseq_ext.tools.diagnostics_multi` (``ulr_cipher``, ``mole_shared``) beside the baseline the task
+limits by construction, then decoded greedily and scored by word accuracy; the **Diagnostics: multilingual**
+table of ``recipes/bench/RESULTS.md`` is rewritten from the results::
+
+    .venv/bin/python recipes/bench/diagnostics_multi.py [--tasks ulr_cipher mole_shared] [--systems NAME ...]
+        [--out runs/diagnostics_multi] [--updates 2000] [--curve-every 500] [--table recipes/bench/RESULTS.md]
+
+Every system is a small ``universal_rnn`` (bi-LSTM encoder 64, 2-layer LSTM decoder 64, attention 64, no
+dropout) trained from scratch with ``universal_translation`` for ``--updates`` updates (Adam 3e-3, inverse-sqrt
+warm-up 100, ≤ 1,024 tokens, one torch thread). Scoring (in this process, fairseq's SequenceGenerator, beam 1):
+the share of reference words reproduced at their position (the translation is word by word and monotone), per
+source language, on the content words (``mole_shared``: the marker's position left out).
+
+* ``ulr_cipher``: ``multi`` (Multi-NMT, Eq. 5.1), ``ulr`` (pure ULR, Eq. 5.2: ``--ulr-no-language-specific``),
+  ``ulr_a`` (Eq. 5.5: α(x)·ε_E[x] + ULR). The zero-resource cipher ``zc`` is scored overall and on the words
+  outside / inside its seed dictionary. Switch-off (every ULR row): the cipher's query rows set to zero at test
+  time (q uniform: the universal part carries nothing), which must fall to the bound.
+* ``mole_shared`` (every row pure ULR): ``ulr`` (no MoLE), ``ulr_mole`` (+ MoLE, gate loss weight 1). Scored on
+  the test twins and on the marker-free twins (``test1``: every row must stay ≤ 0.5, exactly); for MoLE also
+  the gate's top expert per language (its own expert's share of the content tokens) and the switch-off: one
+  expert forced for every token at test time (each expert in turn).
+
+A row passes when it is on its side of the line: a mechanism ≥ ``--pass-at`` (0.9) with its switch-off at the
+bound (cipher ≤ 0.02 = 6/C; ``mole_shared`` ≤ 0.5), a baseline at the bound. Results are cached per system
+(``OUT/TASK/SYSTEM/result.json``); ``--force`` rescores. Exit status 1 when a row fails.
+"""
+import argparse
+import json
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from diagnostics import cpu_name, fmt, run  # noqa: E402
+from fairseq_ext.tools.diagnostics_multi import DEFAULTS, generate  # noqa: E402
+
+SHAPE = ["--arch", "universal_rnn_tiny", "--encoder-embed-dim", "64", "--encoder-hidden-size", "64",
+         "--attention-dim", "64", "--decoder-embed-dim", "64", "--decoder-hidden-size", "64",
+         "--decoder-out-embed-dim", "64", "--dropout", "0.0"]
+CE = ["--criterion", "cross_entropy"]
+MOLE = ["--mole", "--criterion", "universal_mole_cross_entropy"]
+PURE = ["--ulr", "--ulr-no-language-specific"]
+# task -> [(system, flags, role, note)]; role: "baseline" (must stay at the bound) or "mechanism"
+SYSTEMS = {
+    "ulr_cipher": [
+        ("multi", CE, "baseline", "Multi-NMT (Eq. 5.1), marked vocabulary"),
+        ("ulr", PURE + CE, "mechanism", "ULR, pure (Eq. 5.2)"),
+        ("ulr_a", ["--ulr"] + CE, "mechanism", "ULR + language-specific embedding (Eq. 5.5, α = top 500)"),
+    ],
+    "mole_shared": [
+        ("ulr", PURE + CE, "baseline", "pure ULR, no MoLE"),
+        ("ulr_mole", PURE + MOLE, "mechanism", "pure ULR + MoLE (Eqs. 5.6-5.7)"),
+    ],
+}
+TASK_FLAGS = ["--task", "universal_translation", "--source-lang", "src", "--target-lang", "en"]
+RUN = ["--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
+       "--no-epoch-checkpoints", "--disable-validation"]
+OPTIM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
+         "--warmup-updates", "100", "--clip-norm", "1.0", "--max-tokens", "1024"]
+CIPHER_BOUND = 0.02  # 6/C at C = 300: the cipher rows of a model that carries no meaning of a cipher word
+START, END = "<!-- diagnostics_multi:table -->", "<!-- /diagnostics_multi:table -->"
+
+
+def train(data: Path, save: Path, flags: list, updates: int, threads: int, curve_every: int) -> float:
+    """fairseq-train into ``save`` (skipped when ``train.done`` exists)."""
+    done = save / "train.done"
+    if done.exists() and (save / "checkpoint_last.pt").exists():
+        return float(done.read_text() or 0)
+    save.mkdir(parents=True, exist_ok=True)
+    cmd = [BIN / "fairseq-train", data, "--user-dir", ROOT / "fairseq_ext", *TASK_FLAGS, *SHAPE, *flags, *OPTIM,
+           *RUN, "--max-update", str(updates), "--save-dir", save]
+    if curve_every:
+        cmd += ["--save-interval-updates", str(curve_every), "--keep-interval-updates", "-1"]
+    secs = run(cmd, save / "train.log", threads)
+    done.write_text(f"{secs:.1f}")
+    return secs
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+def load(ckpt: Path, data: Path):
+    from fairseq_ext.modules.checkpoint import load_ensemble
+
+    models, _cfg, task = load_ensemble([str(ckpt)], arg_overrides={"data": str(data)}, frozen=True)
+    return models[0], task
+
+
+def cipher_off(model, task) -> None:
+    """The universal part of the low-resource language switched off: its query rows zero (q uniform)."""
+    emb = model.encoder.embed_tokens
+    rows = (task.token_lang == task.lowres_index).nonzero(as_tuple=True)[0]
+    emb.query[rows] = 0.0
+
+
+def force_expert(k: int):
+    def patch(model, task) -> None:
+        gate = model.encoder.mole.gate
+        gate.weight.data.zero_()
+        gate.bias.data.fill_(-1e4)
+        gate.bias.data[k] = 1e4
+    return patch
+
+
+def decode(model, task, split: str, gates: bool = False) -> dict:
+    """Greedy hypotheses {line: [words]} of a split (and, with ``gates``, the gate's top expert of every source
+    token: {line: [expert]}, padding and </s> left out)."""
+    import torch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    task.load_dataset(split)
+    ds = task.dataset(split)
+    tgt = task.target_dictionary
+    gen = SequenceGenerator([model], tgt, beam_size=1, max_len_a=1, max_len_b=2)
+    itr = task.get_batch_iterator(ds, max_tokens=4096, max_positions=(1024, 1024)).next_epoch_itr(shuffle=False)
+    hyps, tops = {}, {}
+    with torch.no_grad():
+        for sample in itr:
+            out = gen.generate([model], sample)
+            for i, sid in enumerate(sample["id"].tolist()):
+                toks = out[i][0]["tokens"]
+                hyps[sid] = tgt.string(toks[toks != tgt.eos()]).split()
+            if gates:
+                net = sample["net_input"]
+                enc = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+                top = enc["mole_gate"][0].argmax(-1).t()  # (B, S)
+                src = net["src_tokens"]
+                keep = src.ne(task.source_dictionary.pad()) & src.ne(task.source_dictionary.eos())
+                for i, sid in enumerate(sample["id"].tolist()):
+                    tops[sid] = top[i][keep[i]].tolist()
+    return {"hyps": hyps, "gates": tops}
+
+
+def word_accuracy(hyps: dict, info: dict, split: str, raw: str) -> dict:
+    """Per source language (and ``all``): the share of content reference words reproduced at their position;
+    also by seed / non-seed word of each language's seed dictionary."""
+    refs = Path(info["bin"]).parent.joinpath("raw", f"{raw}.en").read_text().splitlines()
+    langs = Path(info["bin"]).joinpath(f"{split}.lang").read_text().splitlines()
+    roles = info["roles"].get(raw) or [{"marker": None}] * len(refs)
+    seed = {lang: {f"e{c}" for c in cs} for lang, cs in info["seed_concepts"].items()}
+    acc: dict = {}
+    for i, (ref, lang) in enumerate(zip(refs, langs)):
+        hyp, ref = hyps[i], ref.split()
+        for j, w in enumerate(ref):
+            if j == roles[i]["marker"]:
+                continue
+            ok = int(j < len(hyp) and hyp[j] == w)
+            keys = ["all", lang]
+            if lang in seed:
+                keys.append(f"{lang}:{'seed' if w in seed[lang] else 'non-seed'}")
+            for k in keys:
+                c = acc.setdefault(k, [0, 0])
+                c[0] += ok
+                c[1] += 1
+    return {k: round(c / n, 4) for k, (c, n) in sorted(acc.items())}
+
+
+def gate_usage(tops: dict, info: dict, split: str) -> dict:
+    """Per auxiliary language: the share of its source tokens whose top gate is its own expert."""
+    langs = Path(info["bin"]).joinpath(f"{split}.lang").read_text().splitlines()
+    out: dict = {}
+    for i, experts in tops.items():
+        lang = langs[i]
+        k = info["aux"].index(lang)
+        c = out.setdefault(lang, [0, 0])
+        c[0] += sum(e == k for e in experts)
+        c[1] += len(experts)
+    return {lang: round(c / n, 4) for lang, (c, n) in sorted(out.items())}
+
+
+def score(ckpt: Path, info: dict, split: str, raw: str, patch=None, gates: bool = False) -> dict:
+    model, task = load(ckpt, Path(info["bin"]))
+    if patch is not None:
+        patch(model, task)
+    d = decode(model, task, split, gates=gates)
+    res = {"accuracy": word_accuracy(d["hyps"], info, split, raw)}
+    if gates:
+        res["gate_own_expert"] = gate_usage(d["gates"], info, split)
+    return res
+
+
+def task_scores(task: str, name: str, flags: list, ckpt: Path, info: dict) -> dict:
+    """Every score a row of ``task`` reports for one checkpoint."""
+    mole = "--mole" in flags
+    res = {"test": score(ckpt, info, "test", "test", gates=mole)}
+    if task == "ulr_cipher" and "--ulr" in flags:
+        res["switch_off"] = score(ckpt, info, "test", "test", patch=cipher_off)
+    if task == "mole_shared":
+        res["blind"] = score(ckpt, info, "test1", "test_blind")
+        if mole:
+            res["forced"] = {lang: score(ckpt, info, "test", "test", patch=force_expert(k))
+                             for k, lang in enumerate(info["aux"])}
+    return res
+
+
+def verdict(task: str, role: str, res: dict, pass_at: float) -> bool:
+    acc = res["test"]["accuracy"]
+    if task == "ulr_cipher":
+        if role == "baseline":
+            return acc["zc"] <= CIPHER_BOUND
+        return acc["zc"] >= pass_at and res["switch_off"]["accuracy"]["zc"] <= CIPHER_BOUND
+    blind_ok = res["blind"]["accuracy"]["all"] <= 0.5  # over the twins: a blind model may favour one language
+    if role == "baseline":
+        return blind_ok
+    forced = res.get("forced", {})
+    sep = all(f["accuracy"][lang] >= pass_at and all(v <= 0.5 for g, v in f["accuracy"].items() if g != lang)
+              for lang, f in forced.items())
+    return blind_ok and sep and all(v >= pass_at for v in acc.values()) and \
+        all(v >= pass_at for v in res["test"].get("gate_own_expert", {}).values())
+
+
+def run_task(task: str, args) -> list:
+    out = Path(args.out) / task
+    info = generate(task, str(out / "data"), seed=args.seed, n_train=args.n_train, n_valid=args.n_valid,
+                    n_test=args.n_test)
+    data = Path(info["bin"])
+    rows = []
+    for name, flags, role, note in SYSTEMS[task]:
+        if args.systems and name not in args.systems:
+            continue
+        save = out / name
+        result = save / "result.json"
+        if result.exists() and not args.force:
+            rows.append(json.loads(result.read_text()))
+            continue
+        secs = train(data, save, flags, args.updates, args.threads, args.curve_every)
+        res = task_scores(task, name, flags, save / "checkpoint_last.pt", info)
+        curve = {}
+        for c in sorted(save.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1])):
+            upd = int(c.stem.rsplit("_", 1)[1])
+            if upd < args.updates:
+                curve[upd] = score(c, info, "test", "test")["accuracy"]
+        curve[args.updates] = res["test"]["accuracy"]
+        row = {"task": task, "system": name, "role": role, "note": note, "flags": flags, "updates": args.updates,
+               "seconds": round(secs, 1), "bound": info["bound"], "ulr": {k: info["ulr"].get(k) for k in
+                                                                          ("seed_pairs", "seed_p_at_1", "M")},
+               **res, "curve": curve}
+        row["pass"] = verdict(task, role, res, args.pass_at)
+        result.write_text(json.dumps(row, indent=1))
+        rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ table
+def row_cells(r: dict) -> tuple:
+    """(scored on, accuracy, switch-off, extra) cells of a row."""
+    acc = r["test"]["accuracy"]
+    if r["task"] == "ulr_cipher":
+        main = f"zc {fmt(acc.get('zc'))} (non-seed {fmt(acc.get('zc:non-seed'))}, seed {fmt(acc.get('zc:seed'))}); " \
+               f"sa {fmt(acc.get('sa'))}"
+        off = f"zc {fmt(r['switch_off']['accuracy'].get('zc'))}" if "switch_off" in r else "–"
+        return main, off, "–"
+    blind = r["blind"]["accuracy"]
+    main = f"la {fmt(acc.get('la'))} / lb {fmt(acc.get('lb'))}; marker-free twins: {fmt(blind.get('all'))} " \
+           f"(la {fmt(blind.get('la'))} / lb {fmt(blind.get('lb'))})"
+    off = "; ".join(f"{lang}'s expert forced: la {fmt(f['accuracy'].get('la'))} / lb {fmt(f['accuracy'].get('lb'))}"
+                    for lang, f in r.get("forced", {}).items()) or "–"
+    gates = r["test"].get("gate_own_expert")
+    extra = " / ".join(f"{k} {v:.3f}" for k, v in gates.items()) if gates else "–"
+    return main, off, extra
+
+
+def curve_text(r: dict) -> str:
+    key = "zc" if r["task"] == "ulr_cipher" else None
+    out = []
+    for upd, acc in sorted((int(k), v) for k, v in r["curve"].items()):
+        vals = [acc[key]] if key else [acc[k] for k in ("la", "lb") if k in acc]
+        out.append(f"{upd}: {sum(vals) / len(vals):.2f}")
+    return ", ".join(out) if len(out) > 1 else "–"
+
+
+def table(rows: list, threads: int) -> str:
+    lines = ["| task | bound | system | role | word accuracy (test) | switch-off | gate: own expert's share | pass "
+             "| curve (zc / mean la, lb) | budget (updates; s) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    bounds = {"ulr_cipher": f"≈ 1/300 = 0.003 (zc; line {CIPHER_BOUND})", "mole_shared": "0.500 (exact, twins)"}
+    for r in rows:
+        main, off, extra = row_cells(r)
+        lines.append(f"| {r['task']} | {bounds[r['task']]} | {r['system']}: {r['note']} | {r['role']} | {main} "
+                     f"| {off} | {extra} | {'pass' if r['pass'] else '**FAIL**'} | {curve_text(r)} "
+                     f"| {r['updates']}; {r['seconds']:.0f} s |")
+    lines += ["", f"CPU: {cpu_name()}, {threads} torch thread(s) per run, shared machine."]
+    return "\n".join(lines)
+
+
+HEADING = "## Diagnostics: multilingual (recipes/bench/diagnostics_multi.py)"
+AFTER = "## Diagnostics: document context"
+
+
+def write_table(path: Path, text: str) -> None:
+    """Replace the table between the markers; without them, add the section (heading + table) right after the
+    document-context diagnostics section (before the next ``## `` heading), or at the end."""
+    doc = path.read_text(encoding="utf-8")
+    block = f"{START}\n{text}\n{END}"
+    if START in doc and END in doc:
+        doc = doc[:doc.index(START)] + block + doc[doc.index(END) + len(END):]
+    else:
+        at = doc.find("\n## ", doc.index(AFTER) + 1) if AFTER in doc else -1
+        at = len(doc.rstrip("\n")) if at < 0 else at
+        doc = doc[:at].rstrip("\n") + f"\n\n{HEADING}\n\n{block}\n" + doc[at:]
+    path.write_text(doc, encoding="utf-8")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tasks", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    ap.add_argument("--systems", nargs="+", help="only these systems (default: all of each task)")
+    ap.add_argument("--out", default="runs/diagnostics_multi")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--n-train", type=int, default=DEFAULTS["n_train"])
+    ap.add_argument("--n-valid", type=int, default=DEFAULTS["n_valid"])
+    ap.add_argument("--n-test", type=int, default=DEFAULTS["n_test"])
+    ap.add_argument("--updates", type=int, default=2000)
+    ap.add_argument("--curve-every", type=int, default=500, help="also score every N updates (0 = off)")
+    ap.add_argument("--pass-at", type=float, default=0.9)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--table", default=str(ROOT / "recipes" / "bench" / "RESULTS.md"),
+                    help="the RESULTS.md whose multilingual diagnostics table is rewritten ('' = print only)")
+    ap.add_argument("--force", action="store_true", help="score again and rewrite the results (training is kept)")
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    for task in args.tasks:
+        run_task(task, args)
+    rows = [json.loads(p.read_text()) for task in SYSTEMS for name, *_ in SYSTEMS[task]
+            for p in [Path(args.out) / task / name / "result.json"] if p.exists()]
+    for r in rows:  # the verdict of the current criteria
+        r["pass"] = verdict(r["task"], r["role"], r, args.pass_at)
+    text = table(rows, args.threads)
+    print(text)
+    if args.table:
+        write_table(Path(args.table), text)
+    return 0 if all(r["pass"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
