@@ -20,6 +20,8 @@ through its documented hooks; the math is in :mod:`fairseq_ext.modules.copy_atte
 * ``decoder(..., features_only=True)`` returns, per step, [log p(v, g) for v ∈ V; log p(x_j, c) for every
   source position] (B, T, V + S) — the two modes before the scatter (``tools/copy_heatmap``).
 * Copy positions: every source token except ⟨pad⟩ and ⟨/s⟩.
+* ``--no-copy`` (e.g. at inference: ``fairseq-generate --model-overrides "{'no_copy': True}"``): the copy scores
+  are −∞, so p(y) is the generate mode alone (the copy slots get probability 0, the selective read is 0).
 
 Training: ``--criterion copynet_cross_entropy`` (the marginal likelihood, Eq. 2.8 with Eq. 3.1) with task
 ``copy_translation`` (the extended per-sentence vocabulary from the raw text). Archs: ``copynet`` (rnnsearch's
@@ -78,6 +80,7 @@ class CopyNetDecoder(RNNSearchDecoder):
         self.num_slots = num_slots
         self.vocab_size = len(dictionary)
         self.copy_scorer = CopyScorer(context_dim, self.hidden_size)
+        self.no_copy = bool(getattr(cfg, "no_copy", False))  # --no-copy: the generate mode alone
         self.step_tokens: Optional[Tensor] = None  # y_{t-1} of the steps extract_features is running
         self.first_step = 1
 
@@ -104,8 +107,10 @@ class CopyNetDecoder(RNNSearchDecoder):
         return torch.cat([embedded, zeta.type_as(embedded)], dim=-1)
 
     def copy_scores(self, state: Dict[str, Tensor], encoder_out) -> Tensor:
-        """ψ_c (B, S) of the step that produced ``state`` (z_t = the top layer's state); −∞ where not copyable."""
-        return self.copy_scorer(state["copy_keys"], state["hidden"][:, -1], encoder_out["src_copy_mask"][0])
+        """ψ_c (B, S) of the step that produced ``state`` (z_t = the top layer's state); −∞ where not copyable
+        (everywhere with ``--no-copy``)."""
+        mask = encoder_out["src_copy_mask"][0]
+        return self.copy_scorer(state["copy_keys"], state["hidden"][:, -1], mask & ~mask if self.no_copy else mask)
 
     def decoder_step(self, embedded: Tensor, state: Dict[str, Tensor], encoder_out, step: int
                      ) -> Tuple[Tensor, Dict[str, Tensor], Optional[Tensor]]:
@@ -150,7 +155,15 @@ class CopyNetDecoder(RNNSearchDecoder):
 
 @register_model("copynet")
 class CopyNetModel(RNNSearchModel):
-    """CopyNet (module doc); rnnsearch's options, the copy slots from the task's ``--max-source-oovs``."""
+    """CopyNet (module doc); rnnsearch's options and ``--no-copy``, the copy slots from the task's
+    ``--max-source-oovs``."""
+
+    @staticmethod
+    def add_args(parser):
+        RNNSearchModel.add_args(parser)
+        parser.add_argument("--no-copy", action="store_true", default=None,
+                            help="switch the copy mode off (copy scores -inf: the generate mode alone), e.g. at "
+                                 "inference with --model-overrides \"{'no_copy': True}\"")
 
     @classmethod
     def build_model(cls, args, task):

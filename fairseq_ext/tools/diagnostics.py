@@ -74,7 +74,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from fairseq_ext.tools.common import (
     SPLITS, ArgumentParser, OutputSet, ToolError, log, positive_int, read_jsonl, run_cli, write_json, write_jsonl,
 )
-from fairseq_ext.tools.diagnostics_multi import TASKS as MULTI_TASKS, add_generate_arguments, run_generate
+from fairseq_ext.tools.diagnostics_copy import COPY_TASKS
 
 __all__ = ["TASKS", "BUCKETS", "generate_split", "generate", "segment_instances", "decoded_scores", "main",
            "cli_main"]
@@ -335,15 +335,15 @@ def build_parser() -> ArgumentParser:
                                     "fairseq_ext.tools.diagnostics).", allow_abbrev=False)
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="write a diagnostic corpus (raw + word-level binarized)")
-    g.add_argument("task", choices=TASKS + MULTI_TASKS,
-                   help="ulr_cipher, mole_shared: fairseq_ext.tools.diagnostics_multi")
+    g.add_argument("task", choices=TASKS + COPY_TASKS, help="copy, retrieval: fairseq_ext.tools.diagnostics_copy")
     g.add_argument("--out", required=True, help="output folder")
     g.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="structure seed (default %(default)s)")
     g.add_argument("--choice-seed", type=int, default=None, help="class/synonym seed (default: --seed)")
-    g.add_argument("--n-train", type=positive_int, default=DEFAULTS["n_train"],
-                   help="training sentences, whole documents (at least; default %(default)s)")
-    g.add_argument("--n-valid", type=positive_int, default=DEFAULTS["n_valid"], help="default %(default)s")
-    g.add_argument("--n-test", type=positive_int, default=DEFAULTS["n_test"], help="default %(default)s")
+    g.add_argument("--n-train", type=positive_int,
+                   help=f"training sentences, whole documents (at least; default {DEFAULTS['n_train']}; copy, "
+                        "retrieval: their module's)")
+    g.add_argument("--n-valid", type=positive_int, help=f"default {DEFAULTS['n_valid']}")
+    g.add_argument("--n-test", type=positive_int, help=f"default {DEFAULTS['n_test']}")
     g.add_argument("--fillers", type=positive_int, default=DEFAULTS["fillers"],
                    help="filler word types (default %(default)s)")
     g.add_argument("--nouns", type=positive_int, default=DEFAULTS["nouns"],
@@ -354,7 +354,6 @@ def build_parser() -> ArgumentParser:
                    help="sentences per document (antecedent/cataphor: at least 4; default %(default)s)")
     g.add_argument("--no-binarize", action="store_true", help="write the raw folder only")
     g.add_argument("--force", action="store_true", help="regenerate even when diagnostics.json matches")
-    add_generate_arguments(g)  # ulr_cipher, mole_shared: fairseq_ext.tools.diagnostics_multi
     d = sub.add_parser("decoded", help="probe accuracy and document consistency of a system's output")
     d.add_argument("--set", dest="set_path", required=True, help="the {split}.contrastive.jsonl of the split")
     d.add_argument("--hyp", required=True, help="fairseq-generate output on that split")
@@ -364,9 +363,17 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "generate" and args.task in MULTI_TASKS:
-        return run_generate(args)
+    if args.command == "generate" and args.task in COPY_TASKS:
+        from fairseq_ext.tools.diagnostics_copy import generate as generate_copy
+
+        info = generate_copy(args.task, args.out, seed=args.seed, n_train=args.n_train, n_valid=args.n_valid,
+                             n_test=args.n_test, binarize=not args.no_binarize, force=args.force, fillers=args.fillers,
+                             sent_len=tuple(args.sent_len))
+        print(f"{args.task}: bound {info['bound']}; data {info.get('bin', args.out)}")
+        return 0
     if args.command == "generate":
+        args.n_train, args.n_valid, args.n_test = (getattr(args, k) or DEFAULTS[k] for k in ("n_train", "n_valid",
+                                                                                               "n_test"))
         info = generate(args.task, args.out, seed=args.seed, choice_seed=args.choice_seed, n_train=args.n_train,
                         n_valid=args.n_valid, n_test=args.n_test, binarize=not args.no_binarize, force=args.force,
                         fillers=args.fillers, nouns=args.nouns, sent_len=tuple(args.sent_len),
