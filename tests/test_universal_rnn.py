@@ -341,3 +341,23 @@ def test_registrations():
     assert "universal_mole_cross_entropy" in regs["criterions"]
     assert {"universal_rnn", "universal_rnn_512", "universal_rnn_bench", "universal_rnn_tiny"} <= set(
         regs["architectures"])
+
+
+def test_the_ulr_options_are_declared_once():
+    """``universal_rnn`` and ``ulr_transformer`` declare the shared ULR options with one definition (same help,
+    type, default) and fill the same architecture defaults."""
+    import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    shared = ("--ulr", "--ulr-dir", "--ulr-temperature", "--ulr-num-universal", "--ulr-query-dim")
+    seen = []
+    for arch in ("universal_rnn", "ulr_transformer"):
+        parser = argparse.ArgumentParser()
+        ARCH_MODEL_REGISTRY[arch].add_args(parser)
+        actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
+        defaults = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[arch](defaults)
+        seen.append(({o: (actions[o].help, actions[o].type, actions[o].default, actions[o].dest) for o in shared},
+                     {actions[o].dest: getattr(defaults, actions[o].dest) for o in shared}))
+    assert seen[0] == seen[1]

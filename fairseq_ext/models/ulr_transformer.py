@@ -40,7 +40,6 @@ are untied from the output projection (REC: "untied").
 References: J. Gu, Y. Wang, Y. Chen, K. Cho, V. O. K. Li, "Meta-Learning for Low-Resource Neural Machine
 Translation", EMNLP 2018; J. Gu, "Efficient Neural Machine Translation", PhD thesis, HKU, 2019, ch. 5–6.
 """
-import argparse
 from typing import Dict, List
 
 import torch.nn as nn
@@ -50,7 +49,7 @@ from fairseq.models.transformer import TransformerModel, base_architecture
 
 from fairseq_ext.models.universal_rnn import ulr_arrays_for
 from fairseq_ext.modules.arch_utils import PER_SIDE, SHAPES, set_default
-from fairseq_ext.modules.ulr import DEFAULT_TEMPERATURE, ULREmbedding
+from fairseq_ext.modules.ulr import DEFAULT_TEMPERATURE, ULREmbedding, add_ulr_args, ulr_arch_defaults
 
 
 class ULRDeltaEmbedding(nn.Module):
@@ -81,17 +80,10 @@ class ULRTransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        parser.add_argument("--ulr", action="store_true", default=None,
-                            help="the source embedding is ULR + a zero-initialised language-specific change "
-                                 "(Eq. 6.12)")
-        parser.add_argument("--ulr-dir", metavar="DIR",
-                            help="query.npy / key.npy of fairseq-ext-ulr project (default <data>/../ulr)")
-        parser.add_argument("--ulr-temperature", type=float, metavar="T", help="tau of Eq. 5.3 (0.05)")
+        add_ulr_args(parser)
         parser.add_argument("--ulr-freeze-delta", action="store_true", default=None,
                             help="keep the language-specific change at zero in plain training (the joint phase "
                                  "of the multilingual-transfer baseline)")
-        parser.add_argument("--ulr-num-universal", type=int, metavar="M", help=argparse.SUPPRESS)
-        parser.add_argument("--ulr-query-dim", type=int, metavar="D", help=argparse.SUPPRESS)
 
     @classmethod
     def build_model(cls, args, task):
@@ -125,12 +117,8 @@ class ULRTransformerModel(TransformerModel):
 @register_model_architecture("ulr_transformer", "ulr_transformer")
 def ulr_transformer(args):
     """fairseq's ``transformer`` defaults; ULR off (≡ fairseq), τ = 0.05."""
-    set_default(args, "ulr", False)
-    set_default(args, "ulr_dir", None)
-    set_default(args, "ulr_temperature", DEFAULT_TEMPERATURE)
+    ulr_arch_defaults(args)
     set_default(args, "ulr_freeze_delta", False)
-    set_default(args, "ulr_num_universal", None)
-    set_default(args, "ulr_query_dim", None)
     base_architecture(args)
 
 

@@ -30,7 +30,6 @@ Languages", NAACL 2018 (ch. 5 of Gu, "Efficient Neural Machine Translation", PhD
 """
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Dict, List, Optional
 
@@ -48,7 +47,8 @@ from fairseq_ext.models.rnnsearch import (
     rnnsearch,
 )
 from fairseq_ext.modules.arch_utils import set_default
-from fairseq_ext.modules.ulr import MoLE, ULREmbedding, alpha_with_missing, load_ulr_arrays
+from fairseq_ext.modules.ulr import (MoLE, ULREmbedding, add_ulr_args, alpha_with_missing, load_ulr_arrays,
+                                    ulr_arch_defaults)
 
 class UniversalEncoder(RNNSearchEncoder):
     """``rnnsearch`` encoder + optional MoLE over its states (Eq. 5.6) + the sentence languages."""
@@ -100,19 +100,13 @@ class UniversalRNNModel(RNNSearchModel):
     @staticmethod
     def add_args(parser):
         RNNSearchModel.add_args(parser)
-        parser.add_argument("--ulr", action="store_true", default=None,
-                            help="universal lexical representation as the source embedding (Eqs. 5.2-5.5)")
-        parser.add_argument("--ulr-dir", metavar="DIR",
-                            help="query.npy / key.npy / alpha.npy of fairseq-ext-ulr project (default <data>/../ulr)")
-        parser.add_argument("--ulr-temperature", type=float, metavar="T", help="tau of Eq. 5.3 (0.05)")
+        add_ulr_args(parser)
         parser.add_argument("--ulr-fixed-A", action="store_true", default=None,
                             help="keep A = I (the '+ULR (A=I)' ablation)")
         parser.add_argument("--ulr-closest-only", action="store_true", default=None,
                             help="each token is its closest universal token ('Closest Uni-Token Only')")
         parser.add_argument("--ulr-no-language-specific", action="store_true", default=None,
                             help="drop the language-specific embedding term of Eq. 5.5 (alpha = 0)")
-        parser.add_argument("--ulr-num-universal", type=int, metavar="M", help=argparse.SUPPRESS)
-        parser.add_argument("--ulr-query-dim", type=int, metavar="D", help=argparse.SUPPRESS)
         parser.add_argument("--mole", action="store_true", default=None,
                             help="mixture of language experts after the encoder (Eq. 5.6)")
         parser.add_argument("--mole-hidden-dim", type=int, metavar="N", help="expert hidden size (default: the "
@@ -161,14 +155,10 @@ class UniversalRNNModel(RNNSearchModel):
 @register_model_architecture("universal_rnn", "universal_rnn")
 def universal_rnn(args):
     """``rnnsearch`` defaults plus ULR / MoLE off, τ = 0.05."""
-    set_default(args, "ulr", False)
-    set_default(args, "ulr_dir", None)
-    set_default(args, "ulr_temperature", 0.05)
+    ulr_arch_defaults(args)
     set_default(args, "ulr_fixed_A", False)
     set_default(args, "ulr_closest_only", False)
     set_default(args, "ulr_no_language_specific", False)
-    set_default(args, "ulr_num_universal", None)
-    set_default(args, "ulr_query_dim", None)
     set_default(args, "mole", False)
     set_default(args, "mole_hidden_dim", None)
     set_default(args, "mole_residual", False)

@@ -45,6 +45,7 @@ the gradient still flows into h (s' = m·MoLE(h; θ) + (1−m)·MoLE(h; sg(θ)))
 Torch only (no fairseq, no tools): the offline side (``fairseq-ext-ulr``) writes the arrays, the model
 loads them and builds these modules.
 """
+import argparse
 import os
 from typing import Dict, Optional, Tuple
 
@@ -54,6 +55,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+
+from fairseq_ext.modules.arch_utils import set_default
 
 DEFAULT_TEMPERATURE = 0.05
 ULR_FILES = ("query.npy", "key.npy", "alpha.npy")  # written by ``fairseq-ext-ulr project``
@@ -284,3 +287,24 @@ def load_ulr_arrays(directory: Optional[str], vocab_size: int, num_universal: Op
     missing = [p for p in paths if not os.path.isfile(p)] or [os.path.join("<data>/../ulr", f) for f in ULR_FILES]
     raise FileNotFoundError(f"ULR: missing {', '.join(missing)} (build them with fairseq-ext-ulr embed / seed-dict "
                             f"/ project, or point --ulr-dir at them)")
+
+
+# ------------------------------------------------------------------------------------------ options
+def add_ulr_args(parser) -> None:
+    """The ULR options of every model with a ULR source embedding (``universal_rnn``, ``transformer_ulr``),
+    declared once; each model adds its own switches. ``--ulr-num-universal`` / ``--ulr-query-dim`` (hidden)
+    record the array shapes so that a checkpoint rebuilds without the folder."""
+    parser.add_argument("--ulr", action="store_true", default=None,
+                        help="the source embedding is the universal lexical representation (Eqs. 5.2-5.5, 6.12)")
+    parser.add_argument("--ulr-dir", metavar="DIR",
+                        help="query.npy / key.npy (/ alpha.npy) of fairseq-ext-ulr project (default <data>/../ulr)")
+    parser.add_argument("--ulr-temperature", type=float, metavar="T", help=f"tau of Eq. 5.3 ({DEFAULT_TEMPERATURE})")
+    parser.add_argument("--ulr-num-universal", type=int, metavar="M", help=argparse.SUPPRESS)
+    parser.add_argument("--ulr-query-dim", type=int, metavar="D", help=argparse.SUPPRESS)
+
+
+def ulr_arch_defaults(args) -> None:
+    """The defaults of :func:`add_ulr_args`' options (fairseq's architecture convention): ULR off, τ = 0.05."""
+    for name, value in (("ulr", False), ("ulr_dir", None), ("ulr_temperature", DEFAULT_TEMPERATURE),
+                        ("ulr_num_universal", None), ("ulr_query_dim", None)):
+        set_default(args, name, value)
