@@ -188,3 +188,30 @@ def test_the_console_script_is_installed():
 
     out = run([str(BIN / "fairseq-ext-diagnostics"), "generate", "--help"]).stdout
     assert "antecedent" in out
+
+
+def test_the_cue_corpus_makes_pass_0_inconsistent_by_construction(tmp_path):
+    """The BCD diagnostic's pass 0: a training set whose synonym is set by each sentence's own cue (its first
+    filler word's parity), binarized with the corpus's dictionaries, so its sentence model decodes the real test
+    set and disagrees within a document by chance."""
+    from harness import recipe_script
+
+    runner = recipe_script("recipes/bench/diagnostics.py")
+    info = generate("consistency", str(tmp_path / "data"), n_train=400, n_valid=40, n_test=40)
+    data = tmp_path / "data" / "word" / "bin"
+    cue_bin = runner.cue_corpus(data, tmp_path / "cue")
+    assert (cue_bin / "dict.tgt.txt").read_text() == (data / "dict.tgt.txt").read_text()
+    assert (cue_bin / "train.ids").read_text() == (data / "train.ids").read_text()
+    word = tmp_path / "cue" / "data" / "word"
+    src = (word / "train.src").read_text().splitlines()
+    tgt = (word / "train.tgt").read_text().splitlines()
+    ids = (data / "train.ids").read_text().splitlines()
+    per_doc = {}
+    for s, t, i in zip(src, tgt, ids):
+        if "\u2581amb" in s.split():
+            syn = next(w for w in t.split() if w.startswith("\u2581syn"))
+            assert syn == "\u2581" + runner.cue_synonym(s.split())
+            per_doc.setdefault(i.rsplit(".", 1)[0], set()).add(syn)
+    mixed = sum(len(v) > 1 for v in per_doc.values())
+    assert 0.2 < mixed / len(per_doc) < 0.9, (mixed, len(per_doc))
+    assert info["task"] == "consistency"

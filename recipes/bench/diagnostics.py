@@ -44,7 +44,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import configs as bench_configs  # noqa: E402
-from fairseq_ext.tools.diagnostics import BUCKETS, DEFAULTS, decoded_scores, generate, read_hypotheses  # noqa: E402
+from fairseq_ext.tools.diagnostics import (  # noqa: E402
+    AMB, AMB_TGT, BUCKETS, DEFAULTS, decoded_scores, generate, read_hypotheses,
+)
 
 TRANSFORMER = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
                "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
@@ -231,7 +233,11 @@ def run_task(task: str, args) -> list:
         save = out / name
         result = save / "result.json"
         if result.exists() and not args.force:
-            rows.append(json.loads(result.read_text()))
+            row = json.loads(result.read_text())
+            if task == "consistency" and name in BCD and "decoded_cue" not in row:
+                row["decoded_cue"] = decoded_cue(data, out, name, fam, stage1[fam][0], args)
+                result.write_text(json.dumps(row, indent=1))
+            rows.append(row)
             continue
         train_flags = (flags if flags is not None else FAMILIES[fam]) + SHAPES[fam]
         secs = train(data, save, train_flags, args.stage2_updates, LR[fam][1], args.threads, warm=stage1[fam][0],
@@ -267,6 +273,8 @@ def run_task(task: str, args) -> list:
             ("context_off" not in row or verdict(row["context_off"]["by_bucket"], [], args.pass_at))
         if task == "consistency" and (name in BCD or flags is None):
             row["decoded"] = decoded(task, data, out, name, fam, flags, args)
+        if task == "consistency" and name in BCD:
+            row["decoded_cue"] = decoded_cue(data, out, name, fam, stage1[fam][0], args)
         result.write_text(json.dumps(row, indent=1))
         rows.append(row)
     return rows
@@ -288,6 +296,66 @@ def decoded(task: str, data: Path, out: Path, name: str, fam: str, flags, args) 
         gen = decode(data, f"{ckpt}:{sent}", ["--decoding-algorithm", "doc_bcd", "--doc-iterations", str(k),
                                               "--bcd-init", "base_model"], out / name / f"bcd{k}", args.threads)
         res[f"bcd{k}"] = decoded_scores(instances, read_hypotheses(str(gen)))
+    return res
+
+
+def cue_synonym(src_words: list) -> str:
+    """The synonym of the cue corpus: set by the sentence itself (the parity of its first filler word), so it is
+    independent of the other sentences of the document."""
+    first = next(w for w in src_words if w.lstrip("\u2581") != AMB)
+    return AMB_TGT["f" if int(first.lstrip("\u2581")[1:]) % 2 == 0 else "m"]
+
+
+def cue_corpus(data: Path, out: Path) -> Path:
+    """The consistency training set with every sentence's synonym re-drawn by :func:`cue_synonym`, binarized with
+    the corpus's dictionaries (so its models decode the real test set): a sentence model trained on it is a
+    pass 0 that is inconsistent by construction (a document's occurrences agree by chance only)."""
+    bin_dir = out / "data" / "bin"
+    if (bin_dir / "train.ids").exists():
+        return bin_dir
+    word = data.parent  # the segmented word-level files beside bin/
+    raw = out / "data" / "word"
+    raw.mkdir(parents=True, exist_ok=True)
+    src = (word / "train.src").read_text(encoding="utf-8").splitlines()
+    tgt = (word / "train.tgt").read_text(encoding="utf-8").splitlines()
+    synonyms = {"\u2581" + w for w in AMB_TGT.values()}
+    new = []
+    for s_line, t_line in zip(src, tgt):
+        s_words = s_line.split()
+        if "\u2581" + AMB in s_words:
+            cue = "\u2581" + cue_synonym(s_words)
+            t_line = " ".join(cue if w in synonyms else w for w in t_line.split())
+        new.append(t_line)
+    (raw / "train.src").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (raw / "train.tgt").write_text("\n".join(new) + "\n", encoding="utf-8")
+    tmp = out / "data" / "bin.tmp"
+    run([BIN / "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", "--trainpref", raw / "train",
+         "--validpref", word / "valid", "--srcdict", data / "dict.src.txt", "--tgtdict", data / "dict.tgt.txt",
+         "--destdir", tmp, "--workers", "1"], out / "preprocess.log", 1)
+    for split in ("train", "valid"):
+        (tmp / f"{split}.ids").write_text((data / f"{split}.ids").read_text(encoding="utf-8"), encoding="utf-8")
+    tmp.rename(bin_dir)
+    return bin_dir
+
+
+def decoded_cue(data: Path, out: Path, name: str, fam: str, stage1: Path, args) -> dict:
+    """BCD from a pass 0 that is inconsistent by construction: the family's sentence model trained on the cue
+    corpus (:func:`cue_corpus`; warm-started from stage 1, stage-2 updates) is pass 0; then ``doc_bcd`` K = 1, 2
+    (Jacobi) and K = 2 Gauss-Seidel with the document model ``name``."""
+    instances = [json.loads(x) for x in (data / "test.contrastive.jsonl").read_text().splitlines()]
+    cue_dir = out / f"pass0_cue_{fam}"
+    cue_bin = cue_corpus(data, cue_dir)
+    train(cue_bin, cue_dir, FAMILIES[fam] + SHAPES[fam], args.stage2_updates, LR[fam][1], args.threads, warm=stage1)
+    sent = cue_dir / "checkpoint_last.pt"
+    res = {"pass 0 (cue model, greedy)": decoded_scores(instances, read_hypotheses(str(
+        decode(data, str(sent), ["--decoding-algorithm", "greedy"], cue_dir / "greedy", args.threads))))}
+    ckpt = out / name / "checkpoint_last.pt"
+    for k, update in ((1, "jacobi"), (2, "jacobi"), (2, "gauss_seidel")):
+        gen = decode(data, f"{ckpt}:{sent}", ["--decoding-algorithm", "doc_bcd", "--doc-iterations", str(k),
+                                              "--bcd-init", "base_model", "--bcd-update", update],
+                     out / name / f"cue_bcd{k}_{update}", args.threads)
+        res[f"BCD K={k} {update.replace('_', '-')} from the cue pass 0"] = decoded_scores(
+            instances, read_hypotheses(str(gen)))
     return res
 
 
@@ -345,7 +413,7 @@ def table(rows: list, threads: int) -> str:
         lines += ["", "| consistency, decoded test set | decoding | probes correct | documents with one synonym |",
                   "|---|---|---:|---:|"]
         for r in dec:
-            for how, d in r["decoded"].items():
+            for how, d in {**r["decoded"], **r.get("decoded_cue", {})}.items():
                 lines.append(f"| {r['system']} | {how} | {fmt(d['accuracy'])} | {d['consistent_docs']}/{d['documents']}"
                              f" ({fmt(d['consistency'])}) |")
     lines += ["", f"CPU: {cpu}, {threads} torch thread(s) per run."]
