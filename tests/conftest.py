@@ -1,12 +1,10 @@
 import os
-import sys
 
 import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, os.path.dirname(__file__))
 
-from harness import prepare_tiny  # noqa: E402
+from harness import prepare_tiny  # noqa: E402  (pytest puts this folder on sys.path: conftest.py is in no package)
 
 
 @pytest.fixture(scope="session")

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import test_registry as reg  # noqa: E402  (the registered-architecture lists and their toy inputs)
-from harness import build_model, incremental_logits, toy_batch  # noqa: E402
+# run as a script, its folder (tests/) is on sys.path
+import test_registry as reg  # the registered-architecture lists and their toy inputs
+from harness import build_model, incremental_logits, toy_batch
 
 RNN_DIMS = dict(encoder_embed_dim=16, decoder_embed_dim=16, encoder_hidden_size=16, decoder_hidden_size=16,
                 decoder_out_embed_dim=16, attention_dim=16)

@@ -106,7 +106,10 @@ def hypotheses(out: str) -> dict:
 
 
 def train_losses(stderr: str) -> list:
-    return [float(x) for x in re.findall(r"train_inner \|.* loss=([0-9.]+),", stderr)]
+    """The training loss of every ``train_inner`` interval of a fairseq-train output."""
+    from fairseq_ext.tools.fairseq_log import train_losses as losses
+
+    return losses(stderr)
 
 
 def n_lines(path) -> int:

@@ -1,7 +1,6 @@
 """recipes/bench/bench.py: the learning-curve mode (dev BLEU every N updates through fairseq's --eval-bleu hook,
 equal-updates and convergence stops, curves.csv / curves.png, the "converged" table)."""
 import csv
-import importlib.util
 import json
 import re
 import shutil
@@ -9,6 +8,8 @@ import sys
 
 import pytest
 
+from fairseq_ext.tools import fairseq_log
+from fairseq_ext.tools.runs import load_script
 from harness import ROOT, run
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -17,11 +18,7 @@ BENCH = ROOT / "recipes" / "bench" / "bench.py"
 
 
 def bench_module():
-    sys.path.insert(0, str(BENCH.parent))
-    spec = importlib.util.spec_from_file_location("bench_under_test", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(BENCH)
 
 
 LOG = """\
@@ -40,7 +37,7 @@ LOG = """\
 
 
 def test_parse_curve_and_best_point():
-    b = bench_module()
+    b = fairseq_log
     rows = b.parse_curve(LOG)
     assert [r["updates"] for r in rows] == [2, 4, 6]
     assert [r["dev_bleu"] for r in rows] == [0.5, 1.25, 1.25]
@@ -67,7 +64,7 @@ def test_stop_reason_reads_only_the_last_run_of_a_resumed_log():
     keeps the first run's "early stop" line: the stop label must come from the last run only. Before the fix
     the whole log was searched, and a resumed CONSEC run that stopped at the 5-hour cap was labelled
     "patience (20 validations)"."""
-    bench = bench_module()
+    bench = fairseq_log
     first = ("| early stop since valid performance hasn't improved for last 5 runs\n"
              "| done training in 4404.2 seconds\n")
     cap = ("| early stopping resumed: best 18.56, 5 validation(s) without improvement\n"
@@ -222,9 +219,8 @@ def test_configuration_prepare_step_builds_the_arthur_lexicon_first(tiny_data, t
     """luong_arthur (the Arthur et al. baseline of Nguyen ch. 5) names a lexicon made from the job's own training
     data: bench.py fills the placeholders and makes the file before training, once."""
     import torch
-    sys.path.insert(0, str(BENCH.parent))
-    import configs
-    import speed
+    configs = load_script(BENCH.parent / "configs.py")
+    speed = load_script(BENCH.parent / "speed.py")
     cfg = configs.resolve("luong_arthur", tmp_path / "run", tiny_data / "bin", "es", "en")
     assert cfg["train"][cfg["train"].index("--arthur-lexicon") + 1] == str(tmp_path / "run" / "arthur_lexicon.pt")
     assert cfg["prepare"][0][1][cfg["prepare"][0][1].index("--data") + 1] == str(tiny_data / "bin")
@@ -250,8 +246,7 @@ def test_configuration_prepare_step_builds_the_arthur_lexicon_first(tiny_data, t
 
 
 def test_curve_lines_stay_distinct_past_ten_configurations():
-    bench = bench_module()
-    styles = [tuple(sorted(bench.line_style(i).items())) for i in range(40)]
+    styles = [tuple(sorted(fairseq_log.line_style(i).items())) for i in range(40)]
     assert len(set(styles)) == 40  # the 11th configuration is not drawn like the 1st
 
 
@@ -305,8 +300,14 @@ def test_continue_from_seeds_a_run_with_the_newest_interval_checkpoint(tmp_path)
 def test_device_flags_cpu_adds_cpu_and_cuda_drops_cpu_only_flags():
     bench = bench_module()
     flags = ["--arch", "transformer", "--cpu-bf16", "--math-attention", "--lr", "3e-3"]
-    assert bench.device_flags(flags, "cpu") == flags + ["--cpu"]
+    for precision in ("fp32", "amp", "fp16"):  # the CPU keeps the configuration's own flags
+        assert bench.device_flags(flags, "cpu", precision) == flags + ["--cpu"]
     assert bench.device_flags(flags, "cuda") == ["--arch", "transformer", "--lr", "3e-3"]
+    # half precision on a GPU: --amp trains (decoding stays float32), --fp16 trains and decodes
+    assert bench.device_flags(flags, "cuda", "amp") == ["--arch", "transformer", "--lr", "3e-3", "--amp"]
+    assert bench.device_flags(flags, "cuda", "amp", train=False) == ["--arch", "transformer", "--lr", "3e-3"]
+    assert bench.device_flags(flags, "cuda", "fp16", train=False)[-1] == "--fp16"
+    assert bench.cuda_precision("fp32") == "fp32" and bench.cuda_precision("fp16") == "fp16"
     args = bench.build_parser().parse_args(["--device", "cuda"])
-    assert args.device == "cuda"
+    assert args.device == "cuda" and args.precision == "auto"
     assert bench.build_parser().parse_args([]).device == "cpu"

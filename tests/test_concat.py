@@ -304,7 +304,6 @@ def test_cli_rand_concat_with_ablations_trains_and_decodes(tiny_bin, tmp_path):
 # JSON-lines file (epoch, example ids, unpadded source tokens, position shifts) before it is trained on.
 SPY_TRAIN = """
 import json, sys
-sys.path.insert(0, {root!r})  # the package under test (and the one --user-dir names)
 import fairseq_ext.tasks.concat_translation as tc
 from fairseq_cli.train import cli_main
 
@@ -336,13 +335,13 @@ cli_main()
 def test_cli_consec_sep_batch_sim_shift_resample(tiny_bin, tmp_path):
     """The flags act on the batches trained on (recorded by :data:`SPY_TRAIN`), over two epochs."""
     spy, record = tmp_path / "spy_train.py", tmp_path / "batches.jsonl"
-    spy.write_text(SPY_TRAIN.format(root=str(ROOT), out=str(record)))
+    spy.write_text(SPY_TRAIN.format(out=str(record)))
     p = run([sys.executable, spy, tiny_bin, "--user-dir", USER_DIR, "--task", "concat_translation",
              *TINY_TRANSFORMER, "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
              "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "8000", "--max-update", "10", "--max-epoch", "3",
              "--save-dir", tmp_path / "ck", "--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple",
              "--no-epoch-checkpoints", "--concat", "consec", "--concat-sep-batch", "--position-shift", "sim",
-             "--concat-resample"])
+             "--concat-resample"], PYTHONPATH=ROOT)  # the package under test (the one --user-dir names)
     from fairseq.data import data_utils
     src_ds = data_utils.load_indexed_dataset(str(tiny_bin / "train.es-en.es"), None)
     tgt_ds = data_utils.load_indexed_dataset(str(tiny_bin / "train.es-en.en"), None)

@@ -8,10 +8,10 @@ import sys
 import pytest
 import torch
 
+from fairseq_ext.tools.runs import load_script
 from harness import ROOT, env, n_lines, run
 
-sys.path.insert(0, str(ROOT / "recipes" / "gu"))
-import latency  # noqa: E402
+latency = load_script(ROOT / "recipes" / "gu" / "latency.py")
 
 
 # ============================================================================ latency helpers
@@ -129,7 +129,7 @@ def test_speedups_are_relative_to_the_reference():
 def test_pipeline_epd_systems_only_when_asked():
     import argparse
 
-    import nat_pipeline
+    nat_pipeline = load_script(ROOT / "recipes" / "gu" / "nat_pipeline.py")
 
     default = nat_pipeline.systems(argparse.Namespace(npd=[10, 100], epd=[]))
     assert default == ["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg", "nat_ft_npd10", "nat_ft_npd100"]
@@ -241,12 +241,8 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     p = run(cmd, timeout=300)
     assert p.stderr.count("reusing") == 5
     # the NAT to convergence: dev BLEU every 2 updates, patience, curve.csv/.png; an interrupted run resumes
-    import importlib.util
     from argparse import Namespace
-    spec = importlib.util.spec_from_file_location("nat_pipeline_under_test",
-                                                  ROOT / "recipes" / "gu" / "nat_pipeline.py")
-    npl = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(npl)
+    npl = load_script(ROOT / "recipes" / "gu" / "nat_pipeline.py")
     a = Namespace(out=tmp_path / "conv", force=False, size="tiny", budget_min=0, max_update=4, patience=50,
                   validate_every=2, seed=1, threads=1)
     npl.stage_nat(a, kd, out / "teacher" / "checkpoint_best.pt", "sentencepiece")

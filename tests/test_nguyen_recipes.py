@@ -8,14 +8,13 @@ import json
 import os
 import re
 import shlex
-import sys
 
 import pytest
 
+from fairseq_ext.tools.runs import load_script
 from harness import ROOT, n_lines, run
 
-sys.path.insert(0, str(ROOT / "recipes" / "bench"))
-import configs as bench_configs  # noqa: E402
+bench_configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
 
 RECIPES = {c: ROOT / "recipes" / "nguyen" / f"{c}.sh" for c in ("ch3", "ch4", "ch5", "ch7")}
 TINY_ENV = {"DATA": "tiny", "BUDGET_MIN": "0.02", "PARENT_BUDGET_MIN": "0.02", "N_BOOTSTRAP": "100",
@@ -102,11 +101,7 @@ def test_thesis_mode_prints_parsable_commands(name, must, capsys):
 
 
 def _transfer_driver():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("nguyen_transfer", ROOT / "recipes" / "nguyen" / "transfer.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "recipes" / "nguyen" / "transfer.py")
 
 
 def test_bad_arguments_are_clear_errors(tmp_path, capsys):

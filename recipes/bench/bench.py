@@ -39,221 +39,34 @@ best checkpoint and log are copied, and fairseq restores the optimiser, schedule
         --curve-every 200 --patience 5 --budget-min 240 --out runs/converged/es_en_5k --table recipes/bench/RESULTS.md
 """
 import argparse
-import csv
 import datetime
 import json
 import math
-import os
 import platform
-import re
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from fairseq_ext.tools import score as ev
+from fairseq_ext.tools.fairseq_log import (
+    best_point, curve_points, parse_curve, parse_generate_log, parse_train_log, plot_curves, stop_reason,
+    write_curve_csv, write_curves_csv,
+)
+from fairseq_ext.tools.runs import fmt, load_script, logger, post_process, raw_folder, run_logged
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
-
-import configs as bench_configs  # noqa: E402
-
-from fairseq_ext.tools import score as ev  # noqa: E402
+bench_configs = load_script(HERE / "configs.py")
 
 BIN = Path(sys.executable).parent
+log = logger("bench")
 
 
-def log(msg: str) -> None:
-    print(f"[bench {datetime.datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
-
-
-def run_logged(cmd, logfile: Path, threads: int, append: bool = False) -> float:
-    """Run ``cmd`` writing stdout+stderr to ``logfile`` (appended to with ``append``); show progress
-    lines; return wall seconds."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    log("$ " + " ".join(str(c) for c in cmd))
-    t0 = time.time()
-    with open(logfile, "a" if append else "w") as f:
-        p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, env=env, cwd=ROOT)
-        for line in p.stdout:
-            f.write(line)
-            f.flush()
-            if re.search(r"\| (valid|train) \| epoch|Translated|done training|Error|error:", line):
-                print("    " + line.rstrip()[:200], file=sys.stderr, flush=True)
-        rc = p.wait()
-    if rc != 0:
-        tail = Path(logfile).read_text().splitlines()[-30:]
-        raise SystemExit(f"error: command failed ({rc}); see {logfile}\n" + "\n".join(tail))
-    return time.time() - t0
-
-
-def stop_reason(log_text: str, patience: int, max_updates: int, last_updates: int) -> str:
-    """Why the last fairseq-train run of a (possibly appended, resumed) train.log stopped: "patience",
-    "max-updates" or "budget". Only the last run's lines count: a run resumed after an early stop keeps
-    the earlier run's "early stop" line in the same log."""
-    runs = log_text.split("done training in")
-    last = runs[-2] if len(runs) > 1 else log_text
-    if patience and "early stop since valid performance hasn't improved" in last:
-        return "patience"
-    return "max-updates" if max_updates and last_updates >= max_updates else "budget"
-
-
-def parse_train_log(text: str) -> dict:
-    params = re.search(r"num\. (?:shared )?model params: ([\d,]+)", text)
-    wps = [float(x) for x in re.findall(r"train_inner \|.*?wps=([\d.]+)", text)]
-    if len(wps) < 2:  # too short a run for interval logs: use the per-epoch summaries
-        wps = [0.0] + [float(x) for x in re.findall(r"\| train \| epoch .*?\| wps ([\d.]+)", text)]
-    upd = re.findall(r"num_updates[= ](\d+)", text)
-    epochs = re.findall(r"\| train \| epoch (\d+)", text)
-    vloss = re.findall(r"\| valid \|.*?\| loss ([\d.]+)", text)
-    return {
-        "params": int(params.group(1).replace(",", "")) if params else None,
-        # mean of the logged intervals, skipping the first (warm-up of the data loader)
-        "train_tokens_per_s": (sum(wps[1:]) / len(wps[1:])) if len(wps) > 1 else (wps[0] if wps else None),
-        "updates": int(upd[-1]) if upd else 0,
-        "epochs": int(epochs[-1]) if epochs else 0,
-        "valid_loss": [float(v) for v in vloss],
-    }
-
-
-def _stats(line: str) -> dict:
-    """``key value`` cells of a fairseq simple-format log line (``| key value |`` or ``key=value, ``)."""
-    out = {}
-    for cell in re.split(r" \| |, ", line):
-        m = re.match(r"^\s*([A-Za-z_][\w]*)[ =]([-\d.]+)\s*$", cell)
-        if m:
-            out[m.group(1)] = float(m.group(2))
-    return out
-
-
-CURVE_FIELDS = ("updates", "epoch", "train_wall_s", "wall_s", "dev_loss", "dev_nll_loss", "dev_bleu")
-
-
-def parse_curve(text: str) -> list:
-    """The learning curve of a fairseq-train log with ``--eval-bleu``: one row per validation (dev loss, dev
-    BLEU) with the training wall-clock (the sum of the ``train_inner`` intervals' train_wall: optimisation
-    only) and the elapsed wall-clock (from the log's timestamps, validations included) at that update.  A
-    resumed run (an appended log: fairseq's "Loaded checkpoint ... (epoch E @ U updates)") restarts at update U:
-    both clocks go back to the validation at U (the work logged after it was lost, and the time between the
-    runs is not counted), and the repeated updates' later rows win.  (fairseq's own ``wall`` reads 0 after a
-    resumption, so it is not used.)"""
-    rows, train_wall, wall0, seg_start = {}, 0.0, 0.0, None
-    for line in text.splitlines():
-        ts = _timestamp(line)
-        if ts is None:
-            continue
-        resumed = re.search(r"Loaded checkpoint .*\(epoch \d+ @ (\d+) updates\)", line)
-        if resumed:  # back to the checkpoint's update: the work logged after it was lost
-            done = [u for u in rows if u <= int(resumed.group(1))]
-            train_wall, wall0 = (rows[max(done)]["train_wall_s"], rows[max(done)]["wall_s"]) if done else (0.0, 0.0)
-            seg_start = ts
-        elif "No existing checkpoint found" in line or seg_start is None:
-            seg_start = ts
-        if "| train_inner |" in line:
-            train_wall += _stats(line.split("| train_inner |", 1)[1]).get("train_wall", 0.0)
-        elif "| valid |" in line and "valid on" in line:
-            st = _stats(line.split("| valid |", 1)[1])
-            if "num_updates" not in st:
-                continue
-            ep = re.search(r"epoch (\d+)", line)
-            u = int(st["num_updates"])
-            rows[u] = {"updates": u, "epoch": int(ep.group(1)) if ep else None, "train_wall_s": round(train_wall, 1),
-                       "wall_s": round(wall0 + (ts - seg_start), 1), "dev_loss": st.get("loss"),
-                       "dev_nll_loss": st.get("nll_loss"), "dev_bleu": st.get("bleu")}
-    return [rows[u] for u in sorted(rows)]
-
-
-def _timestamp(line: str):
-    """Seconds since the epoch of a fairseq log line's "YYYY-MM-DD HH:MM:SS" prefix (None without one)."""
-    try:
-        return datetime.datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S").timestamp()
-    except ValueError:
-        return None
-
-
-def curve_points(curve: list) -> dict:
-    """The converged table's numbers of a curve: its best dev BLEU point and its last point."""
-    best = best_point(curve)
-    return {"points": len(curve), "best_dev_bleu": best["dev_bleu"], "best_updates": best["updates"],
-            "best_train_wall_s": best["train_wall_s"], "best_wall_s": best["wall_s"],
-            "last_updates": curve[-1]["updates"], "last_train_wall_s": curve[-1]["train_wall_s"]}
-
-
-def write_curve_csv(path: Path, rows: list, config=None) -> None:
-    fields = (("config",) if config is not None else ()) + CURVE_FIELDS
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**({"config": config} if config is not None else {}), **r})
-
-
-LINE_STYLES = ("-", "--", ":", "-.")
-
-
-def line_style(i: int) -> dict:
-    """Colour and dash of the i-th configuration's line: the 10 colours of matplotlib's cycle, then the same
-    colours dashed, dotted, ... (matplotlib's default cycle would give the 11th line the 1st one's colour)."""
-    return {"color": f"C{i % 10}", "linestyle": LINE_STYLES[(i // 10) % len(LINE_STYLES)]}
-
-
-def plot_curves(curves: dict, path: Path, title: str) -> None:
-    """Dev BLEU vs updates, dev BLEU vs training wall-clock (minutes), dev NLL vs updates; a line per config."""
-    from fairseq_ext.tools.plots import pyplot
-    plt = pyplot()  # Agg, without matplotlib's font-search debug lines in the job log
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for i, (name, rows) in enumerate(curves.items()):
-        kw = dict(marker=".", label=name, **line_style(i))
-        pts = [r for r in rows if r["dev_bleu"] is not None]
-        axes[0].plot([r["updates"] for r in pts], [r["dev_bleu"] for r in pts], **kw)
-        axes[1].plot([r["train_wall_s"] / 60 for r in pts], [r["dev_bleu"] for r in pts], **kw)
-        # the NLL, not the criterion's loss: label smoothing and auxiliary terms (MS-12's extra decoders) make
-        # losses incomparable across configurations; criteria without nll_loss log the NLL as their loss
-        pts = [(r["updates"], r["dev_nll_loss"] if r["dev_nll_loss"] is not None else r["dev_loss"]) for r in rows]
-        pts = [p for p in pts if p[1] is not None]
-        axes[2].plot([p[0] for p in pts], [p[1] for p in pts], **kw)
-    for ax, xl, yl in zip(axes, ("updates", "training wall-clock (min, validation excluded)", "updates"),
-                          ("dev BLEU (greedy)", "dev BLEU (greedy)", "dev NLL (base 2; main decoder)")):
-        ax.set_xlabel(xl)
-        ax.set_ylabel(yl)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def best_point(rows: list):
-    """The validation with the best dev BLEU (the first of equals: fairseq keeps the earlier checkpoint)."""
-    pts = [r for r in rows if r["dev_bleu"] is not None]
-    if not pts:
-        return None
-    best = max(r["dev_bleu"] for r in pts)
-    return next(r for r in pts if r["dev_bleu"] == best)
-
-
-def parse_generate_log(text: str) -> dict:
-    m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s \(([\d.]+) sentences/s, "
-                  r"([\d.]+) tokens/s\)", text)
-    if not m:
-        return {}
-    return {"n_translated": int(m.group(1).replace(",", "")), "decode_s": float(m.group(3)),
-            "decode_sent_per_s": float(m.group(4)), "decode_tokens_per_s": float(m.group(5))}
-
-
-def post_process(data: Path) -> str:
-    """How fairseq-generate detokenises this data: the ``post_process`` of its segment.json."""
-    seg = json.loads((data / "segment.json").read_text()) if (data / "segment.json").exists() else {}
-    return seg.get("post_process", "sentencepiece")
-
-
-def raw_folder(data: Path) -> Path:
-    seg = json.loads((data / "segment.json").read_text()) if (data / "segment.json").exists() else {}
-    return Path(seg.get("raw", data.parent / "raw"))
+def fairseq_cli(tool: str) -> list:
+    """fairseq's ``fairseq-TOOL`` console script beside this interpreter, or ``python -m fairseq_cli.TOOL`` where
+    fairseq was put on the path without its scripts (e.g. unpacked wheels on a GPU machine)."""
+    script = BIN / f"fairseq-{tool}"
+    return [script] if script.exists() else [sys.executable, "-m", f"fairseq_cli.{tool}"]
 
 
 def continue_from(src: Path, d: Path, data_bin: Path, cfg: dict) -> None:
@@ -287,14 +100,33 @@ def continue_from(src: Path, d: Path, data_bin: Path, cfg: dict) -> None:
 
 # flags of the CPU bf16 path (recipes/bench/configs.py BF16): decoding repeats them; on a GPU they are dropped
 CPU_ONLY = ("--cpu-bf16", "--math-attention")
+# --precision on cuda: fairseq's --amp (float16 autocast, float32 master weights, loss scaling) or --fp16 (float16
+# weights); fairseq's --bf16 is its TPU path, so CUDA bf16 is not offered
+PRECISIONS = ("auto", "fp32", "amp", "fp16")
 
 
-def device_flags(flags: list, device: str) -> list:
-    """``flags`` for ``device``: ``--cpu`` added on the CPU; on ``cuda`` fairseq's default device (float32) and
-    without the CPU-only bf16 flags.  Equal-updates rows are comparable across devices; times are not."""
+def cuda_precision(choice: str) -> str:
+    """``--precision`` resolved on this machine: ``auto`` is ``amp`` on a card with float16 tensor cores (compute
+    capability 7 or more), else ``fp32``."""
+    if choice != "auto":
+        return choice
+    import torch
+    return "amp" if torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] >= 7 else "fp32"
+
+
+def device_flags(flags: list, device: str, precision: str = "fp32", train: bool = True) -> list:
+    """``flags`` for ``device``: ``--cpu`` added on the CPU (the configuration's own CPU bf16 flags kept); on
+    ``cuda`` fairseq's default device without the CPU-only bf16 flags, plus ``--amp`` (training only: decoding
+    stays float32) or ``--fp16`` for ``precision``.  Equal-updates rows are comparable across devices; times are
+    not."""
     if device == "cpu":
         return [*flags, "--cpu"]
-    return [f for f in flags if f not in CPU_ONLY]
+    out = [f for f in flags if f not in CPU_ONLY]
+    if precision == "amp" and train:
+        out.append("--amp")
+    elif precision == "fp16":
+        out.append("--fp16")
+    return out
 
 
 def run_config(name: str, args, out: Path) -> dict:
@@ -308,10 +140,11 @@ def run_config(name: str, args, out: Path) -> dict:
         return json.loads(res_file.read_text())
     for path, argv in cfg["prepare"]:  # files the training flags name (e.g. an Arthur et al. lexicon)
         if not Path(path).exists():
-            run_logged([sys.executable, *argv], d / "prepare.log", args.threads, append=True)
+            run_logged([sys.executable, *argv], d / "prepare.log", args.threads, append=True, log=log, cwd=ROOT)
     if args.continue_from and not (d / "train.log").exists():
         continue_from(args.continue_from / name, d, data_bin, cfg)
     ckpt = d / "checkpoint_best.pt"
+    precision = cuda_precision(args.precision) if args.device == "cuda" else None
     limits = ["--stop-time-hours", f"{args.budget_min / 60:.5f}"] if args.budget_min > 0 else []
     if args.max_updates:
         limits += ["--max-update", str(args.max_updates)]
@@ -326,12 +159,12 @@ def run_config(name: str, args, out: Path) -> dict:
                    "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"]
         if args.patience:
             limits += ["--patience", str(args.patience)]
-    train_cmd = [BIN / "fairseq-train", data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", cfg["task"],
-                 *device_flags(cfg["train"], args.device), "--seed", str(args.seed), *limits, "--max-epoch", "1000",
+    train_cmd = [*fairseq_cli("train"), data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", cfg["task"],
+                 *device_flags(cfg["train"], args.device, precision), "--seed", str(args.seed), *limits, "--max-epoch", "1000",
                  "--save-dir", d, "--no-epoch-checkpoints", "--no-progress-bar", "--log-format", "simple",
                  "--log-interval", str(log_interval), "--skip-invalid-size-inputs-valid-test"]
     # a curve job resumes an interrupted configuration (fairseq restores checkpoint_last.pt): keep its log
-    train_wall = run_logged(train_cmd, d / "train.log", args.threads, append=bool(args.curve_every))
+    train_wall = run_logged(train_cmd, d / "train.log", args.threads, append=bool(args.curve_every), log=log, cwd=ROOT)
     tr = parse_train_log((d / "train.log").read_text())
     curve = []
     if args.curve_every:
@@ -340,12 +173,13 @@ def run_config(name: str, args, out: Path) -> dict:
         if best_point(curve) is None:
             raise SystemExit(f"error: {d / 'train.log'}: no dev BLEU was logged (does task {cfg['task']} "
                              f"support --eval-bleu?)")
-    gen_cmd = [BIN / "fairseq-generate", data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", cfg["task"],
+    gen_cmd = [*fairseq_cli("generate"), data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", cfg["task"],
                "--path", ckpt, "--gen-subset", "test",
-               *device_flags(cfg["generate"] + [f for f in CPU_ONLY if f in cfg["train"]], args.device)]
+               *device_flags(cfg["generate"] + [f for f in CPU_ONLY if f in cfg["train"]], args.device, precision,
+                            train=False)]
     if "--post-process" not in cfg["generate"]:
         gen_cmd += ["--post-process", post_process(args.data)]
-    gen_wall = run_logged(gen_cmd, d / "generate.out", args.threads)
+    gen_wall = run_logged(gen_cmd, d / "generate.out", args.threads, log=log, cwd=ROOT)
     ge = parse_generate_log((d / "generate.out").read_text())
     raw = raw_folder(args.data)
     tgt = args.tgt
@@ -354,7 +188,8 @@ def run_config(name: str, args, out: Path) -> dict:
                         plot=d / "bleu_by_length.png", plot_title=name)
     sc2 = ev.score_files(d / "generate.out", refs) if len(refs) > 1 else None
     result = {
-        "name": name, "desc": cfg["desc"], "device": args.device, "budget_min": args.budget_min,
+        "name": name, "desc": cfg["desc"], "device": args.device,
+        **({"precision": precision} if precision else {}), "budget_min": args.budget_min,
         "train_wall_s": train_wall,
         "generate_wall_s": gen_wall, **tr, **ge,
         "bleu": sc["bleu"], "chrf": sc["chrf"], "bleu_signature": sc["bleu_signature"],
@@ -378,10 +213,6 @@ def run_config(name: str, args, out: Path) -> dict:
 
 def ratio(a, b):
     return None if a is None or b in (None, 0) else a / b
-
-
-def fmt(x, spec=".2f"):
-    return "–" if x is None else format(x, spec)
 
 
 def table_rows(results: dict, job: str, args) -> dict:
@@ -495,7 +326,7 @@ def machine_text(args) -> str:
     if args.device == "cpu":
         return cpu
     import torch
-    return f"{torch.cuda.get_device_name(0)} (CPU {cpu})"
+    return f"{torch.cuda.get_device_name(0)} {cuda_precision(args.precision)} (CPU {cpu})"
 
 
 def budget_text(args) -> str:
@@ -520,8 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--table", type=Path, default=None, help="merge the rows into this Markdown file")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                    help="where fairseq trains and decodes (cuda: float32, no CPU bf16 flags; compare the times of "
-                         "rows of one device only)")
+                    help="where fairseq trains and decodes (cpu: the configuration's flags, with its CPU bf16 "
+                         "autocast where the CPU has native bf16; cuda: without the CPU bf16 flags, see --precision; "
+                         "compare the times of rows of one device only)")
+    ap.add_argument("--precision", choices=PRECISIONS, default="auto",
+                    help="with --device cuda: fp32, amp (fairseq --amp: float16 autocast in training, float32 "
+                         "weights; decoding float32) or fp16 (fairseq --fp16, training and decoding); auto: amp on "
+                         "a card with float16 tensor cores (compute capability >= 7), else fp32 (default)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--src", default="es")
     ap.add_argument("--tgt", default="en")
@@ -590,12 +426,7 @@ def main(argv=None):
                 results[n]["curve"].update(curve_points(rows_n))
     (out / "summary.json").write_text(json.dumps(results, indent=1, default=str))
     if args.curve_every:
-        with open(out / "curves.csv", "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=("config",) + CURVE_FIELDS)
-            w.writeheader()
-            for n, rows_n in curves.items():
-                for r in rows_n:
-                    w.writerow({"config": n, **r})
+        write_curves_csv(out / "curves.csv", curves)
         plot_curves(curves, out / "curves.png", f"{out.name}: dev every {args.curve_every} updates "
                                                  f"({args.data.name})")
         log(f"curves: {out / 'curves.csv'}, {out / 'curves.png'}")

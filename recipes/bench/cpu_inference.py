@@ -42,25 +42,21 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from fairseq_ext.tools import score as ev
+from fairseq_ext.tools.hypotheses import align_to_references, load_hypotheses
+from fairseq_ext.tools.runs import load_script, logger, post_process, raw_folder
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
-
-import bench  # noqa: E402  (raw_folder, post_process)
-import configs as bench_configs  # noqa: E402
-import decode_speed  # noqa: E402  (DONE, summarise: the interleaved-timing conventions)
-
-from fairseq_ext.tools import score as ev  # noqa: E402
-from fairseq_ext.tools.hypotheses import align_to_references, load_hypotheses  # noqa: E402
+bench_configs = load_script(HERE / "configs.py")
+decode_speed = load_script(HERE / "decode_speed.py")  # DONE, summarise: the interleaved-timing conventions
 
 FAIRSEQ_SYSTEMS = {"fairseq_fp32": [], "fairseq_bf16": ["--cpu-bf16"], "fast_int8": ["--quantize", "int8"]}
 CT2_SYSTEMS = {"ct2_fp32": "float32", "ct2_int8": "int8"}
 BASE, TARGET = "fairseq_fp32", "ct2_int8"
 
 
-def log(msg: str) -> None:
-    print(f"[cpu_inference {datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
+log = logger("cpu_inference")
 
 
 def loadavg() -> list:
@@ -223,8 +219,8 @@ def main(argv=None) -> int:
     bin_dir = a.data / "bin"
     if a.limit:
         bin_dir = subset_bin(bin_dir, a.src, a.tgt, a.limit, out / f"bin_first{a.limit}")
-    post = bench.post_process(a.data)
-    refs = ev.load_references([bench.raw_folder(a.data) / f"test.{a.tgt}"])
+    post = post_process(a.data)
+    refs = ev.load_references([raw_folder(a.data) / f"test.{a.tgt}"])
     pieces, _ = test_pieces(bin_dir, a.src, a.tgt)
     refs = [r[: len(pieces)] for r in refs]
     max_len = int(1.2 * max(len(p) + 1 for p in pieces) + 10)

@@ -36,9 +36,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from fairseq_ext.tools.runs import load_script, logger
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import configs as bench_configs  # noqa: E402
+bench_configs = load_script(Path(__file__).resolve().parent / "configs.py")
 
 START, END = "<!-- speed:table -->", "<!-- /speed:table -->"
 # the baseline configuration of each task whose batches only its own kind reads
@@ -46,8 +47,7 @@ BASELINES = {"universal_translation": "gu5_multi", "doc_translation": "maruf_sen
              "conversation_translation": "maruf5_base"}
 
 
-def log(msg: str) -> None:
-    print(f"[speed {datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
+log = logger("speed")
 
 
 def build(name: str, data: Path, generated_dir=None):

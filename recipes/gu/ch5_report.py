@@ -38,6 +38,7 @@ import re
 import subprocess
 import sys
 
+from fairseq_ext.tools import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -69,12 +70,6 @@ def label(system: str) -> str:
         return f"{LABELS[m.group(1)]} (real pairs ×{m.group(2)})"
     return LABELS.get(system, system)
 
-
-_NUM = r"(-?[0-9.]+(?:e[-+]?\d+)?)"
-EPOCH_RE = re.compile(r"\| train \| epoch \d+ \|.*?\| wps " + _NUM + r" \|.*?\| wpb " + _NUM + r" \|.*?"
-                      r"\| num_updates (\d+)")
-INNER_RE = re.compile(r"\| train_inner \| epoch \d+:.*?\bwps=" + _NUM + r",.*?\bwpb=" + _NUM + r",.*?"
-                      r"\bnum_updates=(\d+)")
 
 
 # --------------------------------------------------------------------------- reading
@@ -166,16 +161,10 @@ def words_per_second(log_path: str):
         return None
     with open(log_path, encoding="utf-8", errors="replace") as f:
         text = f.read()
-    for rx in (EPOCH_RE, INNER_RE):
-        words = secs = 0.0
-        prev = 0
-        for m in rx.finditer(text):
-            wps, wpb, upd = float(m.group(1)), float(m.group(2)), int(m.group(3))
-            n = upd - prev if upd > prev else upd  # a resumed run restarts the count from its checkpoint
-            prev = upd
-            if wps > 0 and n > 0:
-                words += wpb * n
-                secs += wpb * n / wps
+    for kind in ("train", "train_inner"):
+        done = [r for r in fairseq_log.intervals(text, kind) if r.get("wps", 0) > 0 and r["updates"] > 0 and "wpb" in r]
+        words = sum(r["wpb"] * r["updates"] for r in done)
+        secs = sum(r["wpb"] * r["updates"] / r["wps"] for r in done)
         if secs > 0:
             return words / secs
     return None

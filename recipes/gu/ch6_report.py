@@ -55,6 +55,7 @@ import shutil
 import statistics
 import sys
 
+from fairseq_ext.tools import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, read_json, read_lines, run_cli, sha256_file, stamp_ok, write_stamp
 
 SPLIT_DIR = "bin_meta"
@@ -74,10 +75,6 @@ THESIS_RO = {"Es": (9.20, 15.71, 0.22), "Es Fr": (12.35, 17.46, 0.41), "Es Fr It
 THESIS_ROW = "Es Fr It Pt De Ru"   # the six source tasks of Fig. 6.3
 THESIS_FULL_RO = 31.76              # Table 6.1 / 6.2: full supervised Ro-En
 
-_NUM = r"(-?[0-9.]+(?:e[-+]?\d+)?)"
-FIELD_RE = re.compile(r"\b(\w+)=([^,\s]+)")
-UPD_RE = re.compile(r"\bnum_updates[= ](\d+)")
-VALID_RE = re.compile(r"\| valid on '([^']+)' subset \|(?:.*?\|)? loss " + _NUM + r" \|.*?\| num_updates (\d+)")
 PAIRS_RE = re.compile(r"ulr_finetune_translation: training on (\d+) (\S+) pairs \((\d+) target tokens"
                       r"(?:, budget (\d+), draw (\d+))?\)")
 
@@ -255,6 +252,16 @@ def _read_text(path: str) -> str:
         return f.read()
 
 
+def _updates(text: str) -> list:
+    return [int(r["stats"]["num_updates"]) for r in fairseq_log.records(text) if "num_updates" in r["stats"]]
+
+
+def _valid_losses(text: str) -> list:
+    """``[(subset, loss, update)]`` of the validations of a log."""
+    return [(v["subset"], v["loss"], int(v["num_updates"])) for v in fairseq_log.validations(text)
+            if "loss" in v and "num_updates" in v]
+
+
 def finetune_info(log_path: str) -> dict:
     """What a fine-tuning log says: pairs and target tokens of the draw, updates run, best valid loss and
     its update."""
@@ -263,10 +270,10 @@ def finetune_info(log_path: str) -> dict:
     m = PAIRS_RE.search(text)
     if m:
         info.update(pairs=int(m.group(1)), target_tokens=int(m.group(3)))
-    upd = [int(x) for x in UPD_RE.findall(text)]
+    upd = _updates(text)
     if upd:
         info["updates"] = max(upd)
-    valid = [(float(m.group(2)), int(m.group(3))) for m in VALID_RE.finditer(text)]
+    valid = [(loss, u) for _, loss, u in _valid_losses(text)]
     if valid:
         best = min(valid)
         info.update(best_valid_loss=best[0], best_update=best[1], validations=len(valid))
@@ -276,8 +283,8 @@ def finetune_info(log_path: str) -> dict:
 def train_info(log_path: str) -> dict:
     """Updates done and validation curve (subset, loss, update) of a joint-phase log."""
     text = _read_text(log_path)
-    upd = [int(x) for x in UPD_RE.findall(text)]
-    valid = [(m.group(1), float(m.group(2)), int(m.group(3))) for m in VALID_RE.finditer(text)]
+    upd = _updates(text)
+    valid = _valid_losses(text)
     out: dict = {"updates": max(upd) if upd else None, "valid": valid}
     if valid:
         best = min(valid, key=lambda v: v[1])
@@ -288,20 +295,8 @@ def train_info(log_path: str) -> dict:
 def inner_intervals(log_path: str) -> list[dict]:
     """The ``train_inner`` lines of a fairseq-train log (--log-format simple) as intervals: ``{updates (in the
     interval), wpb, train_wall, ups}``."""
-    rows, prev = [], 0
-    for line in _read_text(log_path).splitlines():
-        if "| train_inner |" not in line:
-            continue
-        f = dict(FIELD_RE.findall(line.split("| train_inner |", 1)[1]))
-        try:
-            upd = int(f["num_updates"])
-            row = {"wpb": float(f["wpb"]), "train_wall": float(f["train_wall"]), "ups": float(f["ups"])}
-        except (KeyError, ValueError):
-            continue
-        row["updates"] = upd - prev if upd > prev else upd  # a resumed run restarts the count
-        prev = upd
-        rows.append(row)
-    return rows
+    keys = ("updates", "wpb", "train_wall", "ups")
+    return [{k: r[k] for k in keys} for r in fairseq_log.intervals(_read_text(log_path)) if all(k in r for k in keys)]
 
 
 def seconds_per_update(log_path: str, skip: int = 1):

@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from collections import Counter
 
@@ -31,13 +30,13 @@ import torch
 
 import fairseq_ext  # noqa: F401  (registrations)
 from fairseq_ext.modules.checkpoint import load_ensemble
+from fairseq_ext.tools import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, run_cli
 from fairseq_ext.tools.hypotheses import parse_generate_output, remove_bpe
 from fairseq_ext.tools.plots import pyplot
 from fairseq_ext.tools.score import load_references, paired_bootstrap
 
 SEARCHES = ("greedy", "beam")
-VALID_RE = re.compile(r"valid on 'valid' subset \| loss (-?[0-9.]+) \| reward (-?[0-9.]+).*?num_updates (\d+)")
 
 
 def read_decode(path: str) -> dict[int, str]:
@@ -92,13 +91,9 @@ def paired_bootstrap_mean(base: np.ndarray, system: np.ndarray, n: int, seed: in
 
 def validation_curve(log_path: str) -> list[tuple[int, float]]:
     """[(num_updates, validation reward)] from a fairseq-train log of the actor_critic criterion."""
-    pts = []
     with open(log_path, encoding="utf-8") as f:
-        for line in f:
-            m = VALID_RE.search(line)
-            if m:
-                pts.append((int(m.group(3)), float(m.group(2))))
-    return pts
+        return [(int(v["num_updates"]), v["reward"]) for v in fairseq_log.validations(f.read())
+                if v["subset"] == "valid" and "reward" in v and "num_updates" in v]
 
 
 @torch.no_grad()

@@ -40,6 +40,7 @@ import re
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_ext.tools import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, read_jsonl, read_lines, run_cli
 
 SEARCHES = ("greedy", "beam")
@@ -237,22 +238,11 @@ def waitk_readings(rows: Sequence[Dict]) -> List[Dict]:
 def validation_curve(path: str) -> List[Dict]:
     """[{num_updates, bleu, ap, cw, ...}] of the ``valid on 'valid' subset`` lines of a fairseq-train log of the
     simul_policy_gradient criterion."""
-    pts = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            if "valid on 'valid' subset" not in line:
-                continue
-            rec = {}
-            for field in line.rstrip("\n").split(" | "):
-                parts = field.strip().split(" ")
-                if len(parts) == 2:
-                    try:
-                        rec[parts[0]] = float(parts[1])
-                    except ValueError:
-                        pass
-            if "num_updates" in rec:
-                rec["num_updates"] = int(rec["num_updates"])
-                pts.append(rec)
+        pts = [v for v in fairseq_log.validations(f.read()) if v["subset"] == "valid" and "num_updates" in v]
+    for v in pts:
+        v["num_updates"] = int(v["num_updates"])
+        del v["subset"]
     return pts
 
 

@@ -45,20 +45,17 @@ import datetime
 import json
 import os
 import platform
-import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from fairseq_ext.tools import fairseq_log, runs
+from fairseq_ext.tools.runs import fmt, load_script, logger
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "recipes" / "bench"))
-sys.path.insert(0, str(ROOT))
-
-import bench as bench_curves  # noqa: E402  (recipes/bench/bench.py: the learning-curve parser and plot)
-import configs as bench_configs  # noqa: E402
+bench_configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
 
 BIN = Path(sys.executable).parent
 
@@ -71,29 +68,11 @@ TINY_TRANSFORMER = [
 ]
 
 
-def log(msg: str) -> None:
-    print(f"[gu-ch8 {datetime.datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
+log = logger("gu-ch8")
 
 
 def run_logged(cmd, logfile: Path, threads: int, append: bool = False) -> float:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
-    cmd = [str(c) for c in cmd]
-    log("$ " + " ".join(cmd))
-    t0 = time.time()
-    logfile.parent.mkdir(parents=True, exist_ok=True)
-    with open(logfile, "a" if append else "w") as f:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-        for line in p.stdout:
-            f.write(line)
-            f.flush()
-            if re.search(r"\| valid \| epoch|done training|\[distill\].*(done|sentences\)|empty)|eflomal aligned|"
-                         r"\[latency|Error|error:", line):
-                print("    " + line.rstrip()[:220], file=sys.stderr, flush=True)
-        rc = p.wait()
-    if rc != 0:
-        tail = logfile.read_text().splitlines()[-40:]
-        raise SystemExit(f"error: command failed ({rc}); see {logfile}\n" + "\n".join(tail))
-    return time.time() - t0
+    return runs.run_logged(cmd, logfile, threads, append, log=log, env={"PYTHONWARNINGS": "ignore"}, cwd=ROOT, tail=40)
 
 
 def without(flags, *names):
@@ -129,12 +108,9 @@ def common_train(save_dir: Path, seed: int):
 
 
 def parse_train_log(text: str) -> dict:
-    upd = re.findall(r"num_updates[= ](\d+)", text)
-    bleu = [float(x) for x in re.findall(r"\| valid \|.*?\| bleu ([\d.]+)", text)]
-    loss = [float(x) for x in re.findall(r"\| valid \|.*?\| loss ([\d.]+)", text)]
-    params = re.search(r"num\. (?:shared )?model params: ([\d,]+)", text)
-    return {"updates": int(upd[-1]) if upd else 0, "valid_bleu": bleu, "valid_loss": loss,
-            "params": int(params.group(1).replace(",", "")) if params else None}
+    t = fairseq_log.parse_train_log(text)
+    return {"updates": t["updates"], "valid_bleu": t["valid_bleu"], "valid_loss": t["valid_loss"],
+            "params": t["params"]}
 
 
 def done(stage_dir: Path, force: bool):
@@ -226,12 +202,12 @@ def stage_nat(args, kd: Path, teacher: Path, post_process: str) -> Path:
         (d / "checkpoint_last.pt").unlink(missing_ok=True)
         text = (d / "train.log").read_text()
         info = {"wall_s": wall, **parse_train_log(text)}
-        curve = bench_curves.parse_curve(text)
-        if curve and bench_curves.best_point(curve):
-            bench_curves.write_curve_csv(d / "curve.csv", curve)
-            bench_curves.plot_curves({"nat": curve}, d / "curve.png", f"NAT (Eq. 8.9) on {kd.name}: dev every "
+        curve = fairseq_log.parse_curve(text)
+        if curve and fairseq_log.best_point(curve):
+            fairseq_log.write_curve_csv(d / "curve.csv", curve)
+            fairseq_log.plot_curves({"nat": curve}, d / "curve.png", f"NAT (Eq. 8.9) on {kd.name}: dev every "
                                      f"{args.validate_every or 'epoch'}")
-            info["curve"] = {**bench_curves.curve_points(curve), "patience": args.patience,
+            info["curve"] = {**fairseq_log.curve_points(curve), "patience": args.patience,
                              "stopped": "patience" if "early stop since valid performance" in text else "limit"}
         mark_done(d, info)
     return d / "checkpoint_best.pt"
@@ -371,10 +347,6 @@ def stage_score(args, raw: Path, src: str, tgt: str, lat: dict, stages: dict) ->
     return summary
 
 
-def _f(x, spec=".2f"):
-    return "–" if x is None else format(x, spec)
-
-
 def results_markdown(summary: dict, names, bs: int) -> str:
     res = summary["systems"]
     base = res["ar_b4"]["bleu"]
@@ -390,11 +362,11 @@ def results_markdown(summary: dict, names, bs: int) -> str:
         delta = "–" if n == "ar_b4" else f"{r['bleu'] - base:+.2f} (p={p:.3f})" if p is not None else \
             f"{r['bleu'] - base:+.2f}"
         lines.append(f"| {name} | {r['bleu']:.2f} | {r['chrf']:.2f} | {delta} | {r['bleu_t']:.2f} | "
-                     f"{_f(lat['b1']['ms_per_sentence'], '.1f')} | {_f(lat['b1'].get('speedup_vs_ar_b4'))}× | "
-                     f"{_f(lat[f'b{bs}']['ms_per_sentence'], '.2f')} | "
-                     f"{_f(lat[f'b{bs}'].get('speedup_vs_ar_b4'))}× |"
-                     + "".join(f" {_f(lat['b1'].get(f'speedup_vs_{f}'))}× | "
-                               f"{_f(lat[f'b{bs}'].get(f'speedup_vs_{f}'))}× |" for f in fastest))
+                     f"{fmt(lat['b1']['ms_per_sentence'], '.1f')} | {fmt(lat['b1'].get('speedup_vs_ar_b4'))}× | "
+                     f"{fmt(lat[f'b{bs}']['ms_per_sentence'], '.2f')} | "
+                     f"{fmt(lat[f'b{bs}'].get('speedup_vs_ar_b4'))}× |"
+                     + "".join(f" {fmt(lat['b1'].get(f'speedup_vs_{f}'))}× | "
+                               f"{fmt(lat[f'b{bs}'].get(f'speedup_vs_{f}'))}× |" for f in fastest))
     t = summary["targets"]
     gaps = ", ".join(f"s={k.split('npd')[1]}: {v:.2f}" for k, v in t["bleu_gap_npd"].items()) or "–"
     epd = "".join(f" BLEU gap with EPD K={k.split('epd')[1]}: {v:.2f}." for k, v in t.get("bleu_gap_epd", {}).items())
@@ -403,8 +375,8 @@ def results_markdown(summary: dict, names, bs: int) -> str:
     st = summary["stages"]
     lines += [
         "",
-        f"Targets (NAT+FT argmax vs AR b=4): speed-up at batch 1 {_f(t['speedup_b1_nat_ft_vs_ar_b4'])}× "
-        f"(≥10×: {ok[t['met_b1']]}); at batch {bs} {_f(t[f'speedup_b{bs}_nat_ft_vs_ar_b4'])}× "
+        f"Targets (NAT+FT argmax vs AR b=4): speed-up at batch 1 {fmt(t['speedup_b1_nat_ft_vs_ar_b4'])}× "
+        f"(≥10×: {ok[t['met_b1']]}); at batch {bs} {fmt(t[f'speedup_b{bs}_nat_ft_vs_ar_b4'])}× "
         f"(≥2×: {ok[t[f'met_b{bs}']]}); BLEU gap with NPD {gaps} (≤2: {ok[t['met_gap']]}).{epd}",
         "",
         f"One run, {summary['date']}, {summary['machine']}, {summary['threads']} thread(s); test "
@@ -426,7 +398,7 @@ def _stop_text(a: dict, nat: dict) -> str:
         return (f"patience {a['patience']} validations, {how}; best dev BLEU {c['best_dev_bleu']} at "
                 f"{c['best_updates']:,} updates, {c['best_train_wall_s'] / 60:.1f} min of training; "
                 f"curve nat/curve.png")
-    return f"{_f(a['budget_min'], 'g')} min budget" if a.get("budget_min") else "update budget"
+    return f"{fmt(a['budget_min'], 'g')} min budget" if a.get("budget_min") else "update budget"
 
 
 # ------------------------------------------------------------------------------------------- main

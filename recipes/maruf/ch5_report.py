@@ -28,9 +28,7 @@ import os
 import re
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from fairseq_ext.tools import fairseq_log
 
 # Thesis Table 5.3 (spec §8.6): reliable rows, (Overall, En->F, F->En); the Lang-Specific S-Attention source
 # context row has its Overall only (Table 5.4 "Our Model").
@@ -48,9 +46,6 @@ ROW_NAMES = {"base": "Base Model", "src_lsa": "Source Context (Lang-Specific S-A
              "src_la": "Source Context (Lang-Specific Attention)", "src_direct": "Source Context (Direct)",
              "src_hier": "Source Context (Hierarchical Gating)", "src_combined": "Source Context (Combined Attention)",
              "tgt": "Target Context", "dual": "Dual Context Src-Tgt", "dual_mix": "Dual Context Src-Tgt-Mix"}
-TRAIN_WALL = re.compile(r"train_wall[= ]([0-9.]+)")
-NUM_UPDATES = re.compile(r"num_updates[= ]([0-9]+)")
-WALL = re.compile(r"\| wall ([0-9.]+)")
 
 
 class Error(Exception):
@@ -130,25 +125,9 @@ def read_hyps(path: str, field: str = "D") -> dict:
 
 
 def train_cost(log: str) -> dict:
-    """Seconds per update of a fairseq-train log: the per-epoch ``train_wall`` of its ``| train | epoch`` summary
-    lines summed over the epochs (training steps only), and the last ``wall`` (validation and start-up included),
-    each over the last ``num_updates``."""
-    train_wall, wall, updates = 0.0, None, None
-    for line in read_lines(log):
-        if "| train | epoch" not in line:
-            continue
-        w, u, t = WALL.search(line), NUM_UPDATES.search(line), TRAIN_WALL.search(line)
-        if u:
-            updates = int(u.group(1))
-        if w:
-            wall = float(w.group(1))
-        if t:
-            train_wall += float(t.group(1))
-    if not updates:
-        return {}
-    return {"train_wall_s": train_wall, "wall_s": wall, "updates": updates,
-            "s_per_update": round(train_wall / updates, 3),
-            "wall_s_per_update": round(wall / updates, 3) if wall is not None else None}
+    """Seconds per update of the fairseq-train log ``log`` (:func:`fairseq_ext.tools.fairseq_log.train_cost`)."""
+    with open(log, encoding="utf-8") as f:
+        return fairseq_log.train_cost(f.read())
 
 
 def directions(conv: str, langs: tuple) -> list:

@@ -47,16 +47,14 @@ import os
 import sys
 from pathlib import Path
 
+from fairseq_ext.tools import corpora, transfer, unk_copy
+from fairseq_ext.tools.common import CorpusError, OutputSet, log, read_lines, stamp_ok, write_stamp
+from fairseq_ext.tools.runs import load_script
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "recipes" / "bench"))
-sys.path.insert(0, str(ROOT))
-
-import bench  # noqa: E402
-import configs as bench_configs  # noqa: E402
-
-from fairseq_ext.tools import corpora, transfer, unk_copy  # noqa: E402
-from fairseq_ext.tools.common import CorpusError, OutputSet, log, read_lines, stamp_ok, write_stamp  # noqa: E402
+bench = load_script(ROOT / "recipes" / "bench" / "bench.py")
+bench_configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
 
 NON_LATIN = {"ar": "ara", "fa": "fas", "ru": "rus", "hi": "hin", "ug": "uig"}  # code -> uroman lcode
 SYSTEMS = ("bpe_baseline", "bpe_transfer", "bpe_transfer_freeze")
