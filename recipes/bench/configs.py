@@ -300,6 +300,42 @@ for _name, _desc, _flags in [
          MARUF5_CTX + ["--dual", "src_tgt_mix", "--tgt-vectors", "frozen_base"])]:
     CONFIGS[_name] = {"desc": _desc, "task": "conversation_translation", "train": MARUF5 + _flags, "generate": GENERATE}
 
+# ---------------------------------------------------------------------------------------------
+# Real-data evidence on a GPU (recipes/bench/gpu_batch.sh): the rows still open at convergence.
+# Ampomah ch. 4 MS-l with a single auxiliary decoder (Tables 4.1, 4.6: MS-1, MS-2), as ms12 without AIF.
+for _l in ("1", "2"):
+    CONFIGS[f"ms{_l}"] = {
+        "desc": f"Ampomah MS-{_l} without AIF (one aux decoder, on enc layer {_l})", "task": "translation_ext",
+        "train": ["--arch", "transformer_ms_bench", "--aux-layers", _l, "--criterion", "multi_supervision_label_smoothed",
+                  "--aux-weight", "1.0"] + SCHEDULE,
+        "generate": GENERATE}
+
+# Nguyen ch. 4 Table 4.2 on the thesis's own base (ch. 6: PreNorm + ScaleNorm + FixNorm, SMALLINIT, word dropout
+# 0.1, Morishita chunked batching) at the bench's dims and optimiser; the baseline of this trio is twt_concat_none
+# (run with --baseline twt_concat_none, and the thesis's patience 20: recipes/bench/gpu_batch.sh SET=nguyen4).
+TWT_BASE = ["--arch", "transformer_twt_bench", "--norm-type", "scalenorm", "--fixnorm", "--twt-init", "smallinit",
+            "--word-dropout", "0.1", "--batching", "chunked", "--chunk-size", "10000"]
+for _mode, _desc in [("none", "baseline (no concatenation)"), ("consec", "CONSEC"), ("rand", "RAND")]:
+    CONFIGS[f"twt_concat_{_mode}"] = {
+        "desc": f"Nguyen ch.4 {_desc} on the TwT base (ScaleNorm+FixNorm, SMALLINIT, word dropout, chunked)",
+        "task": "concat_translation", "train": TWT_BASE + OPTIM + ["--concat", _mode], "generate": GENERATE}
+
+# Nguyen ch. 6 Table 6.2 at the thesis's 6+6 layers (512/2048, 8 heads, dropout 0.3, all embeddings shared: the
+# twt_{post,pre}norm_layernorm presets), Xavier (the "Baseline" rows) vs SMALLINIT, PostNorm vs PreNorm; the
+# thesis's optimiser (Adam (0.9, 0.999), clip 1, INVSQRTDECAY lambda 1 with its shortest warm-up, 4k), word dropout
+# 0.1, 4096-token batches; the baseline of this set is twt66_postnorm_xavier (the original Transformer).
+TWT_OPTIM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.999)", "--clip-norm", "1.0",
+             "--lr-scheduler", "twt_invsqrt", "--lr-lambda", "1", "--lr-model-dim", "512", "--warmup-updates", "4000",
+             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
+             "--word-dropout", "0.1", *BF16]
+for _norm in ("postnorm", "prenorm"):
+    for _init in ("xavier", "smallinit"):
+        CONFIGS[f"twt66_{_norm}_{_init}"] = {
+            "desc": f"Nguyen ch.6 Table 6.2 {'PostNorm' if _norm == 'postnorm' else 'PreNorm'} "
+                    f"{'Xavier' if _init == 'xavier' else 'SMALLINIT'}, 6+6 512/2048/8 LayerNorm",
+            "task": "translation_ext",
+            "train": ["--arch", f"twt_{_norm}_layernorm", "--twt-init", _init] + TWT_OPTIM, "generate": GENERATE}
+
 BASELINE = "transformer"
 
 

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Real-data evidence in one command: a list of recipes/bench/configs.py configurations trained to convergence AT THE
+# SAME TIME on one GPU (one recipes/bench/bench.py --train-only process each), each stopped by its dev BLEU (PATIENCE
+# validations every CURVE_EVERY updates without a better one) or by the wall-clock cap CAP_MIN, then decoded (test
+# set, beam 5), scored (sacreBLEU BLEU/chrF) and compared (paired bootstrap against the job's baseline) by bench.py,
+# with the learning curves (dev BLEU vs updates and vs training wall-clock, dev NLL).
+#
+#   bash recipes/bench/gpu_batch.sh                                   # SET=ampomah on the es->en low set, cuda
+#   SET=twt66 bash recipes/bench/gpu_batch.sh                         # Nguyen Table 6.2 at 6+6 layers
+#   SET=nguyen4 bash recipes/bench/gpu_batch.sh                       # Nguyen Table 4.2 on the TwT base, en->tl
+#   CONFIGS=transformer,ms1 CAP_MIN=60 DEVICE=cpu OUT=/tmp/o bash recipes/bench/gpu_batch.sh
+#   SET=nguyen4 DRY_RUN=1 bash recipes/bench/gpu_batch.sh             # print the configurations and the commands
+#
+# Sets (the default CONFIGS, BASELINE, PATIENCE and DATA of each; CONFIGS/BASELINE/PATIENCE/DATA override them):
+#   ampomah  es->en low set: the rows never trained to convergence: the transformer baseline, JAS M-00/M-01/M-10,
+#            S-Agg, C-Agg, Iter-S-Agg, Iter-C-Agg (ch. 3), Dec-DC and Full-DC at the bench's lr 3e-3 and at the DC
+#            paper's 7e-4 with the baseline at 7e-4 beside them (ch. 5), MS-1 and MS-2 (ch. 4); patience 5
+#   twt66    es->en low set: Nguyen ch. 6 Table 6.2 at 6+6 layers 512/2048: PostNorm vs PreNorm, Xavier vs SMALLINIT
+#            (baseline twt66_postnorm_xavier); the thesis's patience 20
+#   nguyen4  en_web->tl 10k (converged.sh's conv_tl set): Nguyen ch. 4 Table 4.2 on the thesis's own base (TwT:
+#            ScaleNorm+FixNorm, SMALLINIT, word dropout 0.1, chunked batching): none / CONSEC / RAND (baseline
+#            twt_concat_none); the thesis's patience 20
+# Environment:
+#   DATA         a prepared folder (bin/ + segment.json, its raw folder beside it or where segment.json says;
+#                relative to the repository). Default: the set's folder under data/, built offline when missing
+#                (recipes/lib.sh es_en_set low, as converged.sh) -- a machine without the corpus cache must be given
+#                a prepared folder (e.g. carry data/bible_es_en/spm4000-train5000-seed1 and raw-train5000-seed1)
+#   SRC, TGT     the languages (default: the folder's segment.json)
+#   CAP_MIN      wall-clock cap of each configuration's training, minutes (fairseq --stop-time-hours; default 120)
+#   HARD_MIN     a lane still running after HARD_MIN minutes is stopped (default CAP_MIN + 30: start-up, decoding)
+#   PATIENCE, CURVE_EVERY (200), N_BOOTSTRAP (1000), SEED (1)
+#   DEVICE       cuda (default) or cpu; PRECISION: bench.py --precision (auto: fairseq --amp where the card has
+#                float16 tensor cores)
+#   THREADS      CPU threads of each process (default 1); PYTHON: the interpreter (default .venv/bin/python;
+#                the checkout is put on PYTHONPATH, so fairseq_ext need not be installed)
+#   JOB          the bench job folder (default $RUNS/gpu_batch/<SET>; a rerun resumes it: finished configurations are
+#                reused, interrupted ones continue from their last checkpoint)
+#   OUT          where the results are gathered (default JOB/out): result.json (every configuration's result, with
+#                its curve summary and bootstrap p), curves.csv, curves.png, compare.log (the converged table, the
+#                lanes' status) and runs.tar.gz (per configuration: result.json, curve.csv, train.log,
+#                generate.out, its lane's log) -- five files, no checkpoints
+source "$(dirname "$0")/../lib.sh"
+PY=${PYTHON:-$PY}
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+SET=${SET:-ampomah}
+case $SET in
+  ampomah) set_configs=transformer,jas_m00,jas_m01,jas_m10,jas_sagg,jas_cagg,jas_iter_sagg,jas_iter_cagg,dec_dc,full_dc,transformer_lr7e4,dec_dc_lr7e4,full_dc_lr7e4,ms1,ms2
+           set_baseline=transformer set_patience=5 set_data=es_low ;;
+  twt66)   set_configs=twt66_postnorm_xavier,twt66_prenorm_xavier,twt66_postnorm_smallinit,twt66_prenorm_smallinit
+           set_baseline=twt66_postnorm_xavier set_patience=20 set_data=es_low ;;
+  nguyen4) set_configs=twt_concat_none,twt_concat_consec,twt_concat_rand
+           set_baseline=twt_concat_none set_patience=20 set_data=tl ;;
+  *) echo "error: unknown SET '$SET' (ampomah, twt66, nguyen4)" >&2; exit 2 ;;
+esac
+CONFIGS=${CONFIGS:-$set_configs}
+BASELINE=${BASELINE:-$set_baseline}
+PATIENCE=${PATIENCE:-$set_patience}
+CURVE_EVERY=${CURVE_EVERY:-200}
+CAP_MIN=${CAP_MIN:-120}
+HARD_MIN=${HARD_MIN:-$($PY -c "print($CAP_MIN + 30)")}
+DEVICE=${DEVICE:-cuda}
+PRECISION=${PRECISION:-auto}
+N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
+SEED=${SEED:-1}
+JOB=${JOB:-$RUNS/gpu_batch/$SET}
+OUT=${OUT:-$JOB/out}
+
+IFS=, read -r -a NAMES <<< "$CONFIGS"
+[[ ",$CONFIGS," == *",$BASELINE,"* ]] || NAMES=("$BASELINE" "${NAMES[@]}")
+$PY -c 'import runpy, sys
+known = runpy.run_path("recipes/bench/configs.py")["CONFIGS"]
+bad = [n for n in sys.argv[1:] if n not in known]
+sys.exit("error: recipes/bench/configs.py has no configuration " + ", ".join(bad) if bad else 0)' "${NAMES[@]}"
+
+if [ -z "${DATA:-}" ]; then
+  case $set_data in
+    es_low) DATA=data/bible_es_en/spm4000-train${LOW_SIZE:-5000}-seed1
+            [ -n "${DRY_RUN:-}" ] || [ -d "$DATA/bin" ] || DATA=$(es_en_set low) ;;
+    tl)     DATA=data/bible_multi/en_web-tl/spm4000-train${TL_SIZE:-10000}-seed1
+            [ -n "${DRY_RUN:-}" ] || [ -d "$DATA/bin" ] || $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi \
+              --src en_web --tgt tl --method sentencepiece --vocab-size 4000 --train-size "${TL_SIZE:-10000}" >&2 ;;
+  esac
+fi
+seg() { $PY -c 'import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' "$DATA/segment.json" "$1"; }
+if [ -z "${DRY_RUN:-}" ]; then
+  [ -d "$DATA/bin" ] && [ -f "$DATA/segment.json" ] || {
+    echo "error: $DATA: not a prepared folder (bin/ and segment.json; see DATA in $0)" >&2; exit 2; }
+  SRC=${SRC:-$(seg src)} TGT=${TGT:-$(seg tgt)}
+fi
+
+COMMON=(recipes/bench/bench.py --data "$DATA" --src "${SRC:-?}" --tgt "${TGT:-?}" --ref2 "" --baseline "$BASELINE"
+        --device "$DEVICE" --precision "$PRECISION" --threads "$THREADS" --seed "$SEED" --n-bootstrap "$N_BOOTSTRAP"
+        --curve-every "$CURVE_EVERY" --patience "$PATIENCE" --budget-min "$CAP_MIN" --out "$JOB")
+echo "[gpu_batch] $SET on $DATA ($DEVICE): ${NAMES[*]}; baseline $BASELINE; patience $PATIENCE every $CURVE_EVERY" \
+     "updates, cap $CAP_MIN min (lanes stopped at $HARD_MIN min); job $JOB, results $OUT"
+if [ -n "${DRY_RUN:-}" ]; then
+  for n in "${NAMES[@]}"; do echo "$PY ${COMMON[*]} --train-only --configs $n"; done
+  exit 0
+fi
+
+mkdir -p "$JOB/lanes" "$OUT"
+declare -A PID
+for n in "${NAMES[@]}"; do
+  timeout --signal=TERM --kill-after=60 "$($PY -c "print(int($HARD_MIN * 60))")" \
+    $PY "${COMMON[@]}" --train-only --configs "$n" > "$JOB/lanes/$n.log" 2>&1 &
+  PID[$n]=$!
+done
+done_names=() failed=()
+for n in "${NAMES[@]}"; do
+  if wait "${PID[$n]}" && [ -f "$JOB/$n/result.json" ]; then
+    done_names+=("$n")
+  else
+    failed+=("$n")
+    echo "[gpu_batch] $n failed or was stopped; the end of $JOB/lanes/$n.log:" >&2
+    tail -5 "$JOB/lanes/$n.log" >&2
+  fi
+done
+
+status=0
+{
+  echo "# gpu_batch $SET: ${#done_names[@]} of ${#NAMES[@]} configurations finished ($DEVICE, $DATA)"
+  [ ${#failed[@]} = 0 ] || echo "failed or stopped: ${failed[*]} (see lanes/ in runs.tar.gz)"
+} > "$OUT/compare.log"
+if [[ " ${done_names[*]} " == *" $BASELINE "* ]]; then
+  list=$(IFS=,; echo "${done_names[*]}")
+  $PY "${COMMON[@]}" --configs "$list" >> "$OUT/compare.log" 2>&1 || status=1
+  for f in curves.csv curves.png; do [ ! -f "$JOB/$f" ] || cp "$JOB/$f" "$OUT/$f"; done
+  [ ! -f "$JOB/summary.json" ] || cp "$JOB/summary.json" "$OUT/result.json"
+else
+  echo "error: the baseline $BASELINE did not finish: no comparison" | tee -a "$OUT/compare.log" >&2
+  status=1
+fi
+files=()
+for n in "${NAMES[@]}"; do
+  for f in "$n/result.json" "$n/curve.csv" "$n/train.log" "$n/generate.out" "lanes/$n.log"; do
+    [ ! -f "$JOB/$f" ] || files+=("$f")
+  done
+done
+[ ${#files[@]} = 0 ] || tar -czf "$OUT/runs.tar.gz" -C "$JOB" "${files[@]}"
+grep "^| " "$OUT/compare.log" || true
+echo "[gpu_batch] results: $OUT"
+[ ${#failed[@]} = 0 ] || status=1
+exit $status

@@ -1,0 +1,90 @@
+"""recipes/bench/gpu_batch.sh: configurations trained concurrently to convergence under a wall-clock cap, then
+decoded, scored and compared by recipes/bench/bench.py, the results gathered in OUT (five files)."""
+import csv
+import json
+import re
+import shutil
+import tarfile
+
+import pytest
+
+from fairseq_ext.tools.fairseq_log import timestamp
+from fairseq_ext.tools.runs import load_script
+from harness import ROOT, USER_DIR, run
+
+SCRIPT = ROOT / "recipes" / "bench" / "gpu_batch.sh"
+SETS = ("ampomah", "twt66", "nguyen4")
+
+
+def dry_run(**env):
+    """The configurations and lane commands the script would run (no data needed)."""
+    p = run(["bash", SCRIPT], DRY_RUN="1", **env)
+    return [re.search(r"--configs (\S+)$", ln).group(1) for ln in p.stdout.splitlines() if "--train-only" in ln]
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_every_set_names_configurations_that_fairseq_accepts(name):
+    """Each set's list exists in configs.py (baseline first) and fairseq-train's parser takes every configuration's
+    flags (architecture, task, criterion and optimiser options), so no lane of a GPU job dies on a typo."""
+    import fairseq_ext  # noqa: F401
+    from fairseq import options
+
+    configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
+    names = dry_run(SET=name)
+    assert names and all(n in configs.CONFIGS for n in names), names
+    if name == "ampomah":
+        assert {"ms1", "ms2", "jas_m00", "jas_iter_cagg", "dec_dc_lr7e4", "full_dc_lr7e4"} <= set(names)
+    for n in names:
+        cfg = configs.get(n)
+        parser = options.get_training_parser()
+        args = options.parse_args_and_arch(parser, ["/nonexistent/bin", "--user-dir", str(USER_DIR), "--task",
+                                                    cfg["task"], *cfg["train"], "--cpu"])
+        assert args.arch == cfg["train"][cfg["train"].index("--arch") + 1]
+    if name == "nguyen4":
+        assert names[0] == "twt_concat_none"
+
+
+def test_unknown_configuration_and_set_are_one_line_errors():
+    p = run(["bash", SCRIPT], check=False, DRY_RUN="1", CONFIGS="transformer,bogus_cfg")
+    assert p.returncode != 0 and "error: recipes/bench/configs.py has no configuration bogus_cfg" in p.stderr
+    assert "Traceback" not in p.stderr
+    p = run(["bash", SCRIPT], check=False, DRY_RUN="1", SET="nope")
+    assert p.returncode == 2 and "error: unknown SET 'nope'" in p.stderr
+    # the baseline is added when the list lacks it
+    assert dry_run(CONFIGS="ms1", BASELINE="transformer") == ["transformer", "ms1"]
+
+
+@pytest.mark.slow
+def test_cpu_batch_on_the_tiny_slice(tiny_bin, tmp_path):
+    """Two configurations at once on the CPU, a 1-minute cap, dev BLEU every 2 updates with patience 2: every
+    configuration's result and the job's curves come back in OUT."""
+    data = tmp_path / "spm300"
+    data.mkdir()
+    (data / "bin").symlink_to(tiny_bin)
+    shutil.copy(tiny_bin / "segment.json", data / "segment.json")
+    out, job = tmp_path / "out", tmp_path / "job"
+    p = run(["bash", SCRIPT], timeout=900, DEVICE="cpu", DATA=data, CONFIGS="transformer,ms1", CAP_MIN="1",
+            HARD_MIN="8", PATIENCE="2", CURVE_EVERY="2", N_BOOTSTRAP="20", JOB=job, OUT=out)
+    assert sorted(f.name for f in out.iterdir()) == ["compare.log", "curves.csv", "curves.png", "result.json",
+                                                     "runs.tar.gz"]
+    res = json.loads((out / "result.json").read_text())
+    assert set(res) == {"transformer", "ms1"}
+    for name, r in res.items():
+        assert r["device"] == "cpu" and r["n_translated"] == 36 and r["curve"]["points"] >= 1
+        assert r["curve"]["stopped"] in ("patience", "budget") and r["curve"]["patience"] == 2
+    assert res["ms1"]["significance"]["bleu_p"] is not None  # paired bootstrap against the job's baseline
+    with open(out / "curves.csv", newline="") as f:
+        assert {r["config"] for r in csv.DictReader(f)} == {"transformer", "ms1"}
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    with tarfile.open(out / "runs.tar.gz") as t:
+        members = set(t.getnames())
+    for name in ("transformer", "ms1"):
+        assert {f"{name}/result.json", f"{name}/curve.csv", f"{name}/train.log", f"{name}/generate.out",
+                f"lanes/{name}.log"} <= members
+    assert "| ms1 |" in (out / "compare.log").read_text() and "| ms1 |" in p.stdout
+    # the two lanes trained at the same time: each one's training began before the other's ended
+    spans = {}
+    for n in ("transformer", "ms1"):
+        times = [t for t in map(timestamp, (job / n / "train.log").read_text().splitlines()) if t is not None]
+        spans[n] = (times[0], times[-1])
+    assert spans["ms1"][0] <= spans["transformer"][1] and spans["transformer"][0] <= spans["ms1"][1]
