@@ -108,6 +108,7 @@ def test_run_helpers(tmp_path):
     assert runs.raw_folder(data) == tmp_path / "raw-train5000" and runs.post_process(data) == "subword_nmt"
     assert runs.post_process(tmp_path) == "sentencepiece" and runs.raw_folder(tmp_path) == tmp_path.parent / "raw"
     assert runs.fmt(None) == "–" and runs.fmt(1.234) == "1.23" and runs.fmt(3, "d") == "3"
+    assert runs.fmt(float("nan"), missing="—") == "—" and runs.fmt(12345, ",") == "12,345"
     script = tmp_path / "table.py"
     script.write_text("ROWS = {}\n")
     a = runs.load_script(script)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
@@ -80,9 +81,9 @@ def raw_folder(data: Path) -> Path:
     return raw
 
 
-def fmt(x, spec: str = ".2f") -> str:
-    """``x`` formatted with ``spec``, or an en dash when it is missing."""
-    return "–" if x is None else format(x, spec)
+def fmt(x, spec: str = ".2f", missing: str = "–") -> str:
+    """``x`` formatted with ``spec`` (``format(x, spec)``), or ``missing`` (an en dash) when it is None or NaN."""
+    return missing if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
 def load_script(path) -> object:

@@ -31,6 +31,7 @@ The table is printed on stdout.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -40,6 +41,7 @@ import sys
 
 from fairseq_ext.tools import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, run_cli
+from fairseq_ext.tools.runs import fmt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -171,8 +173,7 @@ def words_per_second(log_path: str):
 
 
 # --------------------------------------------------------------------------- formatting
-def _f(x, fmt="{:.2f}") -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+_f = functools.partial(fmt, missing="—")  # a table cell: an em dash where the number is missing
 
 
 def ordered(systems) -> list[str]:
@@ -320,7 +321,7 @@ def main(argv=None) -> int:
         sc = scores[a.main]
         meta = sc["_meta"]
         x = lowres_tokens(a.out, a.main, BASELINE)
-        md += [f"## Table 5.4 at {a.main} ({_f(x, '{:,}')} English tokens of {lowres}-en pairs; aux {aux})", "",
+        md += [f"## Table 5.4 at {a.main} ({_f(x, ',')} English tokens of {lowres}-en pairs; aux {aux})", "",
                *ladder_table(sc), "",
                f"sacreBLEU on {meta['n_sentences']} test sentences; paired bootstrap ({meta['n_bootstrap']} "
                f"resamples) against Multi-NMT, * = p < 0.05. Thesis column: Table 5.4 (Ro-En 6k, aux Es Fr It Pt, "
@@ -335,7 +336,7 @@ def main(argv=None) -> int:
         if t == a.main:
             continue
         x = lowres_tokens(a.out, t, BASELINE)
-        md += [f"## Size {t} ({_f(x, '{:,}')} English tokens of {lowres}-en pairs)", "",
+        md += [f"## Size {t} ({_f(x, ',')} English tokens of {lowres}-en pairs)", "",
                *ladder_table(scores[t], thesis=False), ""]
 
     # cost: training words per second of each system at the main size, relative to multi

@@ -47,8 +47,8 @@ Three subcommands (``report`` is the default, so ``ch6_report.py --out OUT`` is 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import math
 import os
 import re
 import shutil
@@ -57,6 +57,7 @@ import sys
 
 from fairseq_ext.tools import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, read_json, read_lines, run_cli, sha256_file, stamp_ok, write_stamp
+from fairseq_ext.tools.runs import fmt
 
 SPLIT_DIR = "bin_meta"
 SPLIT_VERSION = 1
@@ -365,8 +366,7 @@ def mean_std(xs: list[float]):
 
 
 # =========================================================================== formatting
-def _f(x, fmt="{:.2f}") -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+_f = functools.partial(fmt, missing="—")  # a table cell: an em dash where the number is missing
 
 
 def _ms(cell: dict | None, key: str = "bleu") -> str:
@@ -452,7 +452,7 @@ def report(out: str) -> int:
     md = [f"# Gu ch. 6, MetaNMT vs multilingual transfer: {target}→en test ({out})", "",
           f"Meta-training / joint-training languages {meta_langs}; validation task {valid} (meta-validation: "
           f"a copy fine-tuned on {valid} then scored on {valid}'s dev set); target {target}, fine-tuned on "
-          f"draws of at most {_f(tokens, '{:,}')} English subword tokens of {target}-en pairs "
+          f"draws of at most {_f(tokens, ',')} English subword tokens of {target}-en pairs "
           f"(`--target-token-budget`).", ""]
 
     # Table 6.2 / Fig. 6.3 layout
@@ -484,9 +484,9 @@ def report(out: str) -> int:
             continue
         sig = sig or r.get("signature")
         md.append(f"| {lab} | {r['bleu_meta']:.2f} | {r['bleu_multi']:.2f} | {r['delta']:+.2f} ({_p(r['p'])}) | "
-                  f"{r['delta_chrf']:+.2f} ({_p(r['p_chrf'])}) | {_f(r['n_sentences'], '{:,}')} |")
+                  f"{r['delta_chrf']:+.2f} ({_p(r['p_chrf'])}) | {_f(r['n_sentences'], ',')} |")
     nb = next((r["n_bootstrap"] for r in compares.values() if r), None)
-    md += ["", f"sacreBLEU paired bootstrap ({_f(nb, '{}')} resamples), * = p < 0.05. Fine-tuned columns: on the "
+    md += ["", f"sacreBLEU paired bootstrap ({_f(nb, '')} resamples), * = p < 0.05. Fine-tuned columns: on the "
                "**concatenation of the draws** both systems have (draw k of MetaNMT paired with draw k of "
                "transfer: the same training pairs), so each resample draws (draw, sentence) pairs; the BLEU here "
                "is the corpus BLEU of that concatenation, not the mean of the table above. Zero-shot: the one "
@@ -556,7 +556,7 @@ def report(out: str) -> int:
                 cells.append(f"{label} {v['updates']:,} updates" + (
                     f" (best {v['valid_subset']} loss {v['best_valid_loss']:.3f} at {v['best_update']:,})"
                     if "best_update" in v else ""))
-        md += [f"Joint phase ({_f(settings.get('meta_budget_min'), '{:g}')} min each, side by side): "
+        md += [f"Joint phase ({_f(settings.get('meta_budget_min'), 'g')} min each, side by side): "
                + "; ".join(cells) + ". MetaNMT's valid loss is after fine-tuning a copy on the validation task, "
                "transfer's is zero-shot on it: not comparable with each other.", ""]
 

@@ -62,13 +62,14 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
+from fairseq_ext.tools.runs import fmt, logger
+
 SYSTEM_RE = re.compile(r"^(?:(?P<ar2>ar2_)?(?:ar_b(?P<beam>\d+)|b(?P<beam2>\d+)|ct2_(?P<ct2>int8|fp32)_b(?P<ct2beam>\d+))"
                        r"|nat(?P<ft>_ft)?(?:_(?P<mode>avg|npd(?P<s>\d+)|epd(?P<k>\d+)))?)$")
 CT2_COMPUTE = {"int8": "int8", "fp32": "float32"}
 
 
-def log(msg: str) -> None:
-    print(f"[latency {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger("latency")
 
 
 # ------------------------------------------------------------------------------------------- systems
@@ -314,8 +315,6 @@ def summarise(result: Dict, reference: str) -> None:
                                                           s[key]["ms_per_sentence"])
 
 
-def _f(x, spec=".1f"):
-    return "–" if x is None else format(x, spec)
 
 
 def markdown(result: Dict, reference: str) -> str:
@@ -327,8 +326,8 @@ def markdown(result: Dict, reference: str) -> str:
         row = f"| {name} |"
         for b in bss:
             r = s.get(f"b{b}", {})
-            row += (f" {_f(r.get('ms_per_sentence'), '.2f')} | {_f(r.get(f'speedup_vs_{reference}'), '.2f')} |"
-                    f" {_f(r.get('speedup_vs_ar_b1'), '.2f')} |")
+            row += (f" {fmt(r.get('ms_per_sentence'), '.2f')} | {fmt(r.get(f'speedup_vs_{reference}'), '.2f')} |"
+                    f" {fmt(r.get('speedup_vs_ar_b1'), '.2f')} |")
         rows.append(row)
     note = (f"\nMeasured {result['date']} on {result['machine']}, {result['threads']} thread(s), torch "
             f"{result['torch']}, split {result['split']} ({result['n_sentences']} sentences; batch 1 over "
