@@ -40,13 +40,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import configs as bench_configs  # noqa: E402
-from fairseq_ext.tools.diagnostics import (  # noqa: E402
+from fairseq_ext.tools.diagnostics import (
     AMB, AMB_TGT, BUCKETS, DEFAULTS, decoded_scores, generate, read_hypotheses,
 )
+from fairseq_ext.tools.runs import load_script
+
+bench_configs = load_script(Path(__file__).resolve().parent / "configs.py")
 
 TRANSFORMER = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
                "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
