@@ -88,14 +88,6 @@ def test_computation_aware_al_by_hand():
         L.elapsed_times(d, ts, 0.0)
 
 
-def test_old_names_still_importable_from_simultaneous():
-    from fairseq_ext.modules import simultaneous as S
-
-    for name in ("READ", "WRITE", "action_codes", "action_string", "delays_from_actions", "average_proportion",
-                 "consecutive_wait", "average_lagging", "differentiable_average_lagging", "latency"):
-        assert getattr(S, name) is getattr(L, name)
-
-
 def test_simul_latency_reports_laal_with_reference_lengths(tmp_path, capsys):
     """Two sentences: the over-long one above (|Y*| = 2 from the --ref file: 1 subword + ⟨/s⟩) and the equal-length
     one (|Y*| = 4: 3 subwords + ⟨/s⟩), ids 1 and 0.

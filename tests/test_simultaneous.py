@@ -20,30 +20,29 @@ from fairseq_ext.generators.decoding import GreedyGenerator
 from fairseq_ext.generators.simultaneous import SimultaneousGenerator
 from fairseq_ext.modules.actor_critic import sentence_bleu_plus1
 from fairseq_ext.modules.checkpoint import load_ensemble
-from fairseq_ext.modules.simultaneous import (
+from fairseq_ext.modules.latency import (
     READ,
     WRITE,
-    AdvantageNormalizer,
-    RewardConfig,
-    SimulAgent,
-    SimulEnvironment,
-    StreamingSimulTranslator,
-    UnitMapper,
-    WaitIfWorse,
     average_lagging,
     average_proportion,
-    build_policy,
     consecutive_wait,
     delays_from_actions,
     differentiable_average_lagging,
     latency,
+)
+from fairseq_ext.modules.simultaneous.agent import AdvantageNormalizer, SimulAgent
+from fairseq_ext.modules.simultaneous.environment import SimulEnvironment
+from fairseq_ext.modules.simultaneous.policies import WaitIfWorse, build_policy
+from fairseq_ext.modules.simultaneous.rewards import (
+    RewardConfig,
+    UnitMapper,
     prefix_bleu,
     returns_to_go,
-    run_episode,
     sentence_bleu0,
-    simultaneous_beam_search,
     trajectory_rewards,
 )
+from fairseq_ext.modules.simultaneous.search import run_episode, simultaneous_beam_search
+from fairseq_ext.modules.simultaneous.streaming import StreamingSimulTranslator
 from fairseq_ext.tools import simul_latency
 from fairseq_ext.tools.common import cli_status
 from harness import TINY, build_model, fairseq, hypotheses, make_dictionary, n_lines, toy_batch, train

@@ -4,14 +4,14 @@
 
 **Rollouts** (Alg. 5 line 5): every sentence of the batch is repeated ``--traj-per-sent`` times (thesis: 5;
 with ``--batch-size 10``, the thesis's 10 sentences × 5 trajectories) and decoded simultaneously on the frozen
-environment (:class:`fairseq_ext.modules.simultaneous.SimulEnvironment`) with actions *sampled* from the
+environment (:class:`fairseq_ext.modules.simultaneous.environment.SimulEnvironment`) with actions *sampled* from the
 agent (torch's global RNG, which fairseq seeds with ``--seed`` + the update number). A READ after the source
 end is a no-op (``--train-force-write``: forced to WRITE as at test time; forced steps get no policy
 gradient); rollouts stop at τ_MAX = ``--simul-max-len-a``·|X| + ``--simul-max-len-b`` words and are cut after
 |X| + τ_MAX + 1 steps. The NMT runs without gradients; the agent's log-probabilities, entropies and
 baseline values are kept with theirs.
 
-**Rewards** (lines 7–8, :func:`fairseq_ext.modules.simultaneous.trajectory_rewards`): r_t = r^Q_t + r^D_t.
+**Rewards** (lines 7–8, :func:`fairseq_ext.modules.simultaneous.rewards.trajectory_rewards`): r_t = r^Q_t + r^D_t.
 Quality: the increments of the smoothed sentence BLEU⁰ (Eq. 9.6) against the target, the brevity penalty at
 the last step (``--quality-reward telescoping``: Σ_t r^Q_t = sentence BLEU; ``literal``: r^Q_T = BLEU as
 printed), on subwords or, with ``--reward-bpe sentencepiece|subword_nmt``, on merged words. Delay, one type
@@ -51,21 +51,21 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.logging import metrics
 
-from fairseq_ext.modules.simultaneous import (
-    ADV_NORMS,
+from fairseq_ext.modules.simultaneous.agent import ADV_NORMS
+from fairseq_ext.modules.simultaneous.environment import SimulEnvironment
+from fairseq_ext.modules.simultaneous.policies import AgentPolicy
+from fairseq_ext.modules.simultaneous.rewards import (
     CW_PENALTIES,
     DELAY_TYPES,
     QUALITY_REWARDS,
     REWARD_BPE,
-    AgentPolicy,
     RewardConfig,
-    SimulEnvironment,
     UnitMapper,
     prefix_bleu,
     returns_to_go,
-    run_episode,
     trajectory_rewards,
 )
+from fairseq_ext.modules.simultaneous.search import run_episode
 
 
 @dataclass

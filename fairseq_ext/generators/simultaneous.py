@@ -1,8 +1,8 @@
 """Simultaneous decoding (Gu 2019, ch. 9) for ``fairseq-generate`` / ``fairseq-interactive``: the
 ``simul_greedy`` generator (Alg. 4, batched over the sentences) and the ``simul_beam`` generator
 (§9.3.3, one sentence at a time), each driven by a READ/WRITE policy of
-:data:`fairseq_ext.modules.simultaneous.POLICIES` on the frozen uni-directional NMT environment
-(:class:`fairseq_ext.modules.simultaneous.SimulEnvironment`, ⟨/s⟩ read as the last source token, a WRITE
+:data:`fairseq_ext.modules.simultaneous.policies.POLICIES` on the frozen uni-directional NMT environment
+(:class:`fairseq_ext.modules.simultaneous.environment.SimulEnvironment`, ⟨/s⟩ read as the last source token, a WRITE
 forced once it has been read):
 
 * ``agent``: the learned agent of a ``simul_agent`` checkpoint, argmax actions;
@@ -23,17 +23,16 @@ from typing import Dict, List
 
 import torch
 
-from fairseq_ext.modules.simultaneous import (
-    SimulEnvironment,
+from fairseq_ext.modules.latency import (
     action_string,
     average_lagging,
     average_proportion,
-    build_policy,
     consecutive_wait,
     differentiable_average_lagging,
-    run_episode,
-    simultaneous_beam_search,
 )
+from fairseq_ext.modules.simultaneous.environment import SimulEnvironment
+from fairseq_ext.modules.simultaneous.policies import build_policy
+from fairseq_ext.modules.simultaneous.search import run_episode, simultaneous_beam_search
 
 SIMUL_DECODERS = ("simul_greedy", "simul_beam")
 

@@ -4,7 +4,7 @@
 The model is the frozen NMT (``--nmt-path``, loaded with :func:`fairseq_ext.modules.checkpoint.load_ensemble`,
 eval mode, every parameter ``requires_grad=False``; its encoder and decoder are this model's
 ``encoder``/``decoder``, so ``forward`` is the plain NMT) plus the agent
-(:class:`fairseq_ext.modules.simultaneous.SimulAgent`: the GRU policy of Eq. 9.4 over the observations
+(:class:`fairseq_ext.modules.simultaneous.agent.SimulAgent`: the GRU policy of Eq. 9.4 over the observations
 o_t = [c; z; ε_I[y]], the baseline MLP b_φ(o_t) and the running advantage statistics). The NMT must have a
 left-to-right encoder (Eq. 9.1): ``--arch rnnsearch_gu_wmt15_uni`` (the thesis environment, §9.3.1: uni-GRU
 encoder, conditional GRU decoder, 1028 units, emb 512, no dropout) or any ``rnnsearch`` trained with
@@ -29,7 +29,8 @@ from fairseq.models import register_model, register_model_architecture
 
 from fairseq_ext.modules.arch_utils import set_default
 from fairseq_ext.modules.frozen_nmt import FrozenNMTModel, add_nmt_path_arg, load_frozen_nmt
-from fairseq_ext.modules.simultaneous import SimulAgent, check_environment
+from fairseq_ext.modules.simultaneous.agent import SimulAgent
+from fairseq_ext.modules.simultaneous.environment import check_environment
 
 
 @register_model("simul_agent")

@@ -35,7 +35,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
 from fairseq_ext.generators.simultaneous import SIMUL_DECODERS, SimultaneousGenerator
-from fairseq_ext.modules.simultaneous import POLICIES
+from fairseq_ext.modules.simultaneous.policies import POLICIES
 from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
 
 

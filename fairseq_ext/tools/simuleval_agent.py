@@ -10,7 +10,7 @@ a separate environment with the plugin (``pip install -e ".[simuleval]"``, Simul
 
 The agent (:class:`SimulAgentText`, defined only when ``simuleval`` can be imported) segments each incoming
 source word with the source sentencepiece model (``--spm``; without it the words are looked up as they are),
-feeds the subword ids to :class:`fairseq_ext.modules.simultaneous.StreamingSimulTranslator` (the same
+feeds the subword ids to :class:`fairseq_ext.modules.simultaneous.streaming.StreamingSimulTranslator` (the same
 environment and policy as ``fairseq-generate --task simul_rl_translation``: a READ of the environment is one
 subword, so a SimulEval READ is asked for only when the buffered subwords are used up) and writes complete
 words (sentencepiece ``▁`` boundaries; the last word when ⟨/s⟩ is written). SimulEval then measures latency
@@ -49,7 +49,7 @@ def load_translator(checkpoint: str, data_bin: str, policy: str = "agent", waitk
     the baselines, a uni-directional ``rnnsearch``)."""
     import fairseq_ext  # noqa: F401  (registrations)
     from fairseq_ext.modules.checkpoint import load_ensemble
-    from fairseq_ext.modules.simultaneous import StreamingSimulTranslator
+    from fairseq_ext.modules.simultaneous.streaming import StreamingSimulTranslator
 
     models, _, task = load_ensemble([checkpoint], arg_overrides={"data": data_bin}, frozen=True, use_cuda=not cpu)
     return StreamingSimulTranslator(models[0], policy, waitk=waitk, max_len=max_len), task

@@ -9,7 +9,7 @@
 # curves), Fig. 9.5 (BLEU vs AP), Fig. 9.6 (BLEU vs CW), BLEU vs AL beside the wait-k curve, and whether the agents'
 # curve dominates WIW / WID.
 # Spec: specs/004b-gu-decoding-efficient.md §4.  Code: environment, agent, rewards, latency, policies and searches
-# fairseq_ext/modules/simultaneous.py; model `simul_agent` (--nmt-path a uni-directional rnnsearch; archs simul_agent,
+# fairseq_ext/modules/simultaneous/; model `simul_agent` (--nmt-path a uni-directional rnnsearch; archs simul_agent,
 # simul_agent_tiny; fairseq_ext/models/simul_agent.py), criterion `simul_policy_gradient` (--delay-type ap|cw,
 # --target-ap, --target-cw, --delay-beta, --delay-alpha, --traj-per-sent, --reward-bpe), task `simul_rl_translation`
 # (--simul-decoding simul_greedy|simul_beam, --simul-beam, --simul-policy agent|wue|wos|wiw|wid|waitk,
