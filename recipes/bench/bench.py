@@ -15,6 +15,10 @@ For every configuration (``recipes/bench/configs.py``), one after the other on t
    target tokens/s (fairseq's ``wps``, subword tokens), decoding sentences/s, each also as a ratio
    to the baseline of the same job.
 
+Where: ``--device cpu`` (default; the configuration's CPU bf16 autocast where the CPU computes bf16 natively) or
+``--device cuda`` (``--precision``: fairseq's ``--amp`` where the card has float16 tensor cores).  ``--train-only``
+runs one lane of a job; ``recipes/bench/gpu_batch.sh`` runs a lane per configuration at the same time on one GPU.
+
 Results go to ``OUT/<config>/result.json``, ``OUT/summary.json`` and a Markdown table.  With
 ``--table`` the rows are merged into that file by configuration name (later issues add rows
 without touching the others; every row says which job, budget and machine produced it).
