@@ -1,4 +1,4 @@
-"""CopyNet (Gu 2019 §3.2; fairseq_ext/models/copynet.py, modules/copy_attention.py, criterions/copynet_loss.py,
+"""CopyNet (Gu 2019 §3.2; fairseq_ext/models/copynet.py, modules/copy_attention.py, criterions/copynet_cross_entropy.py,
 tasks/copy_translation.py, tools/copy_heatmap.py): the mixture's math in-process, then fairseq-train /
 generate / interactive on a tiny copy task whose test sentences hold words no dictionary has."""
 import argparse
@@ -224,7 +224,7 @@ def test_incremental_decoding_equals_the_full_pass_with_beam_reordering(order):
 
 # ------------------------------------------------------------------------------------------ criterion
 def test_marginal_likelihood_criterion():
-    from fairseq_ext.criterions.copynet_loss import CopyNetCrossEntropyCriterion
+    from fairseq_ext.criterions.copynet_cross_entropy import CopyNetCrossEntropyCriterion
 
     model = build()
     src, lengths, prev = oov_batch()

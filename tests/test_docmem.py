@@ -116,7 +116,8 @@ def per_sentence(logits, sample):
 def test_archs_registered():
     expected = {"docmem", "docmem_m2c", "docmem_m2o", "docmem_tiny"}
     expected |= {f"docmem_{i}_{m}{s}" for i in ("m2c", "m2o") for m in ("src", "tgt", "both") for s in ("", "_bench")}
-    expected |= {f"{b}{s}" for b in ("ctx_prevtgt_rnn", "ctx_jean2017_rnn") for s in ("", "_bench")}
+    expected |= {f"{b}{s}" for b in ("docmem_prevtgt", "docmem_jean2017") for s in ("", "_bench")}
+    expected |= {f"{b}{s}" for b in ("ctx_prevtgt_rnn", "ctx_jean2017_rnn") for s in ("", "_bench")}  # earlier names
     assert set(ARCHS) == expected
 
 

@@ -78,9 +78,9 @@ def test_the_package_follows_the_import_rule():
 
 
 @pytest.mark.parametrize("file,line,expected", [
-    ("models/twt.py", "from fairseq_ext.criterions.masked_label_smoothing import mask_logits",
+    ("models/twt.py", "from fairseq_ext.criterions.masked_label_smoothed_cross_entropy import mask_logits",
      "models/ imports fairseq_ext.criterions"),
-    ("criterions/nat_fertility.py", "from fairseq_ext.generators.nat_fertility import NATFertilityGenerator",
+    ("criterions/nat_fertility_label_smoothed_cross_entropy.py", "from fairseq_ext.generators.nat_fertility import NATFertilityGenerator",
      "criterions/ imports fairseq_ext.generators"),
     ("models/lexical.py", "from fairseq_ext.tools.common import read_lines",
      "models/ imports fairseq_ext.tools"),

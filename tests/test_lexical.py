@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import fairseq_ext  # noqa: F401  (registers models and criterions)
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.data import Dictionary
-from fairseq_ext.criterions.masked_label_smoothing import (
+from fairseq_ext.criterions.masked_label_smoothed_cross_entropy import (
     MaskedLabelSmoothedCrossEntropyCriterion, masked_label_smoothed_nll_loss,
 )
 from fairseq_ext.modules.vocab_mask import allowed_target_vocab, mask_logits

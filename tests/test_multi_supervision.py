@@ -14,7 +14,7 @@ from fairseq.logging import metrics
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.models.transformer import TransformerDecoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
-from fairseq_ext.criterions.multi_supervision import MultiSupervisionLabelSmoothedCriterion
+from fairseq_ext.criterions.multi_supervision_label_smoothed_cross_entropy import MultiSupervisionLabelSmoothedCriterion
 from fairseq_ext.models.multi_supervision import AIFDecoderLayer, parse_generate_from
 from fairseq_ext.modules.aif import AuxiliaryInformationFusion
 from harness import build_model, generate, hypotheses, make_dictionary, n_lines, n_params, train, toy_batch

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import fairseq_ext  # noqa: F401
-from fairseq_ext.criterions.nat_fertility import (NATFertilityLoss, finetune_loss, fertility_loss,
+from fairseq_ext.criterions.nat_fertility_label_smoothed_cross_entropy import (NATFertilityLoss, finetune_loss, fertility_loss,
                                                   reinforce_loss, reverse_kl, translation_loss)
 from fairseq_ext.generators.rescoring import best_per_group as best_per_sentence
 from fairseq_ext.generators.nat_fertility import (NATFertilityGenerator,

@@ -1,5 +1,5 @@
 """SEG-NMT's translation stage (Gu 2019 ch. 4; fairseq_ext/models/seg_nmt.py, models/seg_copynet.py,
-modules/tm_memory.py, criterions/seg_nmt_loss.py, tasks/seg_translation.py): the memory math in-process
+modules/tm_memory.py, criterions/seg_nmt_cross_entropy.py, tasks/seg_translation.py): the memory math in-process
 (Eqs. 4.2–4.7 against rnnsearch on the same weights), the task's batch contract and errors, then
 fairseq-train / fairseq-generate on the tiny slice with side files written here."""
 import argparse
@@ -126,7 +126,7 @@ def test_metric_starts_as_identity_and_coverage_weight_as_zero():
 def loss_of(model, src, lengths, prev, criterion, **tm):
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
-    from fairseq_ext.criterions.seg_nmt_loss import SegNMTCrossEntropyCriterion
+    from fairseq_ext.criterions.seg_nmt_cross_entropy import SegNMTCrossEntropyCriterion
 
     task = types.SimpleNamespace(target_dictionary=make_dictionary(V))
     crit = SegNMTCrossEntropyCriterion(task) if criterion == "seg" else CrossEntropyCriterion(task, False)
@@ -202,7 +202,7 @@ def test_shallow_fusion_in_log_space_is_exact_and_stable():
 
 
 def test_criterion_is_minus_log_of_the_clipped_mixture():
-    from fairseq_ext.criterions.seg_nmt_loss import SegNMTCrossEntropyCriterion
+    from fairseq_ext.criterions.seg_nmt_cross_entropy import SegNMTCrossEntropyCriterion
 
     model = seg()
     src, lengths, prev, tm = toy()
@@ -483,7 +483,7 @@ def test_training_learns_to_copy_from_a_memory_that_holds_the_answer():
     """Alg. 2 on a toy batch whose retrieved target is the reference: the gate opens (ζ → 1 on the gold
     tokens), then the matching learns to point at the right slot (the loss falls below the ≈ 24·log 6 of a
     uniform read of the 6 slots)."""
-    from fairseq_ext.criterions.seg_nmt_loss import SegNMTCrossEntropyCriterion
+    from fairseq_ext.criterions.seg_nmt_cross_entropy import SegNMTCrossEntropyCriterion
 
     model = seg().train()
     src, lengths, prev = toy_batch(bsz=4, src_len=7, tgt_len=6, seed=4)

@@ -13,7 +13,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 import fairseq_ext  # noqa: F401  (registrations)
 from fairseq_ext.__main__ import registrations
-from fairseq_ext.criterions.actor_critic import shift_right
+from fairseq_ext.criterions.trainable_greedy_actor_critic import shift_right
 from fairseq_ext.generators.decoding import GreedyGenerator
 from fairseq_ext.generators.rescoring import score_candidates
 from fairseq_ext.modules.actor_critic import critic_aware_weights, sentence_bleu_plus1

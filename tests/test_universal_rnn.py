@@ -244,7 +244,7 @@ def test_incremental_decoding_equals_the_full_pass_with_ulr_and_mole(tmp_path):
 
 
 def test_criterion_adds_the_gate_loss_of_auxiliary_tokens_only():
-    from fairseq_ext.criterions.universal_mole import UniversalMoLECrossEntropyCriterion
+    from fairseq_ext.criterions.universal_mole_cross_entropy import UniversalMoLECrossEntropyCriterion
     from fairseq_ext.modules.ulr import mole_gate_loss
 
     d = marked_dictionary()

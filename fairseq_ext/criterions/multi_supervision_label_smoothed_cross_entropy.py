@@ -1,4 +1,5 @@
-"""``multi_supervision_label_smoothed``: the joint objective of Ampomah's encoder-based multi-level
+"""``multi_supervision_label_smoothed_cross_entropy`` (earlier ``multi_supervision_label_smoothed``):
+the joint objective of Ampomah's encoder-based multi-level
 supervision (thesis ch. 4, Eq. 4.1):
 
     J(Y|X) = L^m(Y|X) + gamma * sum_l L^{a_l}(Y|X)
@@ -34,7 +35,7 @@ class MultiSupervisionLabelSmoothedConfig(LabelSmoothedCrossEntropyCriterionConf
     )
 
 
-@register_criterion("multi_supervision_label_smoothed", dataclass=MultiSupervisionLabelSmoothedConfig)
+@register_criterion("multi_supervision_label_smoothed_cross_entropy", dataclass=MultiSupervisionLabelSmoothedConfig)
 class MultiSupervisionLabelSmoothedCriterion(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0,
                  report_accuracy=False, aux_weight=1.0):

@@ -1,4 +1,5 @@
-"""``nat_fertility_loss``: training and fine-tuning losses of the fertility NAT (Gu's thesis, §8.4;
+"""``nat_fertility_label_smoothed_cross_entropy`` (earlier ``nat_fertility_loss``):
+training and fine-tuning losses of the fertility NAT (Gu's thesis, §8.4;
 references in :mod:`fairseq_ext.models.nat_fertility`).
 
 **Supervised training** (Eq. 8.9).  With the deterministic external fertility model q (alignments of the
@@ -134,7 +135,7 @@ class NATFertilityLossConfig(LabelSmoothedDualImitationCriterionConfig):
         default=1.0, metadata={"help": "temperature of p_F when sampling the REINFORCE fertilities"})
 
 
-@register_criterion("nat_fertility_loss", dataclass=NATFertilityLossConfig)
+@register_criterion("nat_fertility_label_smoothed_cross_entropy", dataclass=NATFertilityLossConfig)
 class NATFertilityLoss(LabelSmoothedDualImitationCriterion):
     """Eq. 8.9 (supervised) or Eq. 8.11 (``--finetune``); see the module docstring.
 
@@ -176,7 +177,7 @@ class NATFertilityLoss(LabelSmoothedDualImitationCriterion):
         target = sample["target"]
         fertility = sample.get("fertility")
         if fertility is None and model.decoder_input_mode == "copy-fertility":
-            raise ValueError("nat_fertility_loss needs fertilities: run python -m fairseq_ext.tools.fertility "
+            raise ValueError("nat_fertility_label_smoothed_cross_entropy needs fertilities: run python -m fairseq_ext.tools.fertility "
                              "on the data folder (task translation_fertility)")
         out = model(src_tokens, src_lengths, fertility=fertility, tgt_tokens=target)
         word, fert = out["word_ins"], out["fertility"]

@@ -1,4 +1,5 @@
-"""``actor_critic``: critic-aware actor learning of trainable greedy decoding (Gu 2019 §7.3, Alg. 3) on a
+"""``trainable_greedy_actor_critic`` (earlier ``actor_critic``):
+critic-aware actor learning of trainable greedy decoding (Gu 2019 §7.3, Alg. 3) on a
 ``trainable_greedy`` model (frozen NMT θ, actor φ, critic ψ; :mod:`fairseq_ext.models.trainable_greedy`),
 with the ``trainable_greedy_decoding`` task (which runs DECODE's greedy search).
 
@@ -106,7 +107,7 @@ def shift_right(tokens: Tensor, eos: int, pad: int) -> Tensor:
     return prev.masked_fill(tokens.eq(pad), pad)
 
 
-@register_criterion("actor_critic", dataclass=ActorCriticConfig)
+@register_criterion("trainable_greedy_actor_critic", dataclass=ActorCriticConfig)
 class ActorCriticCriterion(FairseqCriterion):
     """Alg. 3 of Gu (2019) on a ``trainable_greedy`` model (module doc)."""
 
@@ -121,7 +122,7 @@ class ActorCriticCriterion(FairseqCriterion):
         if tg_tau <= 0 and not tg_uniform_weights:
             raise ValueError(f"--tg-tau must be > 0, got {tg_tau}")
         if not hasattr(task, "greedy_rollouts"):
-            raise ValueError("criterion actor_critic needs --task trainable_greedy_decoding")
+            raise ValueError("criterion trainable_greedy_actor_critic needs --task trainable_greedy_decoding")
         self.objective = str(tg_objective)
         self.critic_updates, self.actor_updates = critic_updates, actor_updates
         self.samples = {"critic": tg_critic_samples, "actor": tg_actor_samples}

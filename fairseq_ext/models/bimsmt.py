@@ -569,8 +569,8 @@ def _dual_defaults(args):
         set_default(args, "tgt_ctx", "none")
 
 
-@register_model_architecture("bimsmt", "bimsmt_rnn")
-def bimsmt_rnn(args):
+@register_model_architecture("bimsmt", "bimsmt")
+def bimsmt_thesis(args):
     """Thesis size (§5.1, ``rnnsearch_maruf_small``: bi-GRU 256, 2-layer plain GRU decoder 256, alignment 128),
     dropout 0.2 (§5.7); Lang-Specific S-Attention source context, InitDec, bi-RNNLM sentence vectors."""
     _dual_defaults(args)
@@ -579,17 +579,17 @@ def bimsmt_rnn(args):
     bimsmt(args)
 
 
-@register_model_architecture("bimsmt", "bimsmt_rnn_base")
-def bimsmt_rnn_base(args):
+@register_model_architecture("bimsmt", "bimsmt_base")
+def bimsmt_base(args):
     """The base models of §5.1 (no context), thesis size: stage 1 of §5.7."""
     set_default(args, "src_ctx", "none")
     set_default(args, "tgt_ctx", "none")
     set_default(args, "dual", "none")
-    bimsmt_rnn(args)
+    bimsmt_thesis(args)
 
 
-@register_model_architecture("bimsmt", "bimsmt_rnn_bench")
-def bimsmt_rnn_bench(args):
+@register_model_architecture("bimsmt", "bimsmt_bench")
+def bimsmt_bench(args):
     """The CPU benchmark's sizes (``rnnsearch_bench``: emb 256, encoder 2x288, decoder 576, attention 288,
     all embeddings shared within a direction, dropout 0.2) with the thesis's plain 2-layer decoder and
     NMT-encoder sentence vectors."""
@@ -601,8 +601,8 @@ def bimsmt_rnn_bench(args):
     bimsmt(args)
 
 
-@register_model_architecture("bimsmt", "bimsmt_rnn_tiny")
-def bimsmt_rnn_tiny(args):
+@register_model_architecture("bimsmt", "bimsmt_tiny")
+def bimsmt_tiny(args):
     """Unit and command-line tests: emb 16, hidden 16 (encoder 2x16), 2-layer plain GRU decoder, attention 16,
     no dropout, NMT-encoder sentence vectors."""
     _dual_defaults(args)

@@ -525,7 +525,7 @@ for _integration in MEMORY_INTEGRATIONS:
         for _suffix, _size in (("", thesis_size), ("_bench", bench_size)):
             register_model_architecture("docmem", f"docmem_{_integration}_{_memories}{_suffix}")(
                 variant(_size, memory_integration=_integration, doc_memories=_memories))
-for _kind, _name in (("prev_tgt", "ctx_prevtgt_rnn"), ("jean2017", "ctx_jean2017_rnn")):
+for _kind, _name in (("prev_tgt", "docmem_prevtgt"), ("jean2017", "docmem_jean2017")):
     register_model_architecture("docmem", _name)(variant(thesis_size, doc_context=_kind))
     register_model_architecture("docmem", f"{_name}_bench")(variant(bench_size, doc_context=_kind))
 

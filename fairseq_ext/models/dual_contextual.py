@@ -158,4 +158,4 @@ def dc_arch(encoder, decoder):
 
 
 for _p, (_enc, _dec) in PLACEMENTS.items():  # transformer_{enc,dec,full}_dc_{bench,iwslt_small,wmt_en_de}
-    register_shaped("transformer_dc", f"transformer_{_p}_dc", dc_arch(_enc, _dec), shapes=tuple(SHAPES))
+    register_shaped("transformer_dc", f"transformer_dc_{_p}", dc_arch(_enc, _dec), shapes=tuple(SHAPES))

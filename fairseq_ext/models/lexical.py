@@ -33,7 +33,7 @@ initialised from the final encoder state, plus (§5.5.3):
   dropout-in/-out); embedding size = hidden size.
 * ``--word-dropout p``: source and decoder-input tokens replaced by <unk> w.p. p in training (§6.3.1).
 * ``--target-vocab-mask {train,FILE}``: logits of types outside the target training vocabulary set
-  to −1e9 in training and decoding (see :mod:`fairseq_ext.criterions.masked_label_smoothing`).
+  to −1e9 in training and decoding (see :mod:`fairseq_ext.criterions.masked_label_smoothed_cross_entropy`).
 
 Archs (thesis systems, Table 5.4): ``lstm_luong`` (= **untied**; 2×512), ``lstm_luong_tied``
 (**tied**), ``lstm_luong_fixnorm`` (**fixnorm**, r = 5), ``lstm_luong_fixnorm_lex`` (**fixnorm+lex**,
@@ -69,7 +69,7 @@ from torch import Tensor
 
 from fairseq_ext.modules.vocab_mask import TargetVocabMaskMixin
 from fairseq_ext.models.twt import TwtDecoder, TwtEncoder, TwtTransformerModel, transformer_twt
-from fairseq_ext.modules.arch_utils import register_shaped, set_default
+from fairseq_ext.modules.arch_utils import canonical_arch, register_shaped, set_default
 from fairseq_ext.modules.lexical import DiscreteLexiconBias, LexicalTranslation
 from fairseq_ext.modules.norms import FixNormEmbedding, add_fixnorm_args, fixnorm
 from fairseq_ext.modules.vocab_mask import add_target_vocab_mask_args, set_target_vocab_mask_default
@@ -77,7 +77,7 @@ from fairseq_ext.modules.word_dropout import WordDropoutMixin, add_word_dropout_
 
 logger = logging.getLogger(__name__)
 
-ARTHUR_ARCHS = ("lstm_luong_arthur", "transformer_arthur")
+ARTHUR_ARCHS = ("lstm_luong_arthur", "transformer_lex_arthur")
 
 
 # ------------------------------------------------------------------------------- shared pieces
@@ -107,7 +107,7 @@ def build_arthur_bias(args, src_dict, tgt_dict) -> Optional[DiscreteLexiconBias]
     warning) so that a checkpoint, which carries its lexicon, decodes without it."""
     path = getattr(args, "arthur_lexicon", None)
     if not path:
-        if getattr(args, "arch", None) in ARTHUR_ARCHS:
+        if canonical_arch(getattr(args, "arch", None)) in ARTHUR_ARCHS:
             raise ValueError(f"--arch {args.arch} needs --arthur-lexicon PATH "
                              "(build it with python -m fairseq_ext.tools.arthur_lexicon)")
         return None
@@ -246,7 +246,7 @@ def transformer_lex(args):
 register_shaped("transformer_lex", "transformer_lex", transformer_lex, legacy=True)
 
 
-@register_model_architecture("transformer_lex", "transformer_arthur")
+@register_model_architecture("transformer_lex", "transformer_lex_arthur")
 def transformer_arthur(args):
     """fairseq ``transformer`` sizes + the Arthur et al. bias (§5.5.2; needs ``--arthur-lexicon``),
     no lexical module."""

@@ -8,7 +8,7 @@ heads), attends to ``H_e^l`` (the output of encoder layer ``l``; with PreNorm pa
 encoder's final LayerNorm, shared, as ``H_e^L`` is) and shares the token embedding, the positional
 embedding and the output projection with the Main-Decoder, which attends to ``H_e^L`` (Fig. 4.2).
 All decoders read the same shifted target; the criterion
-:mod:`fairseq_ext.criterions.multi_supervision` trains them jointly with
+:mod:`fairseq_ext.criterions.multi_supervision_label_smoothed_cross_entropy` trains them jointly with
 ``J = L^m + gamma * sum_l L^{a_l}`` (Eq. 4.1).
 
 ``--aif`` (archs ``transformer_ms_aif_*``; MS-l+AIF, Figs. 4.3-4.4) adds the Auxiliary Feature

@@ -54,7 +54,7 @@ from fairseq.models import (
     register_model_architecture,
 )
 
-from fairseq_ext.modules.arch_utils import set_default
+from fairseq_ext.modules.arch_utils import register_presets, set_default
 from fairseq_ext.modules.rnn import (
     DECODER_VARIANTS,
     RNN_TYPES,
@@ -394,7 +394,7 @@ def _thesis_preset(rnn_type, variant, attention, bidirectional, enc_layers, dec_
 THESIS_PRESETS = {
     # Gu §3.3: synthetic copy rules and dialogue, every model emb 150 / hidden 300 (Table 3.2, 3.5)
     "rnnsearch_copynet_syn": ("gru", "plain", True, True, 1, 1, 150, 300, 300, 0.0),
-    "encdec_copynet_syn": ("gru", "plain", False, True, 1, 1, 150, 300, 300, 0.0),  # Table 3.2 "Enc-Dec"
+    "rnnsearch_encdec_copynet_syn": ("gru", "plain", False, True, 1, 1, 150, 300, 300, 0.0),  # Table 3.2 "Enc-Dec"
     # Gu §3.3.2: LCSTS summarisation, emb 350 / hidden 500
     "rnnsearch_lcsts": ("gru", "plain", True, True, 1, 1, 350, 500, 500, 0.0),
     # Gu ch. 4: the SEG-NMT base model, GRU 1024, emb 512 (dl4mt conditional GRU)
@@ -410,5 +410,4 @@ THESIS_PRESETS = {
     # Maruf ch. 5 base: 256 / 256, alignment 128
     "rnnsearch_maruf_small": ("gru", "plain", True, True, 1, 2, 256, 256, 128, 0.0),
 }
-for _name, _spec in THESIS_PRESETS.items():
-    register_model_architecture("rnnsearch", _name)(_thesis_preset(*_spec))
+register_presets("rnnsearch", _thesis_preset, THESIS_PRESETS)

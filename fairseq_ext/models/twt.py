@@ -49,7 +49,7 @@ from fairseq.models.transformer import (
     base_architecture,
 )
 
-from fairseq_ext.modules.arch_utils import register_shaped, set_default
+from fairseq_ext.modules.arch_utils import register_presets, register_shaped, set_default
 from fairseq_ext.modules.norms import (
     NORM_TYPES, FixNormEmbedding, ScaleNorm, add_fixnorm_args, build_norm, fixnorm,
 )
@@ -221,13 +221,12 @@ def thesis_preset(family_arch, prenorm: bool, norm_type: str, fixnorm: bool):
 
 # Thesis system → arch: Table 6.3 rows (1)–(4), Table 6.6 and Table 6.7.
 THESIS_PRESETS = {
-    "twt_postnorm_layernorm": (False, "layernorm", False),            # (1)
-    "twt_prenorm_layernorm": (True, "layernorm", False),              # (2)
-    "twt_prenorm_fixnorm_layernorm": (True, "layernorm", True),       # (3)
-    "twt_prenorm_fixnorm_scalenorm": (True, "scalenorm", True),       # (4), the final model
-    "twt_postnorm_fixnorm_scalenorm": (False, "scalenorm", True),     # Table 6.6
-    "twt_prenorm_fixnorm_rmsnorm": (True, "rmsnorm", True),           # Table 6.7
-    "twt_prenorm_fixnorm_scalenorm_fixedg": (True, "scalenorm-fixed", True),  # Table 6.7
+    "transformer_twt_postnorm_layernorm": (False, "layernorm", False),            # (1)
+    "transformer_twt_prenorm_layernorm": (True, "layernorm", False),              # (2)
+    "transformer_twt_prenorm_fixnorm_layernorm": (True, "layernorm", True),       # (3)
+    "transformer_twt_prenorm_fixnorm_scalenorm": (True, "scalenorm", True),       # (4), the final model
+    "transformer_twt_postnorm_fixnorm_scalenorm": (False, "scalenorm", True),     # Table 6.6
+    "transformer_twt_prenorm_fixnorm_rmsnorm": (True, "rmsnorm", True),           # Table 6.7
+    "transformer_twt_prenorm_fixnorm_scalenorm_fixedg": (True, "scalenorm-fixed", True),  # Table 6.7
 }
-for _name, _spec in THESIS_PRESETS.items():
-    register_model_architecture("transformer_twt", _name)(thesis_preset(transformer_twt, *_spec))
+register_presets("transformer_twt", lambda *spec: thesis_preset(transformer_twt, *spec), THESIS_PRESETS)

@@ -48,7 +48,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 
 from fairseq_ext.models.universal_rnn import ulr_arrays_for
-from fairseq_ext.modules.arch_utils import PER_SIDE, SHAPES, set_default
+from fairseq_ext.modules.arch_utils import PER_SIDE, SHAPES, register_presets, set_default
 from fairseq_ext.modules.ulr import DEFAULT_TEMPERATURE, ULREmbedding, add_ulr_args, ulr_arch_defaults
 
 
@@ -73,7 +73,7 @@ class ULRDeltaEmbedding(nn.Module):
         return f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}"
 
 
-@register_model("ulr_transformer")
+@register_model("transformer_ulr")
 class ULRTransformerModel(TransformerModel):
     """fairseq transformer + ULR/Δε source embedding (module doc)."""
 
@@ -114,7 +114,7 @@ class ULRTransformerModel(TransformerModel):
         return {"learn_frozen": ulr, "meta_frozen": delta, "reset": delta}
 
 
-@register_model_architecture("ulr_transformer", "ulr_transformer")
+@register_model_architecture("transformer_ulr", "transformer_ulr")
 def ulr_transformer(args):
     """fairseq's ``transformer`` defaults; ULR off (≡ fairseq), τ = 0.05."""
     ulr_arch_defaults(args)
@@ -140,13 +140,12 @@ _BENCH = {k: v for k, v in SHAPES["bench"].items() if k != "share_all_embeddings
 # arch -> defaults (keys of arch_utils.PER_SIDE apply to the encoder and the decoder)
 PRESETS = {
     # §6.4.2: d_model = d_hidden = 512, n_layer = 6, n_head = 8; dropout 0.1 (REC)
-    "ulr_transformer_base": {"layers": 6, "embed_dim": 512, "ffn_embed_dim": 512, "attention_heads": 8,
+    "transformer_ulr_base": {"layers": 6, "embed_dim": 512, "ffn_embed_dim": 512, "attention_heads": 8,
                              "dropout": 0.1},
     # the CPU bench shape (3+3, 256/1024/4, PreNorm, dropout 0.1), untied embeddings
-    "ulr_transformer_bench": dict(_BENCH, share_all_embeddings=False),
+    "transformer_ulr_bench": dict(_BENCH, share_all_embeddings=False),
     # unit and command-line tests
-    "ulr_transformer_tiny": {"layers": 2, "embed_dim": 32, "ffn_embed_dim": 64, "attention_heads": 4,
+    "transformer_ulr_tiny": {"layers": 2, "embed_dim": 32, "ffn_embed_dim": 64, "attention_heads": 4,
                              "dropout": 0.0},
 }
-for _name, _spec in PRESETS.items():
-    register_model_architecture("ulr_transformer", _name)(_preset(_spec))
+register_presets("transformer_ulr", _preset, {name: (spec,) for name, spec in PRESETS.items()})

@@ -46,7 +46,7 @@ from fairseq_ext.models.rnnsearch import (
     embedding,
     rnnsearch,
 )
-from fairseq_ext.modules.arch_utils import set_default
+from fairseq_ext.modules.arch_utils import register_presets, set_default
 from fairseq_ext.modules.ulr import (MoLE, ULREmbedding, add_ulr_args, alpha_with_missing, load_ulr_arrays,
                                     ulr_arch_defaults)
 
@@ -93,7 +93,7 @@ def ulr_arrays_for(args, task, src_dict) -> Dict[str, Tensor]:
     return arrays
 
 
-@register_model("universal_rnn")
+@register_model("universal")
 class UniversalRNNModel(RNNSearchModel):
     """RNNsearch + ULR source embeddings + MoLE (module doc)."""
 
@@ -152,7 +152,7 @@ class UniversalRNNModel(RNNSearchModel):
         return x, extra
 
 
-@register_model_architecture("universal_rnn", "universal_rnn")
+@register_model_architecture("universal", "universal")
 def universal_rnn(args):
     """``rnnsearch`` defaults plus ULR / MoLE off, τ = 0.05."""
     ulr_arch_defaults(args)
@@ -180,9 +180,8 @@ def _preset(units: int, dropout: float):
 
 # arch -> (units of embeddings, LSTMs and attention; dropout)
 PRESETS = {
-    "universal_rnn_512": (512, 0.4),  # §5.4.1: 512 units, embeddings 512 (= universal embeddings), dropout 0.4
-    "universal_rnn_bench": (256, 0.2),  # the CPU size of recipes/gu/ch5.sh
-    "universal_rnn_tiny": (16, 0.0),  # unit and command-line tests
+    "universal_512": (512, 0.4),  # §5.4.1: 512 units, embeddings 512 (= universal embeddings), dropout 0.4
+    "universal_bench": (256, 0.2),  # the CPU size of recipes/gu/ch5.sh
+    "universal_tiny": (16, 0.0),  # unit and command-line tests
 }
-for _name, _spec in PRESETS.items():
-    register_model_architecture("universal_rnn", _name)(_preset(*_spec))
+register_presets("universal", _preset, PRESETS)

@@ -351,8 +351,10 @@ for _kind, _prefix in (("sinusoidal", "transformer_untied_pos"), ("random", "tra
 def thesis_untied(kind: str):
     """Table 7.1 system on the ch. 4/6 model (PreNorm + FixNorm + ScaleNorm, 512/2048, 8 heads, 6+6,
     SMALLINIT, shared embeddings; override sizes per Table 4.1)."""
-    return thesis_preset(untied_arch(kind), *THESIS_PRESETS["twt_prenorm_fixnorm_scalenorm"])
+    return thesis_preset(untied_arch(kind), *THESIS_PRESETS["transformer_twt_prenorm_fixnorm_scalenorm"])
 
 
-register_model_architecture("transformer_untied_pos", "twt_untied_pos")(thesis_untied("sinusoidal"))
-register_model_architecture("transformer_untied_pos", "twt_random_untied_pos")(thesis_untied("random"))
+register_model_architecture("transformer_untied_pos", "transformer_untied_pos_prenorm_fixnorm_scalenorm")(
+    thesis_untied("sinusoidal"))
+register_model_architecture("transformer_untied_pos", "transformer_untied_pos_random_prenorm_fixnorm_scalenorm")(
+    thesis_untied("random"))

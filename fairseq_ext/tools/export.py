@@ -14,12 +14,12 @@ plugin's (``transformer_iwslt_small``, ``transformer_wmt_en_de_10l``, ``transfor
 sides alike), learned or sinusoidal positions, shared or separate embeddings, relu/gelu/swish.
 What does not (``--list-archs`` prints every registered architecture with its verdict): the plugin's
 other model families change the network in ways CTranslate2's Transformer specification has no slot
-for (:data:`UNSUPPORTED_MODELS`): ScaleNorm/FixNorm (``transformer_twt``, ``twt_*``), untied positional
+for (:data:`UNSUPPORTED_MODELS`): ScaleNorm/FixNorm (``transformer_twt*``), untied positional
 attention, joint/multi-layer attention (``transformer_jas*``), dual contextual encoders
-(``transformer_*dc*``), lexical models (``transformer_lex``, ``transformer_arthur``, ``lstm_luong*``),
-non-autoregressive decoding (``nat_fertility*``), RNNs (``rnnsearch*``, ``bimsmt_rnn*``), copy mechanisms,
+(``transformer_dc*``), lexical models (``transformer_lex``, ``transformer_lex_arthur``, ``lstm_luong*``),
+non-autoregressive decoding (``nat_fertility*``), RNNs (``rnnsearch*``, ``bimsmt*``), copy mechanisms,
 document context, the multi-supervision aux decoders, the trainable greedy decoder, the universal lexical
-representation (``universal_rnn*``, ``ulr_transformer*``) and the simultaneous READ/WRITE agent
+representation (``universal*``, ``transformer_ulr*``) and the simultaneous READ/WRITE agent
 (``simul_agent*``).  Those decode fast with
 ``fairseq-generate --quantize int8`` instead (:mod:`fairseq_ext.modules.fast_inference`).
 
@@ -85,9 +85,9 @@ UNSUPPORTED_MODELS = {
     "trainable_greedy": "an actor network that changes the decoder state at every step",
     "bimsmt": "two RNN direction models (one per language) with conversation-history context (turn RNNs, "
               "context attention, InitDec/AddDec); CTranslate2 converts Transformers only",
-    "universal_rnn": "an RNN encoder-decoder whose source embedding is the universal lexical representation "
+    "universal": "an RNN encoder-decoder whose source embedding is the universal lexical representation "
                      "(attention over universal tokens) and a mixture of language experts after the encoder",
-    "ulr_transformer": "the source embedding is the universal lexical representation (a softmax over universal "
+    "transformer_ulr": "the source embedding is the universal lexical representation (a softmax over universal "
                        "tokens from frozen query/key arrays) plus a language-specific delta, not a lookup table",
     "simul_agent": "simultaneous decoding: a READ/WRITE agent (GRU policy) driving a frozen RNN encoder-decoder",
 }
