@@ -17,16 +17,15 @@ Pipeline (one query)
    index gets the terms joined by one space through tantivy's ``whitespace`` tokenizer (no stemming, no
    stopwords, no length filter). A query with no word token (only punctuation) gets no candidate.
 2. **Candidates** (:class:`Retriever`): BM25 over the memory's source side, the query's terms OR-ed
-   (a boolean query of term SHOULD clauses built programmatically: no query parser, so ``"`` ``:`` ``(``
-   ``*`` ``AND`` in a verse are plain text, never query syntax); a term repeated in the query counts as
-   often as it occurs (its clause is boosted by the count, as Lucene sums duplicate SHOULD clauses); 100
-   candidates (``--candidates``). Ties at the cut-off are resolved by memory index (more hits are fetched
-   until the last one scores strictly below the n-th), so the candidate set never depends on the
-   engine's tie order.
+   (every line containing one of them is a match); a term repeated in the query counts as often as it
+   occurs (its weight is multiplied by the count, as Lucene sums duplicate SHOULD clauses); 100
+   candidates (``--candidates``). Ties at the cut-off are resolved by memory index, so the candidate set
+   never depends on the engine's tie order.
 3. **Fuzzy re-ranking** (:func:`rerank`, Eq. 4.1): ``S_fuzzy(X, X') = 1 - D_edit(X, X') / max(|X|, |X'|)``
-   with the token-level Levenshtein distance (``rapidfuzz``; each distinct token is coded as one Unicode
-   character first, an equality-preserving code on which rapidfuzz is twice as fast as on token lists, so
-   the scores are exactly those of :func:`fuzzy_score` on the tokens); order: fuzzy score descending,
+   with the token-level Levenshtein distance (``rapidfuzz``, one ``cdist`` call over the candidates; each
+   distinct token is coded as one Unicode character first, an equality-preserving code on which rapidfuzz
+   is twice as fast as on token lists, so the scores are exactly those of :func:`fuzzy_score` on the
+   tokens); order (one ``lexsort``): fuzzy score descending,
    then BM25 descending, then memory index ascending (deterministic). The best ``--keep`` (16 = the
    largest K of the thesis) are written.
 4. **Adaptive selection** (:func:`adaptive_select`, Algorithm 1 with the union erratum of spec §4.8):
@@ -40,32 +39,40 @@ is never a candidate (§4.2.3, "ensuring that the exact copy is not included"); 
 also drops every memory line whose tokens equal the query's (fuzzy 1.0; default off, as in spec §4.8).
 An empty query line gets an empty answer; every query line gets exactly one output line.
 
-The engine
-----------
+The engines
+-----------
 :class:`Retriever` is the one interface the pipeline uses (``search(query_tokens, n) -> [(memory index,
 BM25 score)]`` best first, and ``len()``); fuzzy re-ranking and Algorithm 1 are engine-independent
-functions. The one implementation shipped (and tested) is :class:`TantivyRetriever`: an embedded
-`tantivy <https://github.com/quickwit-oss/tantivy-py>`_ index in a folder (text field ``text`` with term
-frequencies, the memory line index as the fast field ``line``). tantivy's BM25 parameters are fixed at
-**k1 = 1.2, b = 0.75** (constants of the Rust library, not settable from Python) -- the Lucene defaults
-spec §4.8 asks for (the score is Lucene's BM25 with the ``(k1 + 1)`` factor, the same ranking); document
-lengths are quantised to one byte, as Lucene's norms are. A memory that outgrows one machine can put a
-server engine (Elasticsearch, OpenSearch, a tantivy/quickwit server) behind the same interface: subclass
-:class:`Retriever` and pass it to :func:`retrieve_split` (only the tantivy engine is shipped and tested).
+functions. Two engines are shipped (:mod:`fairseq_ext.tools.tm_engines`, ``--engine``), with the same
+BM25 -- tantivy's, whose parameters are fixed at **k1 = 1.2, b = 0.75** (constants of the Rust library),
+the Lucene defaults spec §4.8 asks for (Lucene's BM25 with the ``(k1 + 1)`` factor, the same ranking),
+line lengths quantised to one byte as Lucene's norms are:
+
+* ``numpy`` (default, :class:`NumpyRetriever`): the memory's postings in arrays, built from the memory
+  when ``retrieve`` starts; tantivy's term scores bit for bit, summed exactly; every matching line scored
+  and the best selected by partition;
+* ``tantivy`` (:class:`TantivyRetriever`): the embedded `tantivy <https://github.com/quickwit-oss/tantivy-py>`_
+  index in the index folder, a boolean query of one term SHOULD clause per distinct term (built
+  programmatically: no query parser, so ``"`` ``:`` ``(`` ``*`` ``AND`` in a verse are plain text).
+
+tantivy sums the term scores in single precision, so the two can order two lines whose scores differ in
+the last bits of a float differently. A memory that outgrows one machine can put a server engine
+(Elasticsearch, OpenSearch, a tantivy/quickwit server) behind the same interface: subclass
+:class:`Retriever` and pass it to :func:`retrieve_split`.
 
 The index is built once and reused: ``build-index`` writes a stamp (``.stamp.tm-index.json``) with the
 memory file's path, size, line count and SHA-1, the tokenizer and engine, and the size and SHA-1 of every
 index file. Re-running with the same memory reuses the index (and says so); an index built on other data
 (stale), or whose files are missing, changed or unreadable (corrupt), is refused with an error naming the
-index folder, by ``build-index`` as by ``retrieve``; ``build-index --force`` rebuilds it (the new index is
-built next to the old one and replaces it only when complete).
+index folder, by ``build-index`` as by ``retrieve`` (with either engine); ``build-index --force`` rebuilds it
+(the new index is built next to the old one and replaces it only when complete).
 
 Usage (installed: ``fairseq-ext-tm``)::
 
     fairseq-ext-tm build-index --memory-src data/bible_es_en/raw/train.es --index data/bible_es_en/tm_index
     fairseq-ext-tm retrieve --index data/bible_es_en/tm_index --memory-src data/bible_es_en/raw/train.es \
         --query data/bible_es_en/raw/test.es --out-dir data/bible_es_en/spm8000/bin --split test \
-        [--candidates 100] [--keep 16]
+        [--candidates 100] [--keep 16] [--engine numpy|tantivy]
     fairseq-ext-tm retrieve ... --query data/bible_es_en/raw/train.es --split train --train-mode \
         [--exclude-identical]
     fairseq-ext-tm select --side BIN/test.tm.jsonl --selection adaptive|topk [--k 2] [--out ids.txt]
@@ -80,15 +87,11 @@ stderr.
 """
 from __future__ import annotations
 
-import abc
 import hashlib
 import os
-import re
 import shutil
 import sys
 import time
-from collections import Counter
-from operator import itemgetter
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -97,34 +100,22 @@ from fairseq_ext.tools.common import (
     ArgumentParser, ToolError, atomic_write, json_text, log, positive_int, progress, read_json, read_lines,
     require_file, run_cli, stamp_path, write_json, write_stamp,
 )
+from fairseq_ext.tools.tm_engines import (  # noqa: F401 - LINE_FIELD, TEXT_FIELD: the index schema, re-exported
+    DEFAULT_ENGINE, ENGINE, ENGINES, LINE_FIELD, TEXT_FIELD, TOKENIZER, NumpyRetriever, Retriever,
+    TantivyRetriever, index_terms, tokenize,
+)
 
 __all__ = [
-    "TOKENIZER", "ENGINE", "tokenize", "index_terms", "fuzzy_score", "Candidate", "rerank", "coverage",
-    "adaptive_select", "Retriever", "TantivyRetriever", "Memory", "build_index", "open_index",
+    "TOKENIZER", "ENGINE", "ENGINES", "tokenize", "index_terms", "fuzzy_score", "Candidate", "rerank",
+    "coverage", "adaptive_select", "Retriever", "TantivyRetriever", "NumpyRetriever", "Memory", "build_index",
+    "open_index",
     "retrieve_one", "retrieve_split", "tm_baseline", "fuzzy_stats", "main", "cli_main",
 ]
 
-TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-_is_word = re.compile(r"\w").match
-TOKENIZER = r"regex \w+|[^\w\s], case kept (index terms: the \w+ tokens lowercased)"
-ENGINE = "tantivy BM25 (k1=1.2, b=0.75), OR of term queries"
 INDEX_FORMAT = 1
+BATCH = 16                 # queries scored at once (a batch x memory matrix of doubles)
 STAMP_STEP = "tm-index"
-TEXT_FIELD, LINE_FIELD = "text", "line"
-_first, _second = itemgetter(0), itemgetter(1)
 DEFAULT_BINS = tuple(round(0.1 * i, 1) for i in range(11))
-
-
-# --------------------------------------------------------------------------------------------- tokens
-def tokenize(text: str) -> List[str]:
-    """Word tokens of a sentence: ``\\w+`` runs and single non-space characters, case kept."""
-    return TOKEN_RE.findall(text)
-
-
-def index_terms(tokens: Sequence[str]) -> List[str]:
-    """The index/query terms of a token list: its word tokens (those with a ``\\w`` character)
-    lowercased, in order; punctuation tokens are not terms (as in Lucene's standard analyzer)."""
-    return [t.lower() for t in tokens if _is_word(t)]
 
 
 # --------------------------------------------------------------------------------------------- Eq. 4.1
@@ -153,27 +144,44 @@ def rerank(query: Sequence, hits: Sequence[Tuple[int, float]], memory: Sequence[
            keep: Optional[int] = None) -> List[Candidate]:
     """Fuzzy re-ranking of the engine's ``(memory index, BM25)`` hits (Eq. 4.1 against ``memory[index]``,
     in the same token representation as ``query``): fuzzy descending, BM25 descending, index ascending;
-    the best ``keep`` (all when ``None``). The distances come from one ``rapidfuzz.process.cdist`` call;
-    the scores are exactly :func:`fuzzy_score`'s."""
+    the best ``keep`` (all when ``None``). The scores are exactly :func:`fuzzy_score`'s."""
+    if not hits:
+        return []
+    idx = np.fromiter((h[0] for h in hits), np.int64, len(hits))
+    bm25 = np.fromiter((h[1] for h in hits), np.float64, len(hits))
+    [(order, fuzzy)] = rerank_batch([query], [(idx, bm25)], memory, keep)
+    return [Candidate(*c) for c in zip(idx[order].tolist(), fuzzy.tolist(), bm25[order].tolist())]
+
+
+def rerank_batch(queries: Sequence[Sequence], hits: Sequence[Tuple[np.ndarray, np.ndarray]],
+                 memory: Sequence[Sequence], keep: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """:func:`rerank` of a batch on arrays: for every query and its hits ``(memory indices, BM25)``, the
+    positions (into its hits) of the best ``keep`` in rank order, and their fuzzy scores. The distances
+    of a query come from one ``rapidfuzz.process.cdist`` call, the order of the batch from one
+    ``lexsort``; ``1 - d / n`` is computed as ``-(d / n - 1)``, the same double as :func:`fuzzy_score`."""
     from rapidfuzz import process
     from rapidfuzz.distance import Levenshtein
 
-    if not hits:
-        return []
-    seqs = [memory[i] for i, _ in hits]
-    dists = process.cdist([query], seqs, scorer=Levenshtein.distance, dtype=np.int64, workers=1)[0].tolist()
-    nq = len(query)
-    keys = []
-    for (idx, bm25), m, d in zip(hits, seqs, dists):
-        n = len(m)
-        if nq > n:
-            n = nq
-        # (-fuzzy, -BM25, index): d / n - 1 is exactly -(1 - d / n), Eq. 4.1 as fuzzy_score computes it
-        keys.append((d / n - 1.0 if n else -1.0, -bm25, idx))
-    keys.sort()
-    if keep is not None:
-        del keys[keep:]
-    return [Candidate(idx, -nf, -nb) for nf, nb, idx in keys]
+    sizes = np.array([len(idx) for idx, _ in hits], dtype=np.int64)
+    if not sizes.sum():
+        return [(np.zeros(0, np.int64), np.zeros(0, np.float64)) for _ in hits]
+    idx = np.concatenate([h[0] for h in hits])
+    seqs = [memory[i] for i in idx.tolist()]
+    starts = (np.cumsum(sizes) - sizes).tolist()
+    dist = np.concatenate([process.cdist([query], seqs[start:start + size], scorer=Levenshtein.distance,
+                                         dtype=np.int64, workers=1)[0]
+                           for query, start, size in zip(queries, starts, sizes.tolist()) if size])
+    longest = np.maximum(np.fromiter(map(len, seqs), np.int64, len(seqs)),
+                         np.repeat(np.fromiter(map(len, queries), np.int64, len(queries)), sizes))
+    # (query, -fuzzy, -BM25, index) ascending; two empty sequences are identical (fuzzy 1)
+    neg_fuzzy = np.where(longest > 0, dist / np.maximum(longest, 1) - 1.0, -1.0)
+    rows = np.repeat(np.arange(len(hits)), sizes)
+    order = np.lexsort((idx, -np.concatenate([h[1] for h in hits]), neg_fuzzy, rows))
+    out = []
+    for start, size in zip(starts, sizes.tolist()):
+        best = order[start:start + (size if keep is None else min(size, keep))]
+        out.append((best - start, -neg_fuzzy[best]))
+    return out
 
 
 # --------------------------------------------------------------------------------------------- Algorithm 1
@@ -206,115 +214,6 @@ def adaptive_select(query: Sequence, candidates: Sequence[Sequence]) -> List[int
             uncovered.difference_update(cand)   # R <- R ∪ {X'_k : Y'_k} (the thesis writes R <- {X'_k : Y'_k})
             chosen.append(k)
     return chosen
-
-
-# --------------------------------------------------------------------------------------------- engines
-class Retriever(abc.ABC):
-    """The search engine behind the retrieval stage (step 1 of Algorithm 1): ranked candidates from the
-    memory for a tokenised query. Implementations return at most ``n`` ``(memory index, score)`` pairs,
-    best first, ties by memory index ascending, over the terms :func:`index_terms` of the tokens."""
-
-    description = "abstract"
-
-    @abc.abstractmethod
-    def search(self, query_tokens: Sequence[str], n: int) -> List[Tuple[int, float]]:
-        """The ``n`` best memory entries for ``query_tokens`` (word tokens of :func:`tokenize`)."""
-
-    @abc.abstractmethod
-    def __len__(self) -> int:
-        """The number of memory entries indexed."""
-
-    def close(self) -> None:  # pragma: no cover - nothing to release for an embedded index
-        pass
-
-
-def _tantivy():
-    try:
-        import tantivy
-    except ImportError as e:  # pragma: no cover
-        raise ToolError(f"the translation-memory index needs the `tantivy` package ({e}); "
-                        f"pip install tantivy==0.27.0") from None
-    return tantivy
-
-
-class TantivyRetriever(Retriever):
-    """BM25 (k1 = 1.2, b = 0.75, fixed in tantivy) over an embedded tantivy index in a folder.
-
-    ``TantivyRetriever.build(folder, token_lists)`` writes the index (one document per memory line, in
-    order, one writer thread); ``TantivyRetriever(folder)`` opens it for searching. Staleness and
-    integrity checks are :func:`build_index` / :func:`open_index`'s (the stamp), not this class's."""
-
-    description = ENGINE
-
-    def __init__(self, folder: str) -> None:
-        tv = _tantivy()
-        self.folder = folder
-        self._index = tv.Index.open(folder)
-        self._schema = self._index.schema
-        self._searcher = self._index.searcher()
-        self._n = int(self._searcher.num_docs)
-        self._term_query = tv.Query.term_query
-        self._boost = tv.Query.boost_query
-        self._boolean = tv.Query.boolean_query
-        self._should = tv.Occur.Should
-
-    @staticmethod
-    def build(folder: str, token_lists: Iterable[Sequence[str]]) -> int:
-        """Index ``token_lists`` (memory line i = document with ``line`` i) into the empty ``folder``;
-        returns the number of documents."""
-        tv = _tantivy()
-        sb = tv.SchemaBuilder()
-        sb.add_text_field(TEXT_FIELD, tokenizer_name="whitespace", index_option="freq")
-        sb.add_unsigned_field(LINE_FIELD, fast=True)
-        schema = sb.build()
-        os.makedirs(folder, exist_ok=True)
-        index = tv.Index(schema, path=folder, reuse=False)
-        writer = index.writer(heap_size=256_000_000, num_threads=1)
-        n = 0
-        for i, toks in enumerate(token_lists):
-            doc = tv.Document()
-            doc.add_unsigned(LINE_FIELD, i)
-            doc.add_text(TEXT_FIELD, " ".join(index_terms(toks)))
-            writer.add_document(doc)
-            n += 1
-        writer.commit()
-        writer.wait_merging_threads()
-        return n
-
-    def __len__(self) -> int:
-        return self._n
-
-    def query(self, query_tokens: Sequence[str]):
-        """The tantivy query for the tokens: a boolean OR of one term query per distinct term (boosted by
-        its count), or ``None`` when there is no term."""
-        terms = Counter(index_terms(query_tokens))
-        if not terms:
-            return None
-        clauses = []
-        for term, count in terms.items():  # first-occurrence order: the same query for the same tokens
-            q = self._term_query(self._schema, TEXT_FIELD, term, index_option="freq")
-            clauses.append((self._should, q if count == 1 else self._boost(q, float(count))))
-        return self._boolean(clauses)
-
-    def search(self, query_tokens: Sequence[str], n: int) -> List[Tuple[int, float]]:
-        if n <= 0:
-            return []
-        q = self.query(query_tokens)
-        if q is None:
-            return []
-        limit = n + 1
-        while True:
-            hits = self._searcher.search(q, limit=limit, count=False).hits
-            # all entries tied with the n-th are in `hits` once the last one scores strictly lower
-            if len(hits) < limit or hits[n - 1][0] > hits[-1][0]:
-                break
-            limit *= 2
-        lines = self._searcher.fast_field_values(LINE_FIELD, [a for _, a in hits])
-        ranked = list(zip(lines, [s for s, _ in hits]))
-        ranked.sort(key=_first)                  # memory index ascending, then (stable) score descending
-        ranked.sort(key=_second, reverse=True)
-        del ranked[n:]
-        return ranked
 
 
 # --------------------------------------------------------------------------------------------- memory
@@ -457,10 +356,16 @@ def _check_index(folder: str, memory: Memory) -> dict:
     return stamp
 
 
-def open_index(folder: str, memory: Memory) -> TantivyRetriever:
+def open_index(folder: str, memory: Memory, engine: str = DEFAULT_ENGINE) -> Retriever:
     """The retriever of the index in ``folder``, after checking that it was built on ``memory`` and that
-    its files are intact (else a :class:`ToolError` naming the folder; never silently used)."""
+    its files are intact (else a :class:`ToolError` naming the folder; never silently used). ``engine``
+    ``tantivy`` searches the index itself; ``numpy`` (the same BM25) holds the memory's postings in arrays,
+    built from ``memory`` -- the index is checked all the same, so both engines refuse the same folders."""
+    if engine not in ENGINES:
+        raise ToolError(f"unknown engine {engine!r} (choose from {', '.join(sorted(ENGINES))})")
     _check_index(folder, memory)
+    if engine == NumpyRetriever.name:
+        return NumpyRetriever(memory.tokens)
     try:
         retriever = TantivyRetriever(folder)
     except ToolError:
@@ -538,49 +443,66 @@ def retrieve_one(retriever: Retriever, memory: Memory, query_tokens: Sequence[st
                  keep: int = 16, exclude: Iterable[int] = (), timing: Optional[List[float]] = None):
     """The side-file entry of one query: the ``keep`` best of ``candidates`` BM25 hits re-ranked by fuzzy
     score, and Algorithm 1's selection among them. ``exclude``: memory indices never returned."""
+    return retrieve_batch(retriever, memory, [query_tokens], candidates=candidates, keep=keep,
+                          excludes=[exclude], timing=timing)[0]
+
+
+def retrieve_batch(retriever: Retriever, memory: Memory, token_lists: Sequence[Sequence[str]], *,
+                   candidates: int = 100, keep: int = 16, excludes: Optional[Sequence[Iterable[int]]] = None,
+                   timing: Optional[List[float]] = None) -> list:
+    """:func:`retrieve_one` of every query of a batch (the engine scores the batch at once), in order.
+    ``excludes``: the memory indices never returned, per query; ``timing``: seconds of the BM25 search
+    and of the re-ranking + Algorithm 1 are added to ``timing[0]`` and ``timing[1]``."""
     from fairseq_ext.data.translation_memory import TMEntry
 
-    if not query_tokens:
-        return TMEntry()
-    ex = set(exclude)
+    excludes = [set(e) for e in excludes] if excludes is not None else [set() for _ in token_lists]
     t0 = time.perf_counter()
-    hits = retriever.search(query_tokens, candidates + len(ex))
-    if ex:
-        hits = [h for h in hits if h[0] not in ex]
-    hits = hits[:candidates]
+    hits = retriever.search_batch(token_lists, candidates + max(map(len, excludes), default=0))
+    for i, ex in enumerate(excludes):
+        idx, bm25 = hits[i]
+        if ex:
+            kept = ~np.isin(idx, np.fromiter(ex, np.int64, len(ex)))
+            idx, bm25 = idx[kept], bm25[kept]
+        hits[i] = (idx[:candidates], bm25[:candidates])
     t1 = time.perf_counter()
-    codes = memory.encode(query_tokens)
+    codes = [memory.encode(toks) for toks in token_lists]
     mem = memory.codes
-    ranked = rerank(codes, hits, mem, keep)
-    chosen = adaptive_select(codes, [mem[c.index] for c in ranked])
+    entries = []
+    for (idx, _), query, (order, fuzzy) in zip(hits, codes, rerank_batch(codes, hits, mem, keep)):
+        ids = idx[order].tolist()
+        chosen = adaptive_select(query, [mem[i] for i in ids])
+        entries.append(TMEntry(ids=ids, fuzzy=fuzzy.tolist(), adaptive=[ids[p] for p in chosen]))
     if timing is not None:
         timing[0] += t1 - t0
         timing[1] += time.perf_counter() - t1
-    return TMEntry(ids=[c.index for c in ranked], fuzzy=[c.fuzzy for c in ranked],
-                   adaptive=[ranked[p].index for p in chosen])
+    return entries
 
 
 def retrieve_split(retriever: Retriever, memory: Memory, queries: Sequence[str], *, candidates: int = 100,
                    keep: int = 16, exclude_self: bool = False, exclude_identical: bool = False,
-                   log_every: int = 5000) -> Tuple[list, dict]:
-    """Entries for every query line (one each, in order) and the timing ``{"queries", "seconds",
-    "cpu_seconds", "qps", "cpu_qps", "search_ms", "rerank_ms"}`` (wall clock, and this process's CPU time:
-    the retrieval runs on one thread). ``exclude_self``: query line i is memory line i (training mode)."""
+                   log_every: int = 5000, batch: int = BATCH) -> Tuple[list, dict]:
+    """Entries for every query line (one each, in order; ``batch`` queries at a time) and the timing
+    ``{"queries", "seconds", "cpu_seconds", "qps", "cpu_qps", "search_ms", "rerank_ms"}`` (wall clock, and
+    this process's CPU time: the retrieval runs on one thread). ``exclude_self``: query line i is memory
+    line i (training mode)."""
     memory.codes  # noqa: B018 - the vocabulary is built before the clock starts
-    entries = []
+    entries: list = []
     timing = [0.0, 0.0]
     t0, c0 = time.perf_counter(), time.process_time()
     n = len(queries)
-    for i in progress(range(n), desc="retrieve", total=n, unit="query"):
-        toks = tokenize(queries[i])
-        ex = [i] if exclude_self else []
+    logged = 0
+    for start in progress(range(0, n, batch), desc="retrieve", total=-(-n // batch), unit="batch"):
+        rows = range(start, min(start + batch, n))
+        toks = [tokenize(queries[i]) for i in rows]
+        excludes = [[i] if exclude_self else [] for i in rows]
         if exclude_identical:
-            ex.extend(memory.identical(toks))
-        entries.append(retrieve_one(retriever, memory, toks, candidates=candidates, keep=keep, exclude=ex,
-                                    timing=timing))
-        if log_every and (i + 1) % log_every == 0 and i + 1 < n:
-            dt = time.perf_counter() - t0
-            log(f"[tm] {i + 1}/{n} queries, {(i + 1) / dt:.0f} queries/s")
+            for ex, t in zip(excludes, toks):
+                ex.extend(memory.identical(t))
+        entries.extend(retrieve_batch(retriever, memory, toks, candidates=candidates, keep=keep,
+                                      excludes=excludes, timing=timing))
+        if log_every and len(entries) // log_every > logged and len(entries) < n:
+            logged = len(entries) // log_every
+            log(f"[tm] {len(entries)}/{n} queries, {len(entries) / (time.perf_counter() - t0):.0f} queries/s")
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     stats = {"queries": n, "seconds": seconds, "cpu_seconds": cpu,
              "qps": n / seconds if seconds > 0 else float("inf"),
@@ -698,6 +620,9 @@ def build_parser() -> ArgumentParser:
     r.add_argument("--candidates", type=positive_int, default=100, help="BM25 candidates (default 100)")
     r.add_argument("--keep", type=positive_int, default=16,
                    help="re-ranked candidates written per example (default 16)")
+    r.add_argument("--engine", choices=sorted(ENGINES), default=DEFAULT_ENGINE,
+                   help=f"BM25 engine (default {DEFAULT_ENGINE}): numpy = tantivy's scoring over arrays built "
+                        f"from the memory, tantivy = a search of the index folder; the same candidates")
 
     s = sub.add_parser("select", allow_abbrev=False, help="the chosen ids of every example (top-K or adaptive)")
     s.add_argument("--side", required=True, help="a {split}.tm.jsonl side file")
@@ -729,7 +654,7 @@ def _cmd_retrieve(args) -> int:
         raise ToolError("give --split (cannot derive it from the query file name)", args.query)
     t0 = time.perf_counter()
     memory = Memory(args.memory_src)
-    retriever = open_index(args.index, memory)
+    retriever = open_index(args.index, memory, args.engine)
     require_file(args.query, "query file")
     query_sha1 = _sha1_file(args.query)
     if args.exclude_self and query_sha1 != memory.sha1:
@@ -741,7 +666,7 @@ def _cmd_retrieve(args) -> int:
     entries, stats = retrieve_split(retriever, memory, queries, candidates=args.candidates, keep=args.keep,
                                     exclude_self=args.exclude_self, exclude_identical=args.exclude_identical)
     log(f"[tm] {stats['queries']} queries in {stats['seconds']:.2f}s: {stats['qps']:.0f} queries/s "
-        f"({stats['cpu_qps']:.0f} per CPU second, one thread; BM25 top-{args.candidates} "
+        f"({stats['cpu_qps']:.0f} per CPU second, one thread; {args.engine} BM25 top-{args.candidates} "
         f"{stats['search_ms']:.3f} ms + fuzzy re-rank/Alg. 1 {stats['rerank_ms']:.3f} ms per query)")
     meta = {"memory_src": args.memory_src, "memory_lines": len(memory), "memory_size": memory.size,
             "memory_sha1": memory.sha1, "query": args.query, "query_sha1": query_sha1,
