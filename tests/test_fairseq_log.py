@@ -39,6 +39,12 @@ def test_records_read_every_kind_of_training_line():
     assert (v["epoch"], v["subset"], v["stats"]["bleu"], v["stats"]["best_bleu"], v["stats"]["num_updates"]) == \
         (4, "valid", 2.87, 2.87, 400)
     assert v["time"] - recs[4]["time"] == 27 * 60 + 47
+    # Python's default logging format (logging configured before fairseq_cli set its own)
+    plain = ["INFO:train_inner:epoch 001:      2 / 5 loss=13.2, nll_loss=13.1, num_updates=2, lr=2.5e-07, wall=3",
+             "INFO:valid:epoch 001 | valid on 'valid' subset | loss 12.9 | nll_loss 12.8 | num_updates 5"]
+    assert [(r["kind"], r["epoch"], r["stats"]["num_updates"], r["time"]) for r in fl.records("\n".join(plain))] == \
+        [("train_inner", 1, 2, None), ("valid", 1, 5, None)]
+    assert fl.intervals(plain[0])[0]["lr"] == 2.5e-07
     # scientific notation, negative numbers (e.g. a reward)
     st = fl.stats("epoch 003 | valid on 'valid' subset | loss -1.5e-02 | reward -0.25 | lr 1e-05 | num_updates 7")
     assert st == {"epoch": 3.0, "loss": -0.015, "reward": -0.25, "lr": 1e-05, "num_updates": 7.0}

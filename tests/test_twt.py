@@ -2,7 +2,6 @@
 its archs and init schemes, and the INVSQRTDECAY / VALDECAY / NOWARMUP LR schedulers."""
 import contextlib
 import math
-import re
 import sys
 import types
 
@@ -18,6 +17,7 @@ from fairseq.models.transformer import TransformerModel
 from fairseq_ext.models.twt import THESIS_PRESETS
 from fairseq_ext.modules.norms import FixNormEmbedding, RMSNorm, ScaleNorm, fixnorm
 from fairseq_ext.optim.twt_schedules import invsqrt_lr
+from fairseq_ext.tools import fairseq_log
 from harness import ROOT, USER_DIR, generate, hypotheses, n_lines, run, train
 
 D = 32
@@ -526,13 +526,13 @@ def test_cli_valdecay_with_warmup_trains_past_stop_min_lr(tiny_bin, tmp_path):
              "--log-interval", "1", "--no-epoch-checkpoints"])
     log = p.stdout + p.stderr
     assert "stopping training because current learning rate" not in log
-    logged = re.findall(r"train_inner.* num_updates=(\d+), lr=([0-9.e-]+)", log)
+    logged = [(r["num_updates"], r["lr"]) for r in fairseq_log.intervals(log)]
     assert len(logged) > 8 and "epoch 002" in log
     for k, lr in logged:  # logged after update k: the LR of update k + 1 (Eq. 6.7 warmup)
-        assert math.isclose(float(lr), invsqrt_lr(int(k) + 1, 1, D, 8000), rel_tol=1e-4)
+        assert math.isclose(lr, invsqrt_lr(int(k) + 1, 1, D, 8000), rel_tol=1e-4)
     state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)
     # validation scores (here the valid loss) are kept for the plateau rule; fairseq saves the
     # checkpoint before the end-of-epoch LR step, so the last epoch's score is not in it yet
-    valid = [float(x) for x in re.findall(r"valid on 'valid' subset \| loss ([0-9.]+)", log)]
+    valid = [v["loss"] for v in fairseq_log.validations(log)]
     assert len(valid) == 2
     assert state["optimizer_history"][-1]["lr_scheduler_state"]["scores"] == pytest.approx(valid[:1], abs=1e-3)

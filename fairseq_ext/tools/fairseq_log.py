@@ -1,7 +1,8 @@
 """Reading fairseq's logs: one parser for what the recipes measure from ``fairseq-train --log-format simple``
 and ``fairseq-generate``.
 
-A training log line of the simple format is ``DATE TIME | LEVEL | KIND | cells``, where KIND is
+A training log line of the simple format is ``DATE TIME | LEVEL | KIND | cells`` (or ``LEVEL:KIND:cells`` where
+logging was configured before fairseq set its format), where KIND is
 
 * ``train_inner``: an interval of ``--log-interval`` updates, ``epoch 001:     25 / 119 loss=12.009, ...,
   num_updates=25, lr=..., train_wall=111, wall=115`` (``key=value`` cells);
@@ -25,7 +26,9 @@ import re
 from pathlib import Path
 
 KINDS = ("train_inner", "train", "valid")
-_KIND = re.compile(r"\| ([\w.-]+) \| (epoch \d+.*)$")
+# fairseq's format (``DATE TIME | INFO | tag | ...``) or Python's default one (``INFO:tag:...``, where logging was
+# configured before fairseq_cli set its format)
+_KIND = re.compile(r"(?:\| ([\w.-]+) \| |^[A-Z]+:([\w.-]+):)(epoch \d+.*)$")
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^-?(?:inf|nan)$")
 _INNER_PREFIX = re.compile(r"^epoch (\d+):\s+\d+\s*/\s*\d+\s+")
 _CELL = re.compile(r"^\s*([A-Za-z_]\w*)[ =](\S+)\s*$")
@@ -61,12 +64,13 @@ def records(text: str):
         m = _KIND.search(line)
         if not m:
             continue
-        sub = re.search(r"valid on '([^']+)' subset", m.group(2))
-        kind = "valid" if sub else m.group(1)  # a validation's tag is its subset's name (valid, valid_tl, ...)
+        tag, rest = m.group(1) or m.group(2), m.group(3)
+        sub = re.search(r"valid on '([^']+)' subset", rest)
+        kind = "valid" if sub else tag  # a validation's tag is its subset's name (valid, valid_tl, ...)
         if kind not in KINDS:
             continue
-        st = stats(m.group(2))
-        ep = re.match(r"epoch (\d+)", m.group(2))
+        st = stats(rest)
+        ep = re.match(r"epoch (\d+)", rest)
         yield {"kind": kind, "epoch": int(ep.group(1)) if ep else None, "subset": sub.group(1) if sub else None,
                "time": timestamp(line), "stats": st}
 
