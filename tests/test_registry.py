@@ -327,3 +327,38 @@ def test_criterion_metrics_come_from_fairseqs_reduce_metrics_unchanged(name):
     assert set(want) <= set(got)
     for k, v in want.items():
         assert float(got[k]) == pytest.approx(v, abs=2e-3), k
+
+
+# ----------------------------------------------------------------------------- one spelling per option
+# earlier spelling -> the spelling: the same argparse option (one dest, one default), the earlier string kept
+OLD_OPTION_SPELLINGS = {"--gate-hidden-dim": "--gate-hidden-size", "--actor-hidden-dim": "--actor-hidden-size",
+                        "--mole-hidden-dim": "--mole-hidden-size", "--zero-memory": "--zero-context"}
+
+
+def _model_options():
+    import argparse
+
+    from fairseq.models import MODEL_REGISTRY
+
+    for model in registrations()["models"]:
+        parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+        MODEL_REGISTRY[model].add_args(parser)
+        for action in parser._actions:
+            yield model, parser, action
+
+
+def test_each_option_of_the_models_has_one_spelling_and_the_earlier_one_still_parses():
+    """Sizes are ``*-hidden-size`` (fairseq's spelling), a switched-off context ``--zero-context``; an earlier
+    spelling is a second string of the same option and sets the same value."""
+    primaries, seen = set(), {}
+    for model, parser, action in _model_options():
+        primary = action.option_strings[0] if action.option_strings else ""
+        primaries.add(primary)
+        for old, new in OLD_OPTION_SPELLINGS.items():
+            if old in action.option_strings:
+                assert primary == new, (model, action.option_strings)
+                value = [] if action.nargs == 0 else ["7"]
+                assert vars(parser.parse_known_args([old, *value])[0]) == vars(parser.parse_known_args([new, *value])[0])
+                seen[old] = model
+    assert not [p for p in primaries if p.endswith("-hidden-dim") or p in OLD_OPTION_SPELLINGS]
+    assert sorted(seen) == sorted(OLD_OPTION_SPELLINGS)

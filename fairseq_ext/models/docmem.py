@@ -415,8 +415,9 @@ class DocMemModel(SentenceWarmStartMixin, RNNSearchModel):
                             help="(filled in from --src-mem-lm) embedding, hidden size and layers of the LMs")
         parser.add_argument("--doc-rnn-dropout", type=float, metavar="D",
                             help="dropout on the input of the source memory's document bi-GRU")
-        parser.add_argument("--zero-memory", action="store_true", default=None,
-                            help="stage 1: every memory reading is zero (the sentence model exactly)")
+        parser.add_argument("--zero-context", "--zero-memory", dest="zero_memory", action="store_true", default=None,
+                            help="stage 1: every memory reading is zero (the sentence model exactly); "
+                                 "--zero-memory is its earlier spelling")
 
     @classmethod
     def build_model(cls, args, task):

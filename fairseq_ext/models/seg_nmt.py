@@ -19,7 +19,7 @@ pairs arrive in ``net_input`` as the ``seg_translation`` task gives them (:mod:`
   initialised to 0. **Coverage** (Eq. 4.7): β_t = β_{t−1} + q_t ζ_t per slot, in the decoder state
   (``tm_coverage``), so it follows the beam; ``--no-tm-coverage``: no λ, no β (Eq. 4.2).
 * **Gate**: ζ_t = σ(f_gate([c_t; z_t; z̃_t])), z̃_t = Σ_τ q_{t,τ} z'_τ (Eq. 4.3), z_t the state that
-  predicts y_t; f_gate an MLP with ``--gate-hidden-dim`` tanh units (0: linear). An example without a
+  predicts y_t; f_gate an MLP with ``--gate-hidden-size`` tanh units (0: linear). An example without a
   retrieved pair has ζ = 0 exactly: the model is then rnnsearch bit for bit.
 * **Fusion**: ``--fusion shallow`` (Eq. 4.5, the thesis's main model): p = ζ p_copy + (1 − ζ) p_NMT with
   p_copy(w) = Σ_{τ: y'_τ = w} q_{t,τ} and p_NMT rnnsearch's softmax of the same step (the memory changes
@@ -270,8 +270,9 @@ class SegNMTModel(SentenceWarmStartMixin, RNNSearchModel):
                             help="the matching matrix M of c_t^T M c'_tau: diagonal or full (both start as I)")
         parser.add_argument("--no-tm-coverage", action="store_true", default=None,
                             help="no coverage term (-lambda beta, Eqs. 4.6-4.7): Eq. 4.2's plain softmax")
-        parser.add_argument("--gate-hidden-dim", type=int, metavar="N",
-                            help="hidden units of the gate MLP f_gate (0: linear; default: the decoder's hidden size)")
+        parser.add_argument("--gate-hidden-size", "--gate-hidden-dim", dest="gate_hidden_dim", type=int, metavar="N",
+                            help="hidden units of the gate MLP f_gate (0: linear; default: the decoder's hidden size; "
+                                 "--gate-hidden-dim is its earlier spelling)")
 
     @classmethod
     def build_model(cls, args, task):

@@ -82,7 +82,8 @@ class TrainableGreedyModel(FrozenNMTModel):
         parser.add_argument("--tg-action-site", choices=ACTION_SITES,
                             help="state: a_t added to z_{t-1} before the transition, c_t from the unperturbed "
                                  "state (default); output: added to z_t before the readout")
-        parser.add_argument("--actor-hidden-dim", type=int, metavar="N", help="tanh units of the actor (32)")
+        parser.add_argument("--actor-hidden-size", "--actor-hidden-dim", dest="actor_hidden_dim", type=int, metavar="N",
+                            help="tanh units of the actor (32; --actor-hidden-dim is its earlier spelling)")
         parser.add_argument("--critic-embed-dim", type=int, metavar="N",
                             help="critic embeddings (0: the NMT's decoder embedding size)")
         parser.add_argument("--critic-hidden-size", type=int, metavar="N",

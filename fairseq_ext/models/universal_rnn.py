@@ -109,8 +109,9 @@ class UniversalRNNModel(RNNSearchModel):
                             help="drop the language-specific embedding term of Eq. 5.5 (alpha = 0)")
         parser.add_argument("--mole", action="store_true", default=None,
                             help="mixture of language experts after the encoder (Eq. 5.6)")
-        parser.add_argument("--mole-hidden-dim", type=int, metavar="N", help="expert hidden size (default: the "
-                                                                              "encoder output size)")
+        parser.add_argument("--mole-hidden-size", "--mole-hidden-dim", dest="mole_hidden_dim", type=int, metavar="N",
+                            help="expert hidden size (default: the encoder output size; --mole-hidden-dim is its "
+                                 "earlier spelling)")
         parser.add_argument("--mole-residual", action="store_true", default=None,
                             help="s' = h + MoLE(h) instead of MoLE(h)")
 

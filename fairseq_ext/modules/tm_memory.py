@@ -127,7 +127,7 @@ class TMGate(nn.Module):
     def __init__(self, input_dim: int, hidden: int):
         super().__init__()
         if hidden < 0:
-            raise ValueError(f"--gate-hidden-dim must be >= 0, got {hidden}")
+            raise ValueError(f"--gate-hidden-size must be >= 0, got {hidden}")
         self.hidden = nn.Linear(input_dim, hidden) if hidden > 0 else None
         self.out = nn.Linear(hidden if hidden > 0 else input_dim, 1)
 
