@@ -1,4 +1,4 @@
-"""``bimsmt_rnn``: the bilingual multi-speaker conversation model of Maruf (2019) ch. 5 (Bi-MSMT), on
+"""``bimsmt`` (archs earlier ``bimsmt_rnn*``): the bilingual multi-speaker conversation model of Maruf (2019) ch. 5 (Bi-MSMT), on
 ``rnnsearch`` (:mod:`fairseq_ext.models.rnnsearch`) through its documented hooks; the history math is in
 :mod:`fairseq_ext.modules.bimsmt`, the batch contract in :mod:`fairseq_ext.data.conversations`.
 
@@ -35,16 +35,16 @@
 * ``--zero-context`` (and :meth:`BiMSMTModel.context_disabled`): every context vector 0 and the context
   terms skipped -- the two base models exactly. A sentence without history also gets o = 0 exactly.
 
-Stage-wise training (§5.7): train the base (``bimsmt_rnn_base``, no context) on the conversation task
+Stage-wise training (§5.7): train the base (``bimsmt_base``, no context) on the conversation task
 (its two directions' losses and parameters are independent, so this equals training En→F and F→En
-separately), then ``--finetune-from-model BASE.pt --arch bimsmt_rnn ...``: every base tensor is copied
+separately), then ``--finetune-from-model BASE.pt --arch bimsmt ...``: every base tensor is copied
 and the context parameters (:meth:`BiMSMTModel.doc_param_prefixes`) keep their initialisation.
 
-Archs: ``bimsmt_rnn`` (thesis size = ``rnnsearch_maruf_small``: bi-GRU 256, 2-layer plain GRU decoder
+Archs: ``bimsmt`` (thesis size = ``rnnsearch_maruf_small``: bi-GRU 256, 2-layer plain GRU decoder
 256, alignment 128, dropout 0.2; Lang-Specific S-Attention source context, InitDec, RNNLM sentence
-vectors), ``bimsmt_rnn_base`` (the same with no context: the base models), ``bimsmt_rnn_bench`` (the CPU
+vectors), ``bimsmt_base`` (the same with no context: the base models), ``bimsmt_bench`` (the CPU
 benchmark's ``rnnsearch_bench`` sizes with the plain decoder, NMT-encoder sentence vectors) and
-``bimsmt_rnn_tiny`` (tests).
+``bimsmt_tiny`` (tests).
 
 Reference: Maruf, Martins, Haffari, "Contextual Neural Model for Translating Bilingual Multi-Speaker
 Conversations", WMT 2018; Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash University,
@@ -253,7 +253,7 @@ class BiMSMTModel(SentenceWarmStartMixin, BaseFairseqModel):
         src, tgt, mix = context_layout(args)
         d = task.source_dictionary
         if task.target_dictionary != d:
-            raise ValueError("bimsmt_rnn needs one joint dictionary for both sides (both directions share it)")
+            raise ValueError("bimsmt needs one joint dictionary for both sides (both directions share it)")
         if (src or mix) and args.encoder_unidirectional:
             raise ValueError("the Turn-RNN states must match the query [fwd h_M; bwd h_1]: a bidirectional encoder")
         H, He = args.decoder_hidden_size, args.encoder_hidden_size
@@ -469,7 +469,7 @@ class BiMSMTModel(SentenceWarmStartMixin, BaseFairseqModel):
         """Teacher-forced pass over a conversation batch (contract: :mod:`fairseq_ext.data.conversations`)
         → (logits (B, T, V), {"attn": [None], "context": {direction: extras}, "rows": {direction: rows}})."""
         if direction is None:
-            raise ValueError("bimsmt_rnn needs the conversation keys (net_input['direction'], ...): train and "
+            raise ValueError("bimsmt needs the conversation keys (net_input['direction'], ...): train and "
                              "decode it with --task conversation_translation")
         pad = self.dictionary.pad()
         B = src_tokens.size(0)
@@ -484,7 +484,7 @@ class BiMSMTModel(SentenceWarmStartMixin, BaseFairseqModel):
         extras: Dict[int, Dict[str, Tensor]] = {}
         if self.uses_context:
             if hist_index is None or nset_lang is None or nset_turn is None:
-                raise ValueError("bimsmt_rnn with a context needs hist_index / nset_lang / nset_turn "
+                raise ValueError("bimsmt with a context needs hist_index / nset_lang / nset_turn "
                                  "(--task conversation_translation)")
             if hist_src_tokens is None:
                 hist_src_tokens = src_tokens.new_full((0, 1), pad)
@@ -499,7 +499,7 @@ class BiMSMTModel(SentenceWarmStartMixin, BaseFairseqModel):
             tgt_vec = None
             if self.use_tgt or self.use_mix:
                 if hist_tgt_tokens is None:
-                    raise ValueError("bimsmt_rnn with a target context needs the translations of the history "
+                    raise ValueError("bimsmt with a target context needs the translations of the history "
                                      "(hist_tgt_tokens): --conv-target-history generated|reference in training; "
                                      "the conversation_online generator at test time")
                 tgt_vec = self.history_target_vectors(nset_src, nset_lang, hist_index, hist_tgt_tokens,

@@ -1,5 +1,5 @@
 """``docmem``: document-context NMT with memory networks (Maruf 2019 ch. 3, §3.2–§3.5), and the two local-context
-RNN baselines of §3.5 (``ctx_prevtgt_rnn``, ``ctx_jean2017_rnn``), as an extension of ``rnnsearch``
+RNN baselines of §3.5 (``docmem_prevtgt``, ``docmem_jean2017``; earlier ``ctx_*_rnn``), as an extension of ``rnnsearch``
 (:mod:`fairseq_ext.models.rnnsearch`) through its documented hooks; the memory math is in
 :mod:`fairseq_ext.modules.memnet`. Document context arrives in ``net_input`` as the ``doc_translation`` task
 gives it (``ctx_src_tokens``, ``ctx_index``, ``ctx_distance``, ``ctx_tgt_tokens``: the "N-set" of the batch,
@@ -53,9 +53,9 @@ target vocabulary; §3.1 "verified against Table 3.3"): document bi-GRU 2·3·(C
 
 Baselines (§3.5, same model and hyperparameters, Memory-to-Context style, ``--doc-context``):
 
-* ``prev_tgt`` (``ctx_prevtgt_rnn``, "PREV TGT", Table 3.6): the extra first-layer input is s^{|y|} of the
+* ``prev_tgt`` (``docmem_prevtgt``, "PREV TGT", Table 3.6): the extra first-layer input is s^{|y|} of the
   previous sentence's current translation (the context row at distance −1; zero if none).
-* ``jean2017`` (``ctx_jean2017_rnn``, Jean et al. 2017): a second Bahdanau attention (query z_{t−1} of the first
+* ``jean2017`` (``docmem_jean2017``, Jean et al. 2017): a second Bahdanau attention (query z_{t−1} of the first
   layer, as rnnsearch's) over the NMT encoder's states of the previous source sentence; its context vector
   is the extra first-layer input at every step (zero if there is no previous sentence). The previous
   sentence is read by the shared NMT encoder (the thesis only says "an additional attention component").
@@ -63,8 +63,8 @@ Baselines (§3.5, same model and hyperparameters, Memory-to-Context style, ``--d
 Archs: ``docmem`` (= ``docmem_m2c_both``), ``docmem_m2c``, ``docmem_m2o`` (``--doc-memories`` both by default),
 ``docmem_{m2c,m2o}_{src,tgt,both}`` at the thesis size (``rnnsearch_maruf``: 1-layer bi-GRU encoder, 2-layer
 plain GRU decoder, 512/512, alignment 256; dropout 0.2, the dual-memory models 0.5 with 0.2 on the document
-RNN, §3.5.1) and ``…_bench`` at the CPU benchmark size (``rnnsearch_bench``); ``ctx_prevtgt_rnn[_bench]``,
-``ctx_jean2017_rnn[_bench]``; ``docmem_tiny`` for tests.
+RNN, §3.5.1) and ``…_bench`` at the CPU benchmark size (``rnnsearch_bench``); ``docmem_prevtgt[_bench]``,
+``docmem_jean2017[_bench]``; ``docmem_tiny`` for tests.
 
 Reference: Maruf & Haffari, "Document Context Neural Machine Translation with Memory Networks", ACL 2018;
 Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash University, 2019, ch. 3; Jean,

@@ -12,10 +12,10 @@ Options: ``--dc-kernel-size f`` (default 2, §5.2 of the paper), ``--encoder-dc-
 each FI unit; not in the thesis — the parameter counts exclude it).
 
 Architectures (thesis system -> arch) for ``wmt_en_de`` (base), ``iwslt_small`` and ``bench``
-(the shapes of :mod:`fairseq_ext.modules.arch_utils`): Enc-DC ``transformer_enc_dc_*`` (DC in every
-encoder layer; the thesis' recommended variant), Dec-DC ``transformer_dec_dc_*``, Full-DC
-``transformer_full_dc_*``.  The encoder layer-range variants ``[i-j]`` of Table 5.6 are
-``--arch transformer_enc_dc_wmt_en_de --encoder-dc-layers i-j``.
+(the shapes of :mod:`fairseq_ext.modules.arch_utils`): Enc-DC ``transformer_dc_enc_*`` (DC in every
+encoder layer; the thesis' recommended variant), Dec-DC ``transformer_dc_dec_*``, Full-DC
+``transformer_dc_full_*`` (earlier ``transformer_{enc,dec,full}_dc_*``).  The encoder layer-range variants ``[i-j]`` of Table 5.6 are
+``--arch transformer_dc_enc_wmt_en_de --encoder-dc-layers i-j``.
 
 References: I. K. E. Ampomah, S. McClean, G. Hawe, "Dual contextual module for neural machine
 translation", Machine Translation 35, 2021; and Ampomah's thesis (see :mod:`fairseq_ext.models.joint_attention`).

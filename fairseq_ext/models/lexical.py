@@ -47,7 +47,7 @@ embedding size).
 (:class:`fairseq_ext.modules.lexical.DiscreteLexiconBias`), with a_t the attention the lexical module
 uses: the Luong attention of the LSTM, the head-averaged cross-attention of the last decoder layer of
 ``transformer_lex``. The lexicon is a buffer of the model (saved in checkpoints: decoding does not
-need the file). Archs ``lstm_luong_arthur`` and ``transformer_arthur`` (``transformer_lex`` sizes,
+need the file). Archs ``lstm_luong_arthur`` and ``transformer_lex_arthur`` (earlier ``transformer_arthur``; ``transformer_lex`` sizes,
 no lexical module) require the flag; the other ``lstm_luong*`` / ``transformer_lex*`` archs accept it.
 
 References: T. Q. Nguyen and D. Chiang, "Improving Lexical Choice in Neural Machine Translation",

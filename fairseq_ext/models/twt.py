@@ -25,7 +25,7 @@ transformer (same parameters, same initial weights for a seed, same outputs).
 
 Architectures: ``transformer_twt`` (fairseq's ``transformer`` sizes), ``transformer_twt_bench`` (the
 bench shape of :mod:`fairseq_ext.modules.arch_utils`; also registered under its earlier name
-``transformer_twt_small``), and the thesis presets ``twt_*`` (512/2048,
+``transformer_twt_small``), and the thesis presets ``transformer_twt_<norms>`` (earlier ``twt_<norms>``) (512/2048,
 8 heads, 6+6 layers, one dropout rate 0.3 for sublayers/attention/ReLU, SMALLINIT, all embeddings
 shared; override sizes on the command line, e.g. gl→en ``--encoder-layers 4 --decoder-layers 4
 --encoder-attention-heads 4 --decoder-attention-heads 4 --dropout 0.4``).

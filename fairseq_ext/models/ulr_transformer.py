@@ -1,4 +1,4 @@
-"""``ulr_transformer``: fairseq's transformer whose source token embedding is the universal lexical
+"""``transformer_ulr`` (earlier ``ulr_transformer``): fairseq's transformer whose source token embedding is the universal lexical
 representation plus a language-specific change, the model of MetaNMT (Gu 2019 ch. 6, §6.3.3):
 
     (6.12)  ε^k[x] = ε^0[x] + Δε^k[x],      ε^0[x] = Σ_i ε_U[u_i] q(u_i | x)  (Eq. 5.2),
@@ -27,14 +27,14 @@ The model declares the MetaNMT parameter roles through ``meta_partition_names()`
 fine-tuning), Δε fixed in the meta update and zeroed at every episode start.
 
 Without ``--ulr`` the model is fairseq's ``transformer`` (same parameters, same outputs for a seed; a test
-says so). The ULR options are those of ``universal_rnn`` (``--ulr``, ``--ulr-dir``, ``--ulr-temperature``;
-the hidden ``--ulr-num-universal`` / ``--ulr-query-dim`` record the array shapes so that a checkpoint
-rebuilds without the folder).
+says so). The ULR options are those of ``universal`` (:func:`fairseq_ext.modules.ulr.add_ulr_args`: ``--ulr``,
+``--ulr-dir``, ``--ulr-temperature``; the hidden ``--ulr-num-universal`` / ``--ulr-query-dim`` record the array
+shapes so that a checkpoint rebuilds without the folder).
 
-Architectures (:data:`PRESETS`): ``ulr_transformer_base`` (§6.4.2: d_model = d_hidden = 512, 6+6 layers,
-8 heads, dropout 0.1), ``ulr_transformer_bench`` (the CPU ``bench`` shape of
+Architectures (:data:`PRESETS`): ``transformer_ulr_base`` (§6.4.2: d_model = d_hidden = 512, 6+6 layers,
+8 heads, dropout 0.1), ``transformer_ulr_bench`` (the CPU ``bench`` shape of
 :mod:`fairseq_ext.modules.arch_utils`, 3+3 layers, 256/1024/4, PreNorm, but untied: a marked source
-vocabulary cannot share the English embeddings) and ``ulr_transformer_tiny`` (tests). Target embeddings
+vocabulary cannot share the English embeddings) and ``transformer_ulr_tiny`` (tests). Target embeddings
 are untied from the output projection (REC: "untied").
 
 References: J. Gu, Y. Wang, Y. Chen, K. Cho, V. O. K. Li, "Meta-Learning for Low-Resource Neural Machine
@@ -89,7 +89,7 @@ class ULRTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         ulr_transformer(args)  # fills what an older checkpoint lacks
         if args.ulr and args.share_all_embeddings:
-            raise ValueError("ulr_transformer --ulr: --share-all-embeddings is impossible (the source embedding is "
+            raise ValueError("transformer_ulr --ulr: --share-all-embeddings is impossible (the source embedding is "
                              "the universal lexical representation of a marked vocabulary)")
         model = super().build_model(args, task)
         if args.ulr:
@@ -132,7 +132,7 @@ def _preset(spec: dict):
                 set_default(args, key, value)
         ulr_transformer(args)
 
-    arch.__doc__ = f"ulr_transformer with {spec}."
+    arch.__doc__ = f"transformer_ulr with {spec}."
     return arch
 
 

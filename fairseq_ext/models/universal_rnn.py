@@ -1,4 +1,4 @@
-"""``universal_rnn``: the many-to-English recurrent NMT of Gu (2019) ch. 5 with the Universal Lexical
+"""``universal`` (earlier ``universal_rnn``): the many-to-English recurrent NMT of Gu (2019) ch. 5 with the Universal Lexical
 Representation (ULR, §5.3.1) and the Mixture of Language Experts (MoLE, §5.3.2) — an ``rnnsearch`` whose
 source embedding and encoder output are swapped through the family's hooks.
 
@@ -21,9 +21,9 @@ source embedding and encoder output are swapped through the family's hooks.
 Without ``--ulr`` and ``--mole`` the model is ``rnnsearch`` (the Multi-NMT baseline of Eq. 5.1 with the
 marked union vocabulary): same parameters, same outputs for a seed (a test says so).
 
-Architectures: ``universal_rnn_512`` (§5.4.1: 1-layer bi-LSTM encoder, 2-layer attention LSTM decoder,
-512 units, emb 512, universal embeddings 512, dropout 0.4), ``universal_rnn_bench`` (the CPU size: 256 /
-256, dropout 0.2) and ``universal_rnn_tiny`` (tests).
+Architectures: ``universal_512`` (§5.4.1: 1-layer bi-LSTM encoder, 2-layer attention LSTM decoder,
+512 units, emb 512, universal embeddings 512, dropout 0.4), ``universal_bench`` (the CPU size: 256 /
+256, dropout 0.2) and ``universal_tiny`` (tests).
 
 Reference: Gu, Hassan, Devlin, Li, "Universal Neural Machine Translation for Extremely Low Resource
 Languages", NAACL 2018 (ch. 5 of Gu, "Efficient Neural Machine Translation", PhD thesis, HKU, 2019).
@@ -120,11 +120,11 @@ class UniversalRNNModel(RNNSearchModel):
         universal_rnn(args)
         langs = getattr(task, "langs", None)
         if not langs:
-            raise ValueError("universal_rnn needs a task that knows the source languages (--task "
+            raise ValueError("universal needs a task that knows the source languages (--task "
                              "universal_translation)")
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         if args.share_all_embeddings:
-            raise ValueError("universal_rnn: --share-all-embeddings is impossible (marked source vocabulary)")
+            raise ValueError("universal: --share-all-embeddings is impossible (marked source vocabulary)")
         if args.ulr:
             arrays = ulr_arrays_for(args, task, src_dict)
             alpha = arrays["alpha"]

@@ -31,8 +31,9 @@ With the positional projections at zero and ``--untied-pos-scale standard`` the 
 Archs: ``transformer_untied_pos`` / ``transformer_untied_pos_random`` (fairseq base sizes),
 ``transformer_untied_pos_bench`` / ``transformer_untied_pos_random_bench`` (the bench shape; earlier
 names ``*_small``), and the thesis systems of Table 7.1 on the ch. 4/6 model (PreNorm + FixNorm + ScaleNorm,
-SMALLINIT): ``twt_untied_pos`` (**untied-pos**) and ``twt_random_untied_pos`` (**random-untied-pos**);
-the **baseline** row is ``twt_prenorm_fixnorm_scalenorm``.
+SMALLINIT): ``transformer_untied_pos_prenorm_fixnorm_scalenorm`` (**untied-pos**; earlier ``twt_untied_pos``) and
+``transformer_untied_pos_random_prenorm_fixnorm_scalenorm`` (**random-untied-pos**; earlier ``twt_random_untied_pos``);
+the **baseline** row is ``transformer_twt_prenorm_fixnorm_scalenorm``.
 """
 import math
 from typing import Optional
