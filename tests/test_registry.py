@@ -362,3 +362,24 @@ def test_each_option_of_the_models_has_one_spelling_and_the_earlier_one_still_pa
                 seen[old] = model
     assert not [p for p in primaries if p.endswith("-hidden-dim") or p in OLD_OPTION_SPELLINGS]
     assert sorted(seen) == sorted(OLD_OPTION_SPELLINGS)
+
+
+def test_the_bench_shape_as_flags_is_the_bench_configuration():
+    """The bench shape is defined once (arch_utils.SHAPES): ``shape_flags("bench")`` are the flags of the bench
+    configuration's baseline (recipes/bench/configs.py ``TRANSFORMER_SMALL``) and build ``transformer_bench``."""
+    from fairseq_ext.modules.arch_utils import shape_flags
+    from fairseq_ext.tools.runs import load_script
+    from harness import ROOT
+
+    recipe = load_script(ROOT / "recipes" / "bench" / "configs.py").TRANSFORMER_SMALL
+    flags = shape_flags("bench")
+
+    def pairs(argv):
+        out, i = {}, 0
+        while i < len(argv):
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else True
+            out[argv[i]] = value
+            i += 1 if value is True else 2
+        return out
+
+    assert pairs(["--arch", "transformer", *flags]) == pairs(list(recipe))

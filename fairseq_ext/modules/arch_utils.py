@@ -65,6 +65,21 @@ def apply_shape(args, shape: str) -> None:
             set_default(args, key, value)
 
 
+def shape_flags(shape: str) -> List[str]:
+    """The command-line flags of the shape ``shape`` for fairseq's own ``transformer`` (the bench configurations
+    and recipes spell a shape out with them; ``--arch transformer_{shape}`` is the same model)."""
+    flags = []
+    for key, value in SHAPES[shape].items():
+        names = [f"{side}_{key}" for side in ("encoder", "decoder")] if key in PER_SIDE else [key]
+        for name in names:
+            flag = "--" + name.replace("_", "-")
+            if value is True:
+                flags.append(flag)
+            elif value is not False:
+                flags += [flag, str(value)]
+    return flags
+
+
 def shaped(shape: str, arch_fn):
     """The architecture function ``shape`` defaults, then ``arch_fn`` (the family's own defaults)."""
 
