@@ -301,8 +301,8 @@ class NumpyRetriever(Retriever):
     def score_matrix(self, term_lists: Sequence[Sequence[Tuple[int, int]]]) -> np.ndarray:
         """The BM25 score of every memory line (columns) for every query (rows, its ``(term id, count)``
         pairs); 0 for no match. Each entry is the sum of tantivy's term scores, exact in double precision:
-        the frequent terms' rows by one matrix product with 0/1 coefficients, the others' postings added
-        at their lines."""
+        the frequent terms' rows by one matrix product (coefficient = the count when it is a power of two:
+        ``f32(f32(w * 2^k) * x) = 2^k * f32(w * x)`` exactly), the others' postings added at their lines."""
         n_q, n = len(term_lists), self._n
         select = np.zeros((n_q, len(self.dense_row)), dtype=np.float64)
         sparse: List[Tuple[int, int, int]] = []
@@ -312,8 +312,8 @@ class NumpyRetriever(Retriever):
                 r = self.dense_row.get(t)
                 if r is None:
                     sparse.append((i, t, c))
-                elif c == 1:
-                    select[i, r] = 1.0
+                elif c & (c - 1) == 0:
+                    select[i, r] = c
                 else:
                     boosted.append((i, t, c, r))
         total = select @ self.dense_score1 if len(self.dense_row) else np.zeros((n_q, n), dtype=np.float64)
@@ -325,19 +325,25 @@ class NumpyRetriever(Retriever):
                     self._boosted_rows[(t, c)] = row
             total[i] += row
         if sparse:
-            rows, terms, counts = np.array(sparse, dtype=np.int64).T
-            at, lines = self._postings(rows, terms)
-            weight = np.repeat(self.weight[terms] * counts.astype(_F32), self.df[terms])  # boosted, f32
-            np.add.at(total.reshape(-1), lines, (weight * self.tf_factor[at]).astype(np.float64))
+            lines, values = self._postings(sparse, scores=True)
+            np.add.at(total.reshape(-1), lines, values)
         return total
 
-    def _postings(self, rows: np.ndarray, terms: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """The postings of ``terms[k]`` for query ``rows[k]``, all k: their positions in the posting arrays
-        and their cells ``row * lines + line`` in a queries x lines matrix."""
-        lengths = self.df[terms]
-        ends = np.cumsum(lengths)
-        at = np.repeat(self.ptr[terms] - (ends - lengths), lengths) + np.arange(ends[-1] if len(ends) else 0)
-        return at, self.docs[at] + np.repeat(rows * self._n, lengths)
+    def _postings(self, pairs: Sequence[Tuple[int, ...]], scores: bool = False):
+        """The postings of the ``(query row, term id[, count])`` pairs: their cells ``row * lines + line``
+        in a queries x lines matrix, and with ``scores`` their tantivy term scores (boosted by the count)."""
+        ptr, docs, n = self.ptr, self.docs, self._n
+        bounds = [(ptr[p[1]], ptr[p[1] + 1]) for p in pairs]
+        lengths = [b - a for a, b in bounds]
+        lines = np.concatenate([docs[a:b] for a, b in bounds])
+        lines += np.repeat(np.array([p[0] * n for p in pairs], dtype=np.intp), lengths)
+        if not scores:
+            return lines
+        weight, tf_factor = self.weight, self.tf_factor
+        values = np.concatenate([self.score1[a:b] if p[2] == 1 else
+                                 ((weight[p[1]] * _F32(p[2])) * tf_factor[a:b]).astype(np.float64)
+                                 for p, (a, b) in zip(pairs, bounds)])
+        return lines, values
 
     def search_batch(self, token_lists: Sequence[Sequence[str]], n: int) -> List[Tuple[np.ndarray, np.ndarray]]:
         """The ``n`` best lines of every query: all lines scored (:meth:`score_matrix`), then the lines
@@ -365,7 +371,7 @@ class NumpyRetriever(Retriever):
         bound = np.full(n_q, np.nextafter(0.0, 1.0))
         if probe:
             mark = np.zeros(flat.shape, dtype=bool)
-            mark[self._postings(*np.array(probe, dtype=np.int64).T)[1]] = True
+            mark[self._postings(probe)] = True
             cells = np.flatnonzero(mark)                  # distinct (query, line), by query then line
             ends = np.cumsum(np.bincount(cells // n_lines, minlength=n_q)).tolist()
             begin = 0
