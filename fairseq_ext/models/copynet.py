@@ -42,7 +42,7 @@ from fairseq_ext.models.rnnsearch import (
     rnnsearch,
     rnnsearch_bench,
 )
-from fairseq_ext.modules.arch_utils import set_default
+from fairseq_ext.modules.arch_utils import register_presets, set_default
 from fairseq_ext.modules.copy_attention import (
     CopyScorer,
     copy_mixture,
@@ -208,10 +208,12 @@ def _thesis(emb: int, hid: int):
     return arch
 
 
-# Gu §3.3.1 / §3.3.3: synthetic rules and dialogue, every model emb 150 / hidden 300 (Tables 3.2, 3.5)
-register_model_architecture("copynet", "copynet_syn")(_thesis(150, 300))
-# Gu §3.3.2: LCSTS, emb 350 / hidden 500 (Table 3.4)
-register_model_architecture("copynet", "copynet_lcsts")(_thesis(350, 500))
+# Thesis setting -> (embedding, hidden size)
+THESIS_PRESETS = {
+    "copynet_syn": (150, 300),  # Gu §3.3.1 / §3.3.3: synthetic rules and dialogue, every model (Tables 3.2, 3.5)
+    "copynet_lcsts": (350, 500),  # Gu §3.3.2: LCSTS (Table 3.4)
+}
+register_presets("copynet", _thesis, THESIS_PRESETS)
 
 
 @register_model_architecture("copynet", "copynet_bench")
