@@ -48,7 +48,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 
 from fairseq_ext.models.universal_rnn import ulr_arrays_for
-from fairseq_ext.modules.arch_utils import PER_SIDE, SHAPES, register_presets, set_default
+from fairseq_ext.modules.arch_utils import SHAPES, apply_defaults, register_presets, set_default
 from fairseq_ext.modules.ulr import DEFAULT_TEMPERATURE, ULREmbedding, add_ulr_args, ulr_arch_defaults
 
 
@@ -124,12 +124,7 @@ def ulr_transformer(args):
 
 def _preset(spec: dict):
     def arch(args):
-        for key, value in spec.items():
-            if key in PER_SIDE:
-                for side in ("encoder", "decoder"):
-                    set_default(args, f"{side}_{key}", value)
-            else:
-                set_default(args, key, value)
+        apply_defaults(args, spec)
         ulr_transformer(args)
 
     arch.__doc__ = f"transformer_ulr with {spec}."

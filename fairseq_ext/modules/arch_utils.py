@@ -55,14 +55,19 @@ def set_default(args, name, value):
         setattr(args, name, value)
 
 
-def apply_shape(args, shape: str) -> None:
-    """Fill the defaults of the transformer shape ``shape`` (a key of :data:`SHAPES`)."""
-    for key, value in SHAPES[shape].items():
+def apply_defaults(args, defaults: Dict) -> None:
+    """Fill ``defaults`` (keys of :data:`PER_SIDE` for the encoder and the decoder alike) the fairseq way."""
+    for key, value in defaults.items():
         if key in PER_SIDE:
             for side in ("encoder", "decoder"):
                 set_default(args, f"{side}_{key}", value)
         else:
             set_default(args, key, value)
+
+
+def apply_shape(args, shape: str) -> None:
+    """Fill the defaults of the transformer shape ``shape`` (a key of :data:`SHAPES`)."""
+    apply_defaults(args, SHAPES[shape])
 
 
 def shape_flags(shape: str) -> List[str]:
