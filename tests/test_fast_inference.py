@@ -6,10 +6,10 @@
   log-probabilities of every reference token, for PostNorm and PreNorm transformers; an unsupported
   architecture is refused with one ``error:`` line and exit status 2;
 * ``--quantize int8``: the model loads through ``--user-dir``, its Linear layers run in int8, and every
-  input is decoded exactly once by fairseq-generate and fairseq-interactive, also for an architecture
-  CTranslate2 cannot represent (ScaleNorm/FixNorm ``twt``); and on one tiny architecture of every model
-  family of the plugin, built in process, it replaces the Linear layers and the outputs stay finite and
-  close to float32's.
+  input is decoded exactly once by fairseq-generate and fairseq-interactive, also for the ScaleNorm/FixNorm
+  ``twt`` (whose export, folded into RMSNorm, is tests/test_export_twt.py); and on one tiny architecture of
+  every model family of the plugin, built in process, it replaces the Linear layers and the outputs stay
+  finite and close to float32's.
 
 ctranslate2 is part of the ``dev`` extra (what scripts/run_tests.sh installs), so nothing here is skipped.
 """
@@ -130,7 +130,7 @@ def test_export_int8_model_translates_every_input(tiny_bin, prenorm_ckpt, tmp_pa
 
 
 UNSUPPORTED = {  # arch -> words the one-line reason must contain
-    "twt_prenorm_fixnorm_scalenorm": "ScaleNorm/FixNorm",
+    "transformer_untied_pos_prenorm_fixnorm_scalenorm": "untied positional attention",
     "transformer_jas": "joint attention",
     "transformer_dc": "dual contextual",
     "transformer_lex": "lexical",
@@ -162,13 +162,13 @@ def relabelled(postnorm_ckpt, tmp_path_factory):
 
 
 def test_export_refuses_an_unsupported_architecture_in_one_line(relabelled, tmp_path):
-    ckpt = relabelled("twt_prenorm_fixnorm_scalenorm")
+    ckpt = relabelled("transformer_untied_pos_prenorm_fixnorm_scalenorm")
     p = export_cli(ckpt, "--out", tmp_path / "ct2", check=False)
     assert p.returncode == 2
     err = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert err[-1].startswith(f"error: {ckpt}: architecture 'twt_prenorm_fixnorm_scalenorm' cannot be "
-                              f"exported to CTranslate2: (model transformer_twt) ")
-    assert "ScaleNorm/FixNorm" in err[-1] and "--quantize int8" in err[-1]
+    assert err[-1].startswith(f"error: {ckpt}: architecture 'transformer_untied_pos_prenorm_fixnorm_scalenorm' "
+                              f"cannot be exported to CTranslate2: (model transformer_untied_pos) ")
+    assert "untied positional attention" in err[-1] and "--quantize int8" in err[-1]
     assert "Traceback" not in p.stderr
     assert not (tmp_path / "ct2").exists()
 
@@ -186,15 +186,16 @@ def test_list_archs_marks_the_transformer_presets_exportable():
     """The transformer presets export; every other model family the plugin registers has its own reason in
     ``UNSUPPORTED_MODELS`` (none gets the generic one), so all its architectures are listed."""
     from fairseq_ext.__main__ import registrations
-    from fairseq_ext.tools.export import UNSUPPORTED_MODELS, list_archs
+    from fairseq_ext.tools.export import FOLDED_MODELS, UNSUPPORTED_MODELS, list_archs
 
     verdict = {a: r for a, _, r in list_archs()}
-    for arch in ("transformer", "transformer_iwslt_de_en", "transformer_iwslt_small", "transformer_maruf_base"):
+    for arch in ("transformer", "transformer_iwslt_de_en", "transformer_iwslt_small", "transformer_maruf_base",
+                 "transformer_twt"):
         assert verdict[arch] is None, arch
-    for arch in ("transformer_twt", "transformer_jas", "nat_fertility", "rnnsearch_tiny", "transformer_lex",
+    for arch in ("transformer_untied_pos", "transformer_jas", "nat_fertility", "rnnsearch_tiny", "transformer_lex",
                  "bimsmt_rnn", "universal_rnn", "ulr_transformer", "simul_agent"):
         assert verdict[arch], arch
-    assert sorted(UNSUPPORTED_MODELS) == registrations()["models"]
+    assert sorted([*UNSUPPORTED_MODELS, *FOLDED_MODELS]) == registrations()["models"]
     assert set(registrations()["architectures"]) <= set(verdict)
 
 
@@ -396,7 +397,7 @@ def quantized_ids(out: str, err: str):
 
 
 def test_quantized_generate_decodes_every_input_once(tiny_bin, twt_ckpt):
-    """ScaleNorm/FixNorm twt: an architecture CTranslate2 cannot represent."""
+    """ScaleNorm/FixNorm twt through fairseq's own decoder."""
     p = fairseq("generate", tiny_bin, "--task", "translation_ext", "--path", twt_ckpt, "--cpu", "--beam", "5",
                 "--batch-size", "8", "--max-len-b", "30", "--quantize", "int8")
     ids = quantized_ids(p.stdout, p.stderr)

@@ -12,11 +12,19 @@ What converts: every architecture of fairseq's ``transformer`` model -- fairseq'
 plugin's (``transformer_iwslt_small``, ``transformer_wmt_en_de_10l``, ``transformer_wmt_en_de_ffn4096``,
 ``transformer_maruf_base[_bench]``), PostNorm or PreNorm (``--encoder/decoder-normalize-before``, both
 sides alike), learned or sinusoidal positions, shared or separate embeddings, relu/gelu/swish.
+Nguyen's Transformers without Tears (model ``transformer_twt``: ``transformer_twt[_bench]`` and every
+``transformer_twt_*`` thesis preset; PostNorm or PreNorm, LayerNorm, ScaleNorm with learned or fixed g, RMSNorm, with or without
+FixNorm and the output bias) converts by folding (:data:`FOLDED_MODELS`, :mod:`fairseq_ext.tools.export_twt`):
+ScaleNorm g·x/‖x‖ is CTranslate2's RMSNorm with every γ = g/√d (its ε moved from ‖x‖ to the mean square,
+ε' = ε²/d: equal to float32 resolution), FixNorm's unit rows are written normalised into the exported
+embeddings and output projection, and the output bias becomes the projection's bias. Of that family, what
+does not fold is a LayerNorm after the embeddings (``--layernorm-embedding``) beside ScaleNorm/RMSNorm (one
+norm kind per CTranslate2 model) and a decoder without cross-attention.
 What does not (``--list-archs`` prints every registered architecture with its verdict): the plugin's
 other model families change the network in ways CTranslate2's Transformer specification has no slot
-for (:data:`UNSUPPORTED_MODELS`): ScaleNorm/FixNorm (``transformer_twt*``), untied positional
-attention, joint/multi-layer attention (``transformer_jas*``), dual contextual encoders
-(``transformer_dc*``), lexical models (``transformer_lex``, ``transformer_lex_arthur``, ``lstm_luong*``),
+for (:data:`UNSUPPORTED_MODELS`): untied positional attention (``transformer_untied_pos*``: its ScaleNorm/FixNorm
+would fold, its attention does not), joint/multi-layer attention (``transformer_jas*``), dual contextual
+encoders (``transformer_dc*``), lexical models (``transformer_lex``, ``transformer_lex_arthur``, ``lstm_luong*``),
 non-autoregressive decoding (``nat_fertility*``), RNNs (``rnnsearch*``, ``bimsmt*``), copy mechanisms,
 document context, the multi-supervision aux decoders, the trainable greedy decoder, the universal lexical
 representation (``universal*``, ``transformer_ulr*``) and the simultaneous READ/WRITE agent
@@ -63,12 +71,15 @@ RECORD = "fairseq_ext_export.json"
 #: fairseq model names CTranslate2's converter represents (the plugin registers only "transformer" ones).
 SUPPORTED_MODELS = ("transformer",)
 
+#: the plugin's model families folded into CTranslate2's Transformer spec by :mod:`fairseq_ext.tools.export_twt`
+#: (ScaleNorm = RMSNorm with γ = g/√d, FixNorm rows normalised in the exported weights).
+FOLDED_MODELS = ("transformer_twt",)
+
 #: why each other model family of the plugin cannot be represented by CTranslate2's Transformer spec.
 UNSUPPORTED_MODELS = {
-    "transformer_twt": "ScaleNorm/FixNorm (Nguyen's 'Transformers without Tears') replace LayerNorm; "
-                       "CTranslate2 has LayerNorm/RMSNorm only",
     "transformer_untied_pos": "untied positional attention adds a position-position term to every "
-                              "attention score (and twt's ScaleNorm/FixNorm)",
+                              "attention score (its ScaleNorm/FixNorm would fold into RMSNorm, as for "
+                              "transformer_twt; the attention does not)",
     "transformer_jas": "joint attention over several encoder layers (multi-layer multi-head attention)",
     "transformer_dc": "dual contextual encoder (a second, context encoder and its gate)",
     "transformer_lex": "lexical model: a second output distribution from a lexicon mixed into the softmax",
@@ -134,11 +145,18 @@ def unsupported_reason(arch: str, args=None) -> Optional[str]:
     model = ARCH_MODEL_NAME_REGISTRY.get(arch)
     if model is None:
         return "not a registered architecture (is the plugin's --user-dir loaded?)"
-    if model not in SUPPORTED_MODELS:
+    if model not in SUPPORTED_MODELS and model not in FOLDED_MODELS:
         why = UNSUPPORTED_MODELS.get(model, "CTranslate2 converts fairseq's transformer model only")
         return f"(model {model}) {why}"
     if args is None:
         return None
+    if model in FOLDED_MODELS:
+        norm = _get(args, "norm_type", "layernorm")
+        if norm != "layernorm" and _get(args, "layernorm_embedding"):
+            return (f"(model {model}) --layernorm-embedding with --norm-type {norm}: a LayerNorm beside "
+                    f"RMSNorm-folded norms (CTranslate2 has one norm kind per model)")
+        if _get(args, "no_cross_attention"):
+            return f"(model {model}) --no-cross-attention (a decoder without encoder attention)"
     for name, flag in UNSUPPORTED_OPTIONS:
         if _get(args, name):
             return f"option {flag} is not representable"
@@ -171,7 +189,7 @@ def list_archs() -> list[tuple[str, str, Optional[str]]]:
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     return [(a, m, unsupported_reason(a)) for a, m in sorted(ARCH_MODEL_NAME_REGISTRY.items())
-            if m in SUPPORTED_MODELS or m in UNSUPPORTED_MODELS]
+            if m in SUPPORTED_MODELS or m in FOLDED_MODELS or m in UNSUPPORTED_MODELS]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -224,6 +242,8 @@ def export(checkpoint: str, out: str, data: Optional[str] = None, quantization: 
     import fairseq_ext
 
     fairseq_ext.register()  # compat fixes and registrations before the checkpoint is read
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
     from fairseq_ext.modules.checkpoint import load_state
 
     state = load_state(checkpoint)
@@ -252,8 +272,14 @@ def export(checkpoint: str, out: str, data: Optional[str] = None, quantization: 
         raise ToolError("ctranslate2 is not installed: pip install 'fairseq_ext[ctranslate2]'") from None
     del state
     user_dir = user_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    converter = FairseqConverter(checkpoint, data, source_lang=source_lang, target_lang=target_lang,
-                                 user_dir=user_dir)
+    folded = ARCH_MODEL_NAME_REGISTRY[arch] in FOLDED_MODELS
+    if folded:
+        from fairseq_ext.tools.export_twt import TwtConverter
+
+        converter = TwtConverter(checkpoint, data, source_lang=source_lang, target_lang=target_lang)
+    else:
+        converter = FairseqConverter(checkpoint, data, source_lang=source_lang, target_lang=target_lang,
+                                     user_dir=user_dir)
     log(f"[export] {checkpoint} ({arch}) -> {out} ({quantization}, ctranslate2 {ctranslate2.__version__})")
     try:
         converter.convert(out, quantization=quantization, force=True)
@@ -262,7 +288,8 @@ def export(checkpoint: str, out: str, data: Optional[str] = None, quantization: 
                         checkpoint) from None
     record = {"checkpoint": os.path.abspath(checkpoint), "arch": arch, "data": os.path.abspath(data),
               "quantization": quantization, "ctranslate2": ctranslate2.__version__,
-              "converter": "ctranslate2.converters.FairseqConverter",
+              "converter": ("fairseq_ext.tools.export_twt.TwtConverter" if folded
+                            else "ctranslate2.converters.FairseqConverter"),
               "source_lang": source_lang or (seg_info or {}).get("src"),
               "target_lang": target_lang or (seg_info or {}).get("tgt"), "segmentation": None}
     if seg_info is None:
