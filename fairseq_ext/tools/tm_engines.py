@@ -41,6 +41,7 @@ analyzer), for the query and the memory alike.
 from __future__ import annotations
 
 import abc
+import itertools
 import os
 import re
 from collections import Counter
@@ -55,6 +56,7 @@ __all__ = ["TOKENIZER", "ENGINE", "ENGINES", "DEFAULT_ENGINE", "tokenize", "inde
            "Retriever", "TantivyRetriever", "NumpyRetriever"]
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+WORD_RE = re.compile(r"\w+")
 _is_word = re.compile(r"\w").match
 TOKENIZER = r"regex \w+|[^\w\s], case kept (index terms: the \w+ tokens lowercased)"
 ENGINE = "tantivy BM25 (k1=1.2, b=0.75), OR of term queries"   # what the index folder holds (its stamp)
@@ -241,25 +243,27 @@ class NumpyRetriever(Retriever):
                    "scores, exact sums), OR of term queries")
 
     def __init__(self, token_lists: Iterable[Sequence[str]]) -> None:
-        vocab: Dict[str, int] = {}
-        lines: List[int] = []
-        term_ids: List[int] = []
-        freqs: List[int] = []
+        all_terms: List[str] = []
         lengths: List[int] = []
-        for i, toks in enumerate(token_lists):
-            terms = index_terms(toks)
+        for toks in token_lists:
+            # index_terms(toks): the \w+ tokens are the \w+ runs of the tokens joined by spaces
+            words = WORD_RE.findall(" ".join(toks))
+            terms = " ".join(words).lower().split(" ") if words else []
             lengths.append(len(terms))
-            for term, tf in Counter(terms).items():
-                term_ids.append(vocab.setdefault(term, len(vocab)))
-                lines.append(i)
-                freqs.append(tf)
-        self.vocab = vocab
+            all_terms.extend(terms)
         self._n = n = len(lengths)
-        term_arr = np.array(term_ids, dtype=np.int64)
-        order = np.argsort(term_arr, kind="stable")            # postings by term, lines ascending within
-        self.docs = np.array(lines, dtype=np.intp)[order]
-        self.ptr = np.zeros(len(vocab) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(term_arr, minlength=len(vocab)), out=self.ptr[1:])
+        # term ids in first-occurrence order: a new term gets its position, then the positions are ranked
+        first: Dict[str, int] = {}
+        raw = np.fromiter(map(first.setdefault, all_terms, itertools.count()), np.int64, len(all_terms))
+        positions, term_of = np.unique(raw, return_inverse=True)
+        self.vocab = dict(zip(first, np.searchsorted(positions, list(first.values())).tolist()))
+        # postings (term, line) with their frequency, by term then line
+        line_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        keys, freqs = np.unique(term_of.astype(np.int64) * max(n, 1) + line_of, return_counts=True)
+        term_arr, lines = np.divmod(keys, max(n, 1))
+        self.docs = lines.astype(np.intp)
+        self.ptr = np.zeros(len(self.vocab) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(term_arr, minlength=len(self.vocab)), out=self.ptr[1:])
         self.df = np.diff(self.ptr)
         # tantivy's arithmetic, single precision, step by step
         length = np.array(lengths, dtype=np.int64)
@@ -267,7 +271,7 @@ class NumpyRetriever(Retriever):
         table = fieldnorm_table()
         norm_of = K1 * ((_F32(1) - B) + (B * table.astype(_F32)) / avg)      # per one-byte length code
         code = np.searchsorted(table, length, side="right") - 1
-        tf = np.array(freqs, dtype=_F32)[order]
+        tf = freqs.astype(_F32)
         self.tf_factor = tf / (tf + norm_of[code[self.docs]])
         df = self.df.astype(_F32)
         idf = _logf_vector(_F32(1) + ((_F32(n) - df) + _F32(0.5)) / (df + _F32(0.5)))
