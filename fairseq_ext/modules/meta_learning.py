@@ -27,9 +27,11 @@ of it; language-specific learning on D gives θ′, whose loss on D′ is the me
    step's gradient; at θ̂ it is evaluated with the same dropout masks);
 4. θ is restored and Δε is 0 again; the parameters outside ``meta`` (Δε) keep the ``.grad`` they had.
 
-The caller's optimiser (the meta optimiser η′) then steps θ.  The meta-gradient is in the scale of the
-``loss_fn``'s loss (a sum, as fairseq criterions return it); fairseq's trainer divides it by the returned
-``sample_size`` of D′.
+Steps 1–2 are :func:`language_specific_learning` (the task's inner loop), step 3
+:func:`meta_objective_gradient` (the meta-objective; the criterion ``metanmt_cross_entropy`` computes it with
+its likelihood term). The caller's optimiser (the meta optimiser η′) then steps θ.  The meta-gradient is
+in the scale of the ``loss_fn``'s loss (a sum, as fairseq criterions return it); fairseq's trainer divides
+it by the returned ``sample_size`` of D′.
 
 Parameter partition (§6.3.3 and the spec's REC): ``fast`` = updated by language-specific learning =
 encoder, decoder, Δε; ``meta`` = updated by the meta step = encoder, decoder, ε_U, A.  "During
@@ -44,6 +46,9 @@ Fine-tuning on the target task (§6.4.2, after Zoph et al., 2016), :func:`apply_
 ``emb`` = the source embedding's trainable part (Δε with ULR, the embedding table otherwise), ``emb+enc``
 = + the encoder, ``all`` = + the decoder (and everything else); the ``learn_frozen`` parameters (ε_U, A)
 are frozen in every strategy.
+
+The proximal prior of Eq. 6.2–6.3 (language-specific learning as MAP estimation under θ_i ~ N(θ_i^0, 1/β²)):
+the NLL plus β‖θ − θ^0‖², :func:`proximal_term`; its gradient is 2β(θ − θ^0).
 
 Finite differences: Eq. 6.8 differentiates one *SGD* step θ′ = θ − η∇L^D(θ); with ``inner_optimizer="sgd"``
 and small ν it is the exact second-order MAML gradient (a test checks it against autograd); with the
@@ -150,6 +155,19 @@ def _set_rng_state(state) -> None:
 
 
 @dataclass
+class InnerLearning:
+    """What language-specific learning on D (step 2) leaves for the meta-objective (step 3)."""
+
+    theta: List[Tensor]  # the fast parameters at θ (restored in step 4)
+    losses: List[float]  # L^D before each inner step ([0]: at θ)
+    sample_size: float  # of D
+    optimizer: torch.optim.Optimizer  # the (fresh) inner optimiser of this episode
+    lr: float  # η
+    grad_at_theta: Optional[Tuple[Optional[Tensor], ...]] = None  # ∇L^D(θ), every parameter (finite differences)
+    rng_before: Any = None  # the RNG state of ∇L^D(θ)'s dropout masks (finite differences)
+
+
+@dataclass
 class EpisodeResult:
     """What one episode leaves besides the ``.grad`` of the meta parameters."""
 
@@ -161,9 +179,100 @@ class EpisodeResult:
     inner_optimizer: torch.optim.Optimizer  # the (fresh) inner optimiser of this episode
 
 
+# (outer_batch, inner_batch, partition, inner, backward) -> (L^{D′}(θ′), sample size, logging output); it leaves
+# the meta-gradient in the ``.grad`` of the meta parameters (step 3)
+MetaObjective = Callable[[Any, Any, ParameterPartition, InnerLearning, Callable[[Tensor], None]],
+                         Tuple[Tensor, Any, Dict[str, Any]]]
+
+
+def _everyone(partition: ParameterPartition) -> List[nn.Parameter]:
+    fast = partition.tensors("fast")
+    fast_ids = {id(p) for p in fast}
+    return fast + [p for p in partition.tensors("meta") if id(p) not in fast_ids]
+
+
+def language_specific_learning(loss_fn: LossFn, inner_batch, partition: ParameterPartition, inner_lr: float,
+                               inner_steps: int = 1, inner_optimizer: str = "adam",
+                               keep_gradient_at_theta: bool = False,
+                               theta: Optional[List[Tensor]] = None) -> InnerLearning:
+    """Steps 1–2 (module doc): snapshot θ (or take the snapshot ``theta``), then ``inner_steps`` steps of a
+    fresh inner optimiser on D over the fast parameters (Eq. 6.5): the model is at θ′ when it returns.
+    ``keep_gradient_at_theta``: also keep ∇L^D(θ) of every parameter and the RNG state before it (what
+    Eq. 6.8 needs)."""
+    fast = partition.tensors("fast")
+    everyone = _everyone(partition)
+    if theta is None:
+        theta = [p.detach().clone() for p in fast]
+    opt = make_inner_optimizer(fast, inner_optimizer, inner_lr)
+    inner = InnerLearning(theta, [], 1.0, opt, inner_lr,
+                          rng_before=_rng_state() if keep_gradient_at_theta else None)
+    for step in range(inner_steps):
+        loss, n, _ = loss_fn(inner_batch)
+        inner.sample_size = _as_float(n)
+        keep = keep_gradient_at_theta and step == 0
+        grads = torch.autograd.grad(loss / inner.sample_size, everyone if keep else fast, allow_unused=True)
+        if keep:
+            inner.grad_at_theta = grads  # ∇L^D at θ, for every parameter (Eq. 6.8's last term)
+        for p, g in zip(fast, grads[: len(fast)]):
+            p.grad = g
+        opt.step()
+        for p in fast:
+            p.grad = None
+        inner.losses.append(float(loss.detach()))
+    return inner
+
+
+def meta_objective_gradient(loss_fn: LossFn, outer_batch, inner_batch, partition: ParameterPartition,
+                            inner: InnerLearning, backward: Optional[Callable[[Tensor], None]] = None,
+                            meta_gradient: str = "first_order", fd_nu: float = 1e-4
+                            ) -> Tuple[Tensor, Any, Dict[str, Any]]:
+    """Step 3 (module doc): the meta-objective L^{D′}(θ′) of Eq. 6.4 (``loss_fn`` on D′, the model at θ′) and
+    its meta-gradient passed through ``backward``: ∇_{θ′}L^{D′}(θ′) (Eq. 6.10) or, with
+    ``"finite_difference"``, Eq. 6.8 with θ̂ of Eq. 6.9 (``inner`` must then hold ∇L^D(θ); the model is left at
+    θ̂ on the fast coordinates — step 4 restores θ). Returns ``loss_fn``'s (loss, sample size, logging
+    output) on D′."""
+    if meta_gradient not in META_GRADIENTS:
+        raise ValueError(f"unknown meta gradient {meta_gradient!r} (choose from {', '.join(META_GRADIENTS)})")
+    backward = backward or (lambda loss: loss.backward())
+    outer_loss, outer_n, logging_output = loss_fn(outer_batch)
+    if meta_gradient == "first_order":
+        backward(outer_loss)  # Eq. 6.10: ∇_{θ′} L^{D′}(θ′) lands in .grad
+        return outer_loss, outer_n, logging_output
+    if inner.grad_at_theta is None:
+        raise ValueError("finite_difference meta-gradients need ∇L^D(θ) from language-specific learning "
+                         "(keep_gradient_at_theta=True)")
+    fast, everyone = partition.tensors("fast"), _everyone(partition)
+    meta_ids = {id(p) for p in partition.tensors("meta")}
+    rng_after = _rng_state()
+    n_out = _as_float(outer_n)
+    g_prime = torch.autograd.grad(outer_loss, everyone, allow_unused=True)
+    # θ̂ = θ + ν ∇_{θ′} L^{D′}(θ′) on the fast coordinates (Eq. 6.9; of the per-token mean loss)
+    with torch.no_grad():
+        for p, t, g in zip(fast, inner.theta, g_prime[: len(fast)]):
+            p.copy_(t if g is None else t + fd_nu * g / n_out)
+    _set_rng_state(inner.rng_before)  # the dropout masks of ∇L^D(θ)
+    loss_hat, n_hat, _ = loss_fn(inner_batch)
+    g_hat = torch.autograd.grad(loss_hat / _as_float(n_hat), everyone, allow_unused=True)
+    _set_rng_state(rng_after)
+    scale = n_out * inner.lr / fd_nu
+    surrogate = outer_loss.new_zeros(())
+    for p, g1, gh, g0 in zip(everyone, g_prime, g_hat, inner.grad_at_theta):
+        if id(p) not in meta_ids:
+            continue
+        total = torch.zeros_like(p) if g1 is None else g1.detach().clone()
+        if gh is not None:
+            total -= scale * (gh - (g0 if g0 is not None else 0))
+        elif g0 is not None:
+            total += scale * g0
+        surrogate = surrogate + (p * total).sum()  # Eq. 6.8, passed through ``backward``
+    backward(surrogate)
+    return outer_loss, outer_n, logging_output
+
+
 def maml_episode(loss_fn: LossFn, inner_batch, outer_batch, partition: ParameterPartition, inner_lr: float,
                  inner_steps: int = 1, inner_optimizer: str = "adam", meta_gradient: str = "first_order",
-                 fd_nu: float = 1e-4, backward: Optional[Callable[[Tensor], None]] = None) -> EpisodeResult:
+                 fd_nu: float = 1e-4, backward: Optional[Callable[[Tensor], None]] = None,
+                 meta_objective: Optional[MetaObjective] = None) -> EpisodeResult:
     """One MetaNMT episode (module doc, steps 0–4): ``.grad`` of the meta parameters += ∇L^{D′} at θ′
     (Eq. 6.10, or Eq. 6.8 with ``finite_difference``); every parameter is back at θ and Δε at 0 when it
     returns.
@@ -171,7 +280,8 @@ def maml_episode(loss_fn: LossFn, inner_batch, outer_batch, partition: Parameter
     ``loss_fn(batch) -> (loss, sample_size, logging_output)`` computes the summed loss of the model the
     ``partition`` belongs to (a fairseq criterion called on the model); ``backward(loss)`` backpropagates
     the meta loss (default ``loss.backward()``; fairseq passes ``optimizer.backward`` so loss scaling
-    applies)."""
+    applies). ``meta_objective`` replaces step 3 (default: :func:`meta_objective_gradient` with ``loss_fn``,
+    ``meta_gradient`` and ``fd_nu``; the criterion ``metanmt_cross_entropy`` passes its own)."""
     if inner_steps < 1:
         raise ValueError(f"inner_steps must be >= 1, got {inner_steps}")
     if meta_gradient not in META_GRADIENTS:
@@ -183,10 +293,12 @@ def maml_episode(loss_fn: LossFn, inner_batch, outer_batch, partition: Parameter
     if fd and not fd_nu > 0:
         raise ValueError(f"fd_nu must be > 0, got {fd_nu}")
     backward = backward or (lambda loss: loss.backward())
-    fast, meta, reset = partition.tensors("fast"), partition.tensors("meta"), partition.tensors("reset")
-    fast_ids = {id(p) for p in fast}
-    meta_ids = {id(p) for p in meta}
-    everyone = fast + [p for p in meta if id(p) not in fast_ids]
+    if meta_objective is None:
+        def meta_objective(outer, inner_b, part, inner, back):
+            return meta_objective_gradient(loss_fn, outer, inner_b, part, inner, back, meta_gradient, fd_nu)
+    fast, reset = partition.tensors("fast"), partition.tensors("reset")
+    meta_ids = {id(p) for p in partition.tensors("meta")}
+    everyone = _everyone(partition)
 
     # 0. Δε^k = 0;  1. snapshot θ (the fast parameters are the only ones that move before step 4)
     with torch.no_grad():
@@ -196,55 +308,12 @@ def maml_episode(loss_fn: LossFn, inner_batch, outer_batch, partition: Parameter
     stashed = [p.grad for p in everyone]  # meta-gradients of earlier episodes of this update
     for p in everyone:
         p.grad = None
-    opt = make_inner_optimizer(fast, inner_optimizer, inner_lr)
-    inner_losses: List[float] = []
-    inner_n = 1.0
-    grad_d_theta: Optional[Tuple[Optional[Tensor], ...]] = None
-    rng_before_inner = _rng_state() if fd else None
     try:
         # 2. language-specific learning on D with a fresh inner optimiser: θ → θ′
-        for step in range(inner_steps):
-            loss, n, _ = loss_fn(inner_batch)
-            inner_n = _as_float(n)
-            wrt = everyone if (fd and step == 0) else fast
-            grads = torch.autograd.grad(loss / inner_n, wrt, allow_unused=True)
-            if fd and step == 0:
-                grad_d_theta = grads  # ∇L^D at θ, for every parameter (Eq. 6.8's last term)
-            for p, g in zip(fast, grads[: len(fast)]):
-                p.grad = g
-            opt.step()
-            for p in fast:
-                p.grad = None
-            inner_losses.append(float(loss.detach()))
-
-        # 3. L^{D′}(θ′), its gradient at θ′
-        outer_loss, outer_n, logging_output = loss_fn(outer_batch)
-        if not fd:
-            backward(outer_loss)  # Eq. 6.10: ∇_{θ′} L^{D′}(θ′) lands in .grad
-        else:
-            rng_after = _rng_state()
-            n_out = _as_float(outer_n)
-            g_prime = torch.autograd.grad(outer_loss, everyone, allow_unused=True)
-            # θ̂ = θ + ν ∇_{θ′} L^{D′}(θ′) on the fast coordinates (Eq. 6.9; of the per-token mean loss)
-            with torch.no_grad():
-                for p, t, g in zip(fast, theta, g_prime[: len(fast)]):
-                    p.copy_(t if g is None else t + fd_nu * g / n_out)
-            _set_rng_state(rng_before_inner)  # the dropout masks of ∇L^D(θ)
-            loss_hat, n_hat, _ = loss_fn(inner_batch)
-            g_hat = torch.autograd.grad(loss_hat / _as_float(n_hat), everyone, allow_unused=True)
-            _set_rng_state(rng_after)
-            scale = n_out * inner_lr / fd_nu
-            surrogate = outer_loss.new_zeros(())
-            for p, g1, gh, g0 in zip(everyone, g_prime, g_hat, grad_d_theta):
-                if id(p) not in meta_ids:
-                    continue
-                total = torch.zeros_like(p) if g1 is None else g1.detach().clone()
-                if gh is not None:
-                    total -= scale * (gh - (g0 if g0 is not None else 0))
-                elif g0 is not None:
-                    total += scale * g0
-                surrogate = surrogate + (p * total).sum()  # Eq. 6.8, passed through ``backward``
-            backward(surrogate)
+        inner = language_specific_learning(loss_fn, inner_batch, partition, inner_lr, inner_steps, inner_optimizer,
+                                           keep_gradient_at_theta=fd, theta=theta)
+        # 3. L^{D′}(θ′), its meta-gradient
+        outer_loss, outer_n, logging_output = meta_objective(outer_batch, inner_batch, partition, inner, backward)
     finally:
         # 4. restore θ, Δε = 0
         with torch.no_grad():
@@ -255,7 +324,8 @@ def maml_episode(loss_fn: LossFn, inner_batch, outer_batch, partition: Parameter
     for p, old in zip(everyone, stashed):
         g = p.grad if id(p) in meta_ids else None
         p.grad = g if old is None else (old if g is None else old + g)
-    return EpisodeResult(outer_loss.detach(), outer_n, logging_output, inner_losses, inner_n, opt)
+    return EpisodeResult(outer_loss.detach(), outer_n, logging_output, inner.losses, inner.sample_size,
+                         inner.optimizer)
 
 
 # ----------------------------------------------------------------------------------------------- fine-tuning
@@ -280,3 +350,16 @@ def apply_finetune_strategy(model: nn.Module, strategy: str) -> Set[str]:
     for n, p in model.named_parameters():
         p.requires_grad_(n in trainable)
     return trainable
+
+
+# ----------------------------------------------------------------------------------------------- the proximal prior
+def proximal_term(params: Sequence[Tensor], reference: Sequence[Tensor]) -> Tensor:
+    """‖θ − θ^0‖² = Σ_i (θ_i − θ_i^0)² over ``params`` and their ``reference`` values (Eq. 6.3's second term,
+    without β), in float32; differentiable in ``params``."""
+    if len(params) != len(reference):
+        raise ValueError(f"proximal term: {len(params)} parameters but {len(reference)} reference tensors")
+    total = None
+    for p, r in zip(params, reference):
+        d = ((p.float() - r.float()) ** 2).sum()
+        total = d if total is None else total + d
+    return total if total is not None else torch.zeros(())

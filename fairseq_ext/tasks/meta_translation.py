@@ -17,9 +17,11 @@ N episodes whose meta-gradients add up, the Σ_k of Eq. 6.6); the batch fairseq 
   D over the fast parameters, the loss on D′ at θ′ backpropagated through fairseq's ``optimizer.backward``
   (Eq. 6.10; ``--meta-gradient finite_difference`` adds the Hessian term of Eq. 6.8 with ν = ``--fd-nu``),
   θ restored; then fairseq's optimiser (the meta optimiser, η′) steps θ with the gradient divided by
-  D′'s sample size. Parameter roles come from the model (``ulr_transformer --ulr``: ε_U, A fixed in the
-  inner loop, Δε fixed in the meta update and zero at every episode start). The logged ``loss`` is
-  L^{D′}(θ′), ``inner_loss`` L^D(θ).
+  D′'s sample size. The loss at θ′ on D′ and its meta-gradient (step 3) are the criterion's when it has a
+  ``meta_objective`` (``--criterion metanmt_cross_entropy``); with another criterion (``cross_entropy``) they
+  are that criterion's loss and the same meta-gradient. Parameter roles come from the model
+  (``ulr_transformer --ulr``: ε_U, A fixed in the inner loop, Δε fixed in the meta update and zero at every
+  episode start). The logged ``loss`` is L^{D′}(θ′), ``inner_loss`` L^D(θ).
 
 The meta state is θ, fairseq's optimiser and lr scheduler (the inner Adam is fresh every episode, Δε is
 zero between episodes, the episode draws are a function of (seed, update)): a fairseq checkpoint resumes
@@ -41,7 +43,8 @@ EOS not counted) add up to at most N (at least one pair) — the thesis's 4k/16k
 training sets; ``--finetune-strategy`` (``all`` / ``emb+enc`` / ``emb``, §6.4.2 after Zoph et al. 2016) sets
 ``requires_grad`` in ``build_model`` (fairseq's optimiser only takes parameters that require grad; ε_U and
 A are frozen in all three). Start it from a meta-learned (or multilingual) checkpoint with
-``--finetune-from-model``.
+``--finetune-from-model``; ``--criterion metanmt_cross_entropy --proximal-weight β`` adds the proximal prior
+β‖θ − θ^0‖² of Eq. 6.3 towards that checkpoint's parameters.
 
 The multilingual-transfer baseline of Fig. 6.3 (Eq. 6.11) needs no code of its own: ``universal_translation``
 + ``ulr_transformer --ulr --ulr-freeze-delta`` joint training, then ``ulr_finetune_translation``.
@@ -282,6 +285,13 @@ class MetaTranslationTask(UniversalTranslationTask):
                     ", ".join(sorted(set(part.meta) - set(part.fast))) or "none", ", ".join(part.reset) or "none")
         return model
 
+    def build_criterion(self, cfg, from_checkpoint=False):
+        criterion = super().build_criterion(cfg, from_checkpoint)
+        if getattr(criterion, "proximal_weight", 0) > 0:
+            raise ValueError("meta_translation: --proximal-weight is the prior of fine-tuning on the target task "
+                             "(ulr_finetune_translation); meta-training takes --proximal-weight 0")
+        return criterion
+
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if torch.distributed.is_available() and torch.distributed.is_initialized() \
                 and torch.distributed.get_world_size() > 1:
@@ -305,11 +315,17 @@ class MetaTranslationTask(UniversalTranslationTask):
         def loss_fn(batch):
             return criterion(model, batch)
 
+        objective = None  # step 3 with the criterion's loss (e.g. cross_entropy)
+        if callable(getattr(criterion, "meta_objective", None)):  # the criterion computes the meta-objective
+            def objective(outer, inner_b, part, inner, back):
+                return criterion.meta_objective(model, outer, inner_b, part, inner, back,
+                                                meta_gradient=self.cfg.meta_gradient, fd_nu=self.cfg.fd_nu)
+
         with self.autocast():
             res = maml_episode(loss_fn, inner_batch, outer_batch, self._partition[1], inner_lr=inner_lr,
                                inner_steps=self.cfg.inner_steps, inner_optimizer=self.cfg.inner_optimizer,
                                meta_gradient=self.cfg.meta_gradient, fd_nu=self.cfg.fd_nu,
-                               backward=optimizer.backward)
+                               backward=optimizer.backward, meta_objective=objective)
         log = dict(res.logging_output)
         log["meta_inner_loss"] = res.inner_losses[0]
         log["meta_inner_sample_size"] = res.inner_sample_size
