@@ -62,6 +62,7 @@ def main(argv=None):
     ap.add_argument("--ft-updates", type=int, default=200)
     ap.add_argument("--ft-lr", default="1e-3")
     ap.add_argument("--strategy", default="all")
+    ap.add_argument("--ft-seed", type=int, default=1, help="fine-tuning seed (batch order, dropout)")
     ap.add_argument("--valid-every", type=int, default=10)
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--betas", default="0,0.01,0.1,1", help="the --proximal-weight values, comma-separated")
@@ -75,7 +76,7 @@ def main(argv=None):
         sys.exit("error: give --data or --build-tiny")
     ud = ["--user-dir", ROOT / "fairseq_ext"]
     common = ["--arch", a.arch, "--ulr", "--criterion", "metanmt_cross_entropy", "--optimizer", "adam",
-              "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--max-tokens", a.max_tokens, "--seed", "1", "--cpu",
+              "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--max-tokens", a.max_tokens, "--cpu",
               "--no-progress-bar", "--log-format", "simple", "--log-interval", a.valid_every,
               "--no-epoch-checkpoints"]
     meta_dir = out / "meta"
@@ -83,19 +84,20 @@ def main(argv=None):
     if not meta_ckpt.exists():
         sh([BIN / "fairseq-train", data, *ud, "--task", "meta_translation", "--train-subset",
             f"train_meta_{a.valid_lang}", "--valid-subset", f"valid_{a.valid_lang}", "--meta-langs", a.meta_langs,
-            "--inner-steps", 1, "--inner-optimizer", "adam", "--meta-gradient", "first_order", *common,
+            "--inner-steps", 1, "--inner-optimizer", "adam", "--meta-gradient", "first_order", *common, "--seed", 1,
             "--lr", a.meta_lr, "--lr-scheduler", "inverse_sqrt", "--warmup-updates", 20,
             "--max-update", a.meta_updates, "--disable-validation", "--save-dir", meta_dir], out / "meta.log")
     theta0 = torch.load(meta_ckpt, map_location="cpu", weights_only=False)["model"]
     curves, summary = {}, {"settings": vars(a) | {"data": str(data), "out": str(out), "png": str(a.png)}, "runs": {}}
     for beta in a.betas.split(","):
-        d = out / f"ft_beta{beta}"
+        d = out / (f"ft_beta{beta}" + (f"_seed{a.ft_seed}" if a.ft_seed != 1 else ""))
         log = d / "train.log"
         if not (d / "checkpoint_last.pt").exists():
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
             sh([BIN / "fairseq-train", data, *ud, "--task", "ulr_finetune_translation", "--finetune-from-model",
-                meta_ckpt, "--finetune-strategy", a.strategy, "--proximal-weight", beta, *common, "--lr", a.ft_lr,
+                meta_ckpt, "--finetune-strategy", a.strategy, "--proximal-weight", beta, *common, "--seed", a.ft_seed,
+                "--lr", a.ft_lr,
                 "--lr-scheduler", "fixed", "--max-update", a.ft_updates, "--validate-interval", 1000,
                 "--validate-interval-updates", a.valid_every, "--save-interval", 1000, "--eval-bleu",
                 "--eval-bleu-args", '{"beam": 1, "max_len_a": 1.2, "max_len_b": 10}',
@@ -110,11 +112,12 @@ def main(argv=None):
                                  "best_dev_loss_updates": best_loss["updates"], "last_dev_loss": rows[-1]["dev_loss"],
                                  "best_dev_bleu": best_bleu["dev_bleu"], "best_dev_bleu_updates": best_bleu["updates"],
                                  "last_dev_bleu": rows[-1]["dev_bleu"], "train_wall_s": rows[-1]["train_wall_s"]}
-    write_curves_csv(out / "curves.csv", curves)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    png = out / "proximal_curves.png"
+    tag = f"_seed{a.ft_seed}" if a.ft_seed != 1 else ""
+    write_curves_csv(out / f"curves{tag}.csv", curves)
+    (out / f"summary{tag}.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    png = out / f"proximal_curves{tag}.png"
     plot_curves(curves, png, f"fine-tuning {a.target} ({a.strategy}) from the meta-learned {a.arch}: proximal "
-                             f"weight beta (Eq. 6.3)")
+                             f"weight beta (Eq. 6.3), seed {a.ft_seed}")
     if a.png:
         shutil.copyfile(png, a.png)
     for beta, r in summary["runs"].items():
