@@ -21,6 +21,8 @@
 #   DATA=tiny bash recipes/gu/ch6.sh                # the committed tiny multi-parallel slice, tiny models, 2 draws
 #                                                   # (~8 min next to other work)
 #   MODE=thesis bash recipes/gu/ch6.sh              # print the thesis-setting commands (RUN=1: run them)
+#   python recipes/gu/ch6_proximal.py --build-tiny --out runs/gu_ch6_proximal   # fine-tuning with Eq. 6.3's prior
+#                                                   # (--criterion metanmt_cross_entropy --proximal-weight B)
 #
 # ---- Thesis settings (MODE=thesis; data you provide, a GPU assumed) --------------------------------------------
 # Source tasks (§6.4.1): Europarl Bg Cs Da De El Es Et Fr Hu It Lt Nl Pl Pt Sk Sl Sv (17) + Ru (WMT'17 subsample,
