@@ -374,20 +374,21 @@ class NumpyRetriever(Retriever):
         # every term score is positive: the smallest positive double as the bound selects all matches
         bound = np.full(n_q, np.nextafter(0.0, 1.0))
         if probe:
-            mark = np.zeros(flat.shape, dtype=bool)
-            mark[self._postings(probe)] = True
-            cells = np.flatnonzero(mark)                  # distinct (query, line), by query then line
-            ends = np.cumsum(np.bincount(cells // n_lines, minlength=n_q)).tolist()
-            begin = 0
-            for i, end in enumerate(ends):
-                if end - begin >= n:
-                    scores = flat[cells[begin:end]]
-                    bound[i] = np.partition(scores, len(scores) - n)[len(scores) - n]
-                begin = end
+            cells = np.sort(self._postings(probe))
+            cells = cells[np.concatenate(([True], cells[1:] != cells[:-1]))]   # distinct, by query then line
+            rows = cells // n_lines
+            counts = np.bincount(rows, minlength=n_q)
+            width = int(counts.max())
+            if width >= n:                                # the n-th best of each row, padded with -1
+                padded = np.full((n_q, width), -1.0)
+                padded[rows, np.arange(len(cells)) - np.repeat(np.cumsum(counts) - counts, counts)] = flat[cells]
+                nth = np.partition(padded, width - n, axis=1)[:, width - n]
+                bound = np.where(counts >= n, nth, bound)
         cells = np.flatnonzero(total >= bound[:, None])  # by query, then line
         rows, lines = np.divmod(cells, n_lines)
         scores = flat[cells]
-        order = np.lexsort((lines, -scores, rows))       # by query; score descending; line ascending
+        order = np.argsort(-scores, kind="stable")       # score descending; line ascending (the cell order)
+        order = order[np.argsort(rows[order], kind="stable")]                # by query
         lines, scores = lines[order], scores[order]
         out = []
         begin = 0
