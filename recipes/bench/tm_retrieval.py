@@ -13,7 +13,7 @@ wall-clock speed-up against ``old``, and the **agreement**: the share of queries
 (kept candidates, their fuzzy scores, Algorithm 1's selection) is identical to ``old``'s.
 
     OMP_NUM_THREADS=1 .venv/bin/python recipes/bench/tm_retrieval.py \\
-        --memory-src data/bible_es_en/raw/train.es --query data/bible_es_en/raw/test.es --old-rev 12714bc
+        --memory-src data/bible_es_en/raw/train.es --query data/bible_es_en/raw/test.es --old-rev b7e6130
 
 (the index is built in a temporary folder unless ``--index`` names one built by ``fairseq-ext-tm
 build-index``).
