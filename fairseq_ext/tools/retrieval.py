@@ -28,7 +28,7 @@ Pipeline (one query)
    tokens); order (one ``lexsort``): fuzzy score descending,
    then BM25 descending, then memory index ascending (deterministic). The best ``--keep`` (16 = the
    largest K of the thesis) are written.
-4. **Adaptive selection** (:func:`adaptive_select`, Algorithm 1 with the union erratum of spec §4.8):
+4. **Adaptive selection** (:func:`adaptive_select`, Algorithm 1 with the union erratum):
    walking the kept candidates best first, a candidate is added to the selected set R when the coverage
    ``c = Σ_{x∈X} δ[x ∈ R.keys ∪ {X'_k}] / |X|`` (tokens of X with repeats, case kept, punctuation
    included) strictly increases. With the union, R is exactly the candidates that contain at least one
@@ -36,7 +36,8 @@ Pipeline (one query)
 
 Training mode (``--train-mode`` = ``--exclude-self``, the query file is the memory): the query's own line
 is never a candidate (§4.2.3, "ensuring that the exact copy is not included"); ``--exclude-identical``
-also drops every memory line whose tokens equal the query's (fuzzy 1.0; default off, as in spec §4.8).
+also drops every memory line whose tokens equal the query's (fuzzy 1.0; default off: the thesis excludes
+only the exact copy).
 An empty query line gets an empty answer; every query line gets exactly one output line.
 
 The engines
@@ -45,7 +46,7 @@ The engines
 BM25 score)]`` best first, and ``len()``); fuzzy re-ranking and Algorithm 1 are engine-independent
 functions. Two engines are shipped (:mod:`fairseq_ext.tools.tm_engines`, ``--engine``), with the same
 BM25 -- tantivy's, whose parameters are fixed at **k1 = 1.2, b = 0.75** (constants of the Rust library),
-the Lucene defaults spec §4.8 asks for (Lucene's BM25 with the ``(k1 + 1)`` factor, the same ranking),
+the Lucene defaults (Lucene's BM25 with the ``(k1 + 1)`` factor, the same ranking),
 line lengths quantised to one byte as Lucene's norms are:
 
 * ``numpy`` (default, :class:`NumpyRetriever`): the memory's postings in arrays, built from the memory

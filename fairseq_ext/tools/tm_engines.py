@@ -229,11 +229,11 @@ def _logf_vector(x: np.ndarray) -> np.ndarray:
 class NumpyRetriever(Retriever):
     """BM25 with tantivy's scores (see the module docstring) over postings held in numpy arrays.
 
-    ``NumpyRetriever(token_lists)``: line ``i`` of the memory is ``token_lists[i]`` (word tokens of
-    :func:`tokenize`). A query scores every line that contains one of its terms (one ``bincount`` over
-    the concatenated postings), then selects the best ``n`` by partition: first over the lines of the
-    rarest query terms, which gives a lower bound of the ``n``-th best score, then over the lines at or
-    above that bound."""
+    ``NumpyRetriever(token_lists)``: line ``i`` of the memory is ``token_lists[i]`` (word tokens as
+    :func:`tokenize` gives them). Queries are answered a batch at a time (:meth:`search_batch`): every
+    line that contains a query term is scored (:meth:`score_matrix`), then the best ``n`` are selected
+    above a lower bound of the ``n``-th best score (the ``n``-th best among the lines of the rarest
+    query terms)."""
 
     name = "numpy"
     DENSE_SHARE = 8            # a term in more than 1/8 of the lines is also held as a dense row ...
