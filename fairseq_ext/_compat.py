@@ -38,22 +38,12 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    :func:`patch_background_loader` lets the prefetcher stop between batches and stops every live
    one at exit.
 7. Quiet the harmless per-command warnings (hydra deprecations, pin_memory without accelerator).
-8. **``--quantize {none,int8}``: the CPU fast path of fairseq-generate / fairseq-interactive.**  The
-   plugin cannot add options to fairseq's own parsers, so :func:`patch_quantize_option` adds a field
-   ``quantize`` to fairseq's ``GenerationConfig`` (the *Generation* argument group and
-   ``cfg.generation`` are both built from that dataclass; hydra's schema is re-stored) and wraps
-   ``BaseFairseqModel.prepare_for_inference_``, which both CLIs (and fairseq's hub interface) call on
-   every model right after ``checkpoint_utils.load_model_ensemble``: with ``--quantize int8`` the
-   loaded model gets :func:`fairseq_ext.modules.fast_inference.optimize_for_inference_` (int8 dynamic
-   quantisation of every ``nn.Linear``), for every architecture.  Documented in that module.
-9. **Frozen weights under CPU bf16 autocast.**  ``torch.matmul`` folds a >= 3-D input into a matrix (at
-   most one contiguous copy of the activations, then one GEMM) when the weight needs a gradient; otherwise an
-   input whose strides do not fold for free (fairseq's time-major decoder states transposed to batch-major, even
-   the ``B x 1 x C`` step of incremental decoding) goes to ``bmm`` with the weight expanded and copied once per
-   batch element.  Under ``torch.autocast("cpu", torch.bfloat16)`` (``--cpu-bf16``) that made every model with
-   frozen parameters slow -- a distillation teacher decoding a 242-sentence batch took 127 s instead of 4.1 s;
-   a 3+3 transformer's 10 greedy steps at batch 128, 40 s instead of 0.6 s.  :func:`patch_frozen_linear` folds the input itself (``reshape`` to 2-D, one GEMM), the
-   computation a trainable weight gets, so frozen and trainable weights take the same path.
+
+(8, 9 and 11 are features of the plugin, not fixes of the base, each in its own module, applied when the plugin
+registers: ``--quantize int8`` in :mod:`fairseq_ext.modules.fast_inference`, the fold of frozen weights under CPU
+bf16 autocast in :mod:`fairseq_ext.modules.frozen_linear`, the early-stopping state kept across a resumption in
+:mod:`fairseq_ext.modules.patience_resume`.)
+
 10. **A finished training epoch's DataLoader workers end.**  For a dataset it cannot reuse across epochs
    (``can_reuse_epoch_itr_across_epochs`` False, e.g. ``universal_translation``'s language temperature sampling)
    fairseq builds a new ``EpochBatchIterator`` every epoch, each with *persistent* workers, and the old iterator is
@@ -62,15 +52,6 @@ Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir f
    resampled every 16 updates reached 49 epochs (765 updates) before the kernel's memory killer stopped a run
    beside it and then it.  :func:`patch_train_iterator_workers` wraps ``Trainer.get_train_iterator``: when it
    hands out a different iterator, the previous one (its epoch is over) shuts its workers down.
-11. **Early stopping survives a resumption.**  ``fairseq_cli.train.should_stop_early`` keeps ``--patience``'s
-   best value and count of validations without improvement in memory only, so a resumed run started counting
-   again from zero (and compared against its first new validation, not the best so far): a run interrupted
-   once trained up to ``--patience`` validations longer than an uninterrupted one, and every multi-session
-   convergence run did.  :func:`patch_patience_resume` saves both in the checkpoint's extra state and restores
-   them with it (not under ``--reset-meters`` / ``--reset-optimizer``, as fairseq's own best value), so a
-   resumed run stops at the update the uninterrupted run would have stopped at.  A checkpoint of a run trained
-   without ``--patience`` (continued to convergence with it) holds no such state: the count then starts from
-   fairseq's own best metric of that checkpoint, so validations below it count from the first one.
 12. **``--help`` lists the options of the named task, architecture and criterion.**  ``fairseq-train DATA --task
    doc_translation --help`` showed no ``--doc-*`` option: ``options.parse_args_and_arch`` parses the command
    line once to learn ``--task``/``--arch``/``--criterion``/... and only then adds their options for the second
@@ -337,76 +318,6 @@ def patch_background_loader() -> None:
     iterators.BackgroundConsumer = StoppableConsumer
 
 
-# ------------------------------------------------------------------------------------------------
-# fix 8: --quantize {none,int8} (the CPU fast path; fairseq_ext.modules.fast_inference)
-def patch_quantize_option() -> None:
-    """Add ``--quantize`` to fairseq's generation options and apply it when a model is prepared for
-    inference (fix 8)."""
-    import dataclasses
-
-    from fairseq.dataclass import ChoiceEnum, configs
-    from fairseq.models import BaseFairseqModel
-
-    from fairseq_ext.modules import fast_inference
-
-    gen = configs.GenerationConfig
-    if "quantize" not in gen.__dataclass_fields__:
-        typ = ChoiceEnum(list(fast_inference.QUANTIZE_CHOICES))
-        f = dataclasses.field(default="none", metadata={"help": fast_inference.QUANTIZE_HELP})
-        f.name, f.type, f._field_type = "quantize", typ, dataclasses._FIELD
-        gen.__dataclass_fields__["quantize"] = f
-        gen.__annotations__["quantize"] = typ
-        gen.quantize = "none"
-        from fairseq.dataclass.initialize import hydra_init
-
-        hydra_init()  # re-store the schema that fairseq stored at import, now with the field
-
-    orig = BaseFairseqModel.prepare_for_inference_
-    if getattr(orig, "_fairseq_ext", False):
-        return
-
-    def prepare_for_inference_(self, cfg):
-        orig(self, cfg)
-        generation = cfg.get("generation") if hasattr(cfg, "get") else getattr(cfg, "generation", None)
-        # a DictConfig's generation group, or a legacy flat argparse.Namespace
-        quantize = getattr(generation if generation is not None else cfg, "quantize", None)
-        quantize = getattr(quantize, "value", quantize)  # a ChoiceEnum member or its string
-        if quantize and str(quantize) != "none":
-            fast_inference.optimize_for_inference_(self, str(quantize))
-
-    prepare_for_inference_._fairseq_ext = True
-    prepare_for_inference_.__wrapped__ = orig
-    BaseFairseqModel.prepare_for_inference_ = prepare_for_inference_
-# ------------------------------------------------------------------------------------ end of fix 8
-
-
-# ------------------------------------------------------------------------------------ fix 9
-def patch_frozen_linear() -> None:
-    """Fix 9: ``F.linear`` under CPU autocast folds a >= 3-D input whose weight is frozen into a matrix (as matmul
-    does for a trainable weight) instead of letting ``matmul`` expand the weight per batch element."""
-    import torch.nn.functional as F
-
-    if getattr(F.linear, "_fairseq_ext_fold", False):
-        return
-    linear = F.linear
-
-    def folded_linear(input, weight, bias=None):
-        if (input.dim() >= 3 and not weight.requires_grad and torch.is_autocast_enabled("cpu")
-                and input.device.type == "cpu"):
-            out = linear(input.reshape(-1, input.shape[-1]), weight, bias)
-            return out.view(*input.shape[:-1], out.shape[-1])
-        return linear(input, weight, bias)
-
-    folded_linear._fairseq_ext_fold = True
-    folded_linear.__doc__ = linear.__doc__
-    # TorchScript compiles calls of F.linear to aten::linear (the Python-side fold does not apply there)
-    from torch.jit._builtins import _register_builtin
-
-    _register_builtin(folded_linear, "aten::linear")
-    F.linear = folded_linear
-# ------------------------------------------------------------------------------------ end of fix 9
-
-
 def quiet_warnings() -> None:
     """Harmless per-command warnings of the base (fix 7); Hydra's three deprecation notices are filtered in
     ``fairseq_ext/__init__.py``, before fairseq is imported. ``(?s)``: some messages start with a newline."""
@@ -466,54 +377,6 @@ def patch_train_iterator_workers() -> None:
     get_train_iterator._fairseq_ext = True
     Trainer.get_train_iterator = get_train_iterator
 # ------------------------------------------------------------------------------------ end of fix 10
-
-
-# ------------------------------------------------------------------------------------ fix 11
-PATIENCE_STATE = "fairseq_ext_patience"
-
-
-def patch_patience_resume() -> None:
-    """Keep ``should_stop_early``'s state (best, num_runs) in checkpoints; restore it on resumption (from a
-    checkpoint without it: best = the checkpoint's best metric, no validation counted yet)."""
-    import inspect
-    import sys
-
-    from fairseq import trainer as trainer_mod
-
-    save, load = trainer_mod.Trainer.save_checkpoint, trainer_mod.Trainer.load_checkpoint
-    if getattr(save, "_fairseq_ext_patience", False):
-        return
-    sig = inspect.signature(load)
-
-    def save_checkpoint(self, filename, extra_state):
-        train = sys.modules.get("fairseq_cli.train")
-        stop = getattr(train, "should_stop_early", None)
-        if isinstance(extra_state, dict) and getattr(stop, "best", None) is not None:
-            extra_state[PATIENCE_STATE] = {"best": float(stop.best), "num_runs": int(getattr(stop, "num_runs", 0))}
-        return save(self, filename, extra_state)
-
-    def load_checkpoint(self, *args, **kwargs):
-        extra_state = load(self, *args, **kwargs)
-        bound = sig.bind(self, *args, **kwargs).arguments
-        state = (extra_state or {}).get(PATIENCE_STATE)
-        if state is None and (extra_state or {}).get("best") is not None:
-            # a run without --patience saved none: count from the checkpoint's own best metric (fairseq's
-            # ``save_checkpoint.best``, the same --best-checkpoint-metric), not from the first new validation
-            state = {"best": float(extra_state["best"]), "num_runs": 0}
-        train = sys.modules.get("fairseq_cli.train")
-        if state and train is not None and not bound.get("reset_meters") and not bound.get("reset_optimizer"):
-            train.should_stop_early.best = state["best"]
-            train.should_stop_early.num_runs = state["num_runs"]
-            logger.info("early stopping resumed: best %s, %d validation(s) without improvement",
-                        state["best"], state["num_runs"])
-        return extra_state
-
-    save_checkpoint._fairseq_ext_patience = True
-    save_checkpoint.__wrapped__ = save
-    load_checkpoint.__wrapped__ = load
-    trainer_mod.Trainer.save_checkpoint = save_checkpoint
-    trainer_mod.Trainer.load_checkpoint = load_checkpoint
-# ------------------------------------------------------------------------------------ end of fix 11
 
 
 # ------------------------------------------------------------------------------------ fix 12
@@ -627,10 +490,7 @@ def apply() -> None:
     patch_training_time()
     patch_checkpoint_loading()
     patch_background_loader()
-    patch_quantize_option()  # fix 8
-    patch_frozen_linear()  # fix 9
     patch_train_iterator_workers()  # fix 10
-    patch_patience_resume()  # fix 11
     patch_help()  # fix 12
     patch_validation_save()  # fix 13
     _APPLIED = True

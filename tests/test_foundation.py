@@ -226,7 +226,7 @@ def test_cpu_bf16_autocast_context():
 
 @pytest.mark.parametrize("case", ["output_projection_step", "transposed"])
 def test_frozen_linear_under_bf16_autocast_is_one_gemm(case):
-    """Compat fix 9: under CPU bf16 autocast a frozen weight on a B x T x C input whose strides do not fold for
+    """modules.frozen_linear: under CPU bf16 autocast a frozen weight on a B x T x C input whose strides do not fold for
     free -- the B x 1 x C step of incremental decoding cut from a time-major tensor into the bias-free output
     projection (the slow case found in a frozen teacher), or a transposed T x B x C -- gives one GEMM, as a
     trainable weight does, not a bmm over a weight copied B times; the numbers agree with the trainable path's

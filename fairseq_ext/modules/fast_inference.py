@@ -1,9 +1,10 @@
 """The CPU fast path of ``fairseq-generate`` / ``fairseq-interactive``: ``--quantize int8``.
 
-One option, added to fairseq's *Generation* argument group by :mod:`fairseq_ext._compat` (fix 8), and
-applied to every model of the ensemble right after it is loaded (in ``prepare_for_inference_``, which
-``fairseq-generate``, ``fairseq-interactive`` and fairseq's hub interface call), so it works for every
-architecture of the plugin, including those CTranslate2 cannot represent (``fairseq-ext-export``)::
+One option, added to fairseq's *Generation* argument group when the plugin registers
+(:func:`install_quantize_option`), and applied to every model of the ensemble right after it is loaded (in
+``prepare_for_inference_``, which ``fairseq-generate``, ``fairseq-interactive`` and fairseq's hub interface
+call), so it works for every architecture of the plugin, including those CTranslate2 cannot represent
+(``fairseq-ext-export``)::
 
     fairseq-generate DATA --user-dir fairseq_ext --path ckpt.pt --cpu --beam 5 --quantize int8
 
@@ -19,6 +20,12 @@ autocast, CUDA) fall back to the float32 ``F.linear``.
 What it buys (``recipes/bench/cpu_inference.py``, quickstart model, beam 5, one thread): see the
 issue report / RESULTS.md; the Linear layers (the output projection over the vocabulary above all) are
 about half of a CPU beam-search step in float32, and int8 roughly halves their time.
+
+How the option gets there: the plugin cannot add options to fairseq's own parsers, so
+:func:`install_quantize_option` adds a field ``quantize`` to fairseq's ``GenerationConfig`` (the *Generation*
+argument group and ``cfg.generation`` are both built from that dataclass; hydra's schema is re-stored) and
+wraps ``BaseFairseqModel.prepare_for_inference_``, which both CLIs call on every model right after
+``checkpoint_utils.load_model_ensemble``.
 
 Nothing else is changed: the search, the length rules, the outputs' format.  Only what measurably
 helped is kept here (``torch.inference_mode`` instead of fairseq's ``no_grad`` made no difference
@@ -120,3 +127,44 @@ def optimize_for_inference_(model: nn.Module, quantize: str = "none") -> nn.Modu
                     n, type(model).__name__)
     model._fairseq_ext_quantized = quantize
     return model
+
+
+def install_quantize_option() -> None:
+    """Add ``--quantize`` to fairseq's generation options and apply it when a model is prepared for
+    inference (module doc)."""
+    import dataclasses
+
+    from fairseq.dataclass import ChoiceEnum, configs
+    from fairseq.models import BaseFairseqModel
+
+    gen = configs.GenerationConfig
+    if "quantize" not in gen.__dataclass_fields__:
+        typ = ChoiceEnum(list(QUANTIZE_CHOICES))
+        f = dataclasses.field(default="none", metadata={"help": QUANTIZE_HELP})
+        f.name, f.type, f._field_type = "quantize", typ, dataclasses._FIELD
+        gen.__dataclass_fields__["quantize"] = f
+        gen.__annotations__["quantize"] = typ
+        gen.quantize = "none"
+        from fairseq.dataclass.initialize import hydra_init
+
+        hydra_init()  # re-store the schema that fairseq stored at import, now with the field
+
+    orig = BaseFairseqModel.prepare_for_inference_
+    if getattr(orig, "_fairseq_ext", False):
+        return
+
+    def prepare_for_inference_(self, cfg):
+        orig(self, cfg)
+        generation = cfg.get("generation") if hasattr(cfg, "get") else getattr(cfg, "generation", None)
+        # a DictConfig's generation group, or a legacy flat argparse.Namespace
+        quantize = getattr(generation if generation is not None else cfg, "quantize", None)
+        quantize = getattr(quantize, "value", quantize)  # a ChoiceEnum member or its string
+        if quantize and str(quantize) != "none":
+            optimize_for_inference_(self, str(quantize))
+
+    prepare_for_inference_._fairseq_ext = True
+    prepare_for_inference_.__wrapped__ = orig
+    BaseFairseqModel.prepare_for_inference_ = prepare_for_inference_
+
+
+install_quantize_option()  # when the plugin registers (fairseq_ext.modules imports every module)

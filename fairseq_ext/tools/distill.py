@@ -51,7 +51,7 @@ def eta(seconds: float) -> str:
 def load_teacher(path: str, data: str, use_cuda: bool = False):
     """(model, task) of an AR checkpoint, frozen (eval mode, no gradients), with the dictionaries of ``data``.
     (Under ``--cpu-bf16`` a frozen teacher once took a slow matmul path, 127 s instead of 4.1 s for a batch:
-    ``fairseq_ext._compat`` fix 9.)"""
+    :mod:`fairseq_ext.modules.frozen_linear`.)"""
     models, _cfg, task = load_ensemble([path], arg_overrides={"data": data}, frozen=True, use_cuda=use_cuda)
     return models[0], task
 

@@ -33,7 +33,7 @@ updates) so that equal updates and equal time are both visible, and ``--table`` 
 the "converged" table (best dev BLEU, test BLEU with paired bootstrap, updates and wall-clock to the
 best checkpoint).  An interrupted job resumes: training restarts from each configuration's last
 checkpoint (saved at every validation) and its log is appended to; the patience count travels in the
-checkpoints (``fairseq_ext/_compat.py`` fix 11), so a resumed configuration stops where an uninterrupted
+checkpoints (``fairseq_ext/modules/patience_resume.py``), so a resumed configuration stops where an uninterrupted
 one would (a checkpoint without it, e.g. from a job without --patience, starts the count at the
 resumption).  ``--continue-from JOB`` starts a configuration that has not started yet from the newest
 interval checkpoint of the same configuration in another curve job on the same data (e.g. an equal-updates job continued to convergence): its checkpoint,
