@@ -419,13 +419,16 @@ def table(rows: list, threads: int) -> str:
     return "\n".join(lines)
 
 
-def write_table(path: Path, text: str) -> None:
+def write_table(path: Path, text: str, start: str = START, end: str = END,
+                title: str = "Diagnostics: document context (recipes/bench/diagnostics.py)") -> None:
+    """Replace the table between the markers ``start``/``end`` of ``path``; without them, append a section ``title``
+    holding it (the family runners share this)."""
     doc = path.read_text(encoding="utf-8")
-    block = f"{START}\n{text}\n{END}"
-    if START in doc and END in doc:
-        doc = doc[:doc.index(START)] + block + doc[doc.index(END) + len(END):]
+    block = f"{start}\n{text}\n{end}"
+    if start in doc and end in doc:
+        doc = doc[:doc.index(start)] + block + doc[doc.index(end) + len(end):]
     else:
-        doc = doc.rstrip("\n") + "\n\n## Diagnostics: document context (recipes/bench/diagnostics.py)\n\n" + block + "\n"
+        doc = doc.rstrip("\n") + f"\n\n## {title}\n\n" + block + "\n"
     path.write_text(doc, encoding="utf-8")
 
 

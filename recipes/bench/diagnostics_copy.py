@@ -33,11 +33,13 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fairseq_ext.tools.diagnostics import read_hypotheses
+from fairseq_ext.tools.diagnostics_copy import generate, name_scores, value_scores
+from fairseq_ext.tools.runs import load_script
 
-from diagnostics import BIN, ROOT, cpu_name, run  # noqa: E402  (the document-context runner's helpers)
-from fairseq_ext.tools.diagnostics import read_hypotheses  # noqa: E402
-from fairseq_ext.tools.diagnostics_copy import generate, name_scores, value_scores  # noqa: E402
+_doc_runner = load_script(Path(__file__).resolve().parent / "diagnostics.py")  # the document-context runner's helpers
+BIN, ROOT, cpu_name, run, write_table = (_doc_runner.BIN, _doc_runner.ROOT, _doc_runner.cpu_name, _doc_runner.run,
+                                         _doc_runner.write_table)
 
 SHAPE = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--decoder-out-embed-dim", "64",
          "--encoder-hidden-size", "64", "--decoder-hidden-size", "64", "--attention-dim", "64",
@@ -235,16 +237,6 @@ def table(rows: list, threads: int) -> str:
     return "\n".join(lines)
 
 
-def write_table(path: Path, text: str) -> bool:
-    """Replace the table between the markers of ``path``; False (nothing written) when they are missing."""
-    doc = path.read_text(encoding="utf-8")
-    if START not in doc or END not in doc:
-        return False
-    doc = doc[:doc.index(START)] + f"{START}\n{text}\n{END}" + doc[doc.index(END) + len(END):]
-    path.write_text(doc, encoding="utf-8")
-    return True
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
@@ -266,8 +258,9 @@ def main(argv=None) -> int:
             for p in [Path(args.out) / task / name / "result.json"] if p.exists()]
     text = table(rows, args.threads)
     print(text)
-    if args.table and not write_table(Path(args.table), text):
-        print(f"(no {START} markers in {args.table}: table printed only)")
+    if args.table:
+        write_table(Path(args.table), text, START, END,
+                    "Diagnostics: copying and retrieval (recipes/bench/diagnostics_copy.py)")
     return 0 if all(r["pass"] for r in rows) else 1
 
 
