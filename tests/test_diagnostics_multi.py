@@ -115,7 +115,7 @@ def test_ulr_translates_the_zero_resource_cipher_and_multi_nmt_cannot(tmp_path):
     switched off; Multi-NMT stays at the bound."""
     out = tmp_path / "diag"
     p = subprocess.run([sys.executable, "recipes/bench/diagnostics_multi.py", "--tasks", "ulr_cipher", "--systems",
-                        "multi", "ulr", "--updates", "1500", "--curve-every", "0", "--n-train", "10000", "--out",
+                        "multi", "ulr", "--updates", "1000", "--curve-every", "0", "--n-train", "10000", "--out",
                         str(out), "--table", ""], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=3600)
     assert p.returncode in (0, 1), p.stderr[-3000:]
     ulr = json.loads((out / "ulr_cipher" / "ulr" / "result.json").read_text())

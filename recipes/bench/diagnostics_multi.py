@@ -4,7 +4,8 @@ limits by construction, then decoded greedily and scored by word accuracy; the *
 table of ``recipes/bench/RESULTS.md`` is rewritten from the results::
 
     .venv/bin/python recipes/bench/diagnostics_multi.py [--tasks ulr_cipher mole_shared] [--systems NAME ...]
-        [--out runs/diagnostics_multi] [--updates 2000] [--curve-every 500] [--table recipes/bench/RESULTS.md]
+        [--out runs/diagnostics_multi] [--updates 3000] [--curve-every 500] [--extend-failing 0]
+        [--table recipes/bench/RESULTS.md]
 
 Every system is a small ``universal_rnn`` (bi-LSTM encoder 64, 2-layer LSTM decoder 64, attention 64, no
 dropout) trained from scratch with ``universal_translation`` for ``--updates`` updates (Adam 3e-3, inverse-sqrt
@@ -16,28 +17,29 @@ source language, on the content words (``mole_shared``: the marker's position le
   ``ulr_a`` (Eq. 5.5: α(x)·ε_E[x] + ULR). The zero-resource cipher ``zc`` is scored overall and on the words
   outside / inside its seed dictionary. Switch-off (every ULR row): the cipher's query rows set to zero at test
   time (q uniform: the universal part carries nothing), which must fall to the bound.
-* ``mole_shared`` (every row pure ULR): ``ulr`` (no MoLE), ``ulr_mole`` (+ MoLE, gate loss weight 1). Scored on
+* ``mole_shared`` (every row pure ULR): ``ulr`` (no MoLE), ``ulr_mole`` (+ MoLE, gate loss weight 1),
+  ``ulr_mole_gw0`` (+ MoLE without the gate loss of Eq. 5.7). Scored on
   the test twins and on the marker-free twins (``test1``: every row must stay ≤ 0.5, exactly); for MoLE also
   the gate's top expert per language (its own expert's share of the content tokens) and the switch-off: one
   expert forced for every token at test time (each expert in turn).
 
 A row passes when it is on its side of the line: a mechanism ≥ ``--pass-at`` (0.9) with its switch-off at the
 bound (cipher ≤ 0.02 = 6/C; ``mole_shared`` ≤ 0.5), a baseline at the bound. Results are cached per system
-(``OUT/TASK/SYSTEM/result.json``); ``--force`` rescores. Exit status 1 when a row fails.
+(``OUT/TASK/SYSTEM/result.json``); ``--force`` rescores. A mechanism that fails at ``--updates`` is trained on to
+``--extend-failing`` updates (resumed) and scored on the way: the learning curve; its verdict stays the one at
+``--updates``. Exit status 1 when a row fails.
 """
 import argparse
 import json
 import sys
-from argparse import Namespace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fairseq_ext.tools.diagnostics_multi import DEFAULTS, generate
+from fairseq_ext.tools.runs import load_script
 
-from diagnostics import cpu_name, fmt, run  # noqa: E402
-from fairseq_ext.tools.diagnostics_multi import DEFAULTS, generate  # noqa: E402
+_doc_runner = load_script(Path(__file__).resolve().parent / "diagnostics.py")  # the document-context runner's helpers
+BIN, ROOT, cpu_name, fmt, run, write_table = (_doc_runner.BIN, _doc_runner.ROOT, _doc_runner.cpu_name, _doc_runner.fmt,
+                                              _doc_runner.run, _doc_runner.write_table)
 
 SHAPE = ["--arch", "universal_rnn_tiny", "--encoder-embed-dim", "64", "--encoder-hidden-size", "64",
          "--attention-dim", "64", "--decoder-embed-dim", "64", "--decoder-hidden-size", "64",
@@ -45,7 +47,7 @@ SHAPE = ["--arch", "universal_rnn_tiny", "--encoder-embed-dim", "64", "--encoder
 CE = ["--criterion", "cross_entropy"]
 MOLE = ["--mole", "--criterion", "universal_mole_cross_entropy"]
 PURE = ["--ulr", "--ulr-no-language-specific"]
-# task -> [(system, flags, role, note)]; role: "baseline" (must stay at the bound) or "mechanism"
+# task -> [(system, flags, role, note)]; role: "baseline" (must stay at the bound), "mechanism" or "variant"
 SYSTEMS = {
     "ulr_cipher": [
         ("multi", CE, "baseline", "Multi-NMT (Eq. 5.1), marked vocabulary"),
@@ -55,6 +57,8 @@ SYSTEMS = {
     "mole_shared": [
         ("ulr", PURE + CE, "baseline", "pure ULR, no MoLE"),
         ("ulr_mole", PURE + MOLE, "mechanism", "pure ULR + MoLE (Eqs. 5.6-5.7)"),
+        ("ulr_mole_gw0", PURE + MOLE + ["--gate-loss-weight", "0"], "variant",
+         "pure ULR + MoLE, gate loss weight 0 (no language supervision)"),
     ],
 }
 TASK_FLAGS = ["--task", "universal_translation", "--source-lang", "src", "--target-lang", "en"]
@@ -66,9 +70,11 @@ CIPHER_BOUND = 0.02  # 6/C at C = 300: the cipher rows of a model that carries n
 START, END = "<!-- diagnostics_multi:table -->", "<!-- /diagnostics_multi:table -->"
 
 
-def train(data: Path, save: Path, flags: list, updates: int, threads: int, curve_every: int) -> float:
-    """fairseq-train into ``save`` (skipped when ``train.done`` exists)."""
-    done = save / "train.done"
+def train(data: Path, save: Path, flags: list, updates: int, threads: int, curve_every: int,
+          marker: str = "train.done") -> float:
+    """fairseq-train into ``save`` up to ``updates`` (skipped when ``marker`` exists); a later call with more updates
+    and another marker resumes from ``checkpoint_last.pt``."""
+    done = save / marker
     if done.exists() and (save / "checkpoint_last.pt").exists():
         return float(done.read_text() or 0)
     save.mkdir(parents=True, exist_ok=True)
@@ -205,6 +211,8 @@ def verdict(task: str, role: str, res: dict, pass_at: float) -> bool:
     blind_ok = res["blind"]["accuracy"]["all"] <= 0.5  # over the twins: a blind model may favour one language
     if role == "baseline":
         return blind_ok
+    if role == "variant":  # no gate supervision: translation only
+        return blind_ok and all(v >= pass_at for v in acc.values())
     forced = res.get("forced", {})
     sep = all(f["accuracy"][lang] >= pass_at and all(v <= 0.5 for g, v in f["accuracy"].items() if g != lang)
               for lang, f in forced.items())
@@ -227,17 +235,31 @@ def run_task(task: str, args) -> list:
             rows.append(json.loads(result.read_text()))
             continue
         secs = train(data, save, flags, args.updates, args.threads, args.curve_every)
-        res = task_scores(task, name, flags, save / "checkpoint_last.pt", info)
+        ckpt = save / "checkpoint_last.pt"
+        if (save / f"extend{args.extend_failing}.done").exists():  # trained on earlier: its update-N checkpoint
+            ckpt = next(save.glob(f"checkpoint_*_{args.updates}.pt"))
+        res = task_scores(task, name, flags, ckpt, info)
+        if role != "baseline" and not verdict(task, role, res, args.pass_at) and args.extend_failing > args.updates:
+            # a failing mechanism trains on (resumed): the learning curve says whether it is a slow learner
+            train(data, save, flags, args.extend_failing, args.threads, args.curve_every,
+                  marker=f"extend{args.extend_failing}.done")
+        extended = None
+        if (save / f"extend{args.extend_failing}.done").exists():  # every score again at the curve's end
+            extended = dict(updates=args.extend_failing, **task_scores(task, name, flags, save / "checkpoint_last.pt",
+                                                                       info))
         curve = {}
         for c in sorted(save.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1])):
             upd = int(c.stem.rsplit("_", 1)[1])
-            if upd < args.updates:
+            if upd != args.updates and upd <= max(args.updates, args.extend_failing):
                 curve[upd] = score(c, info, "test", "test")["accuracy"]
         curve[args.updates] = res["test"]["accuracy"]
+        curve = dict(sorted(curve.items()))
         row = {"task": task, "system": name, "role": role, "note": note, "flags": flags, "updates": args.updates,
                "seconds": round(secs, 1), "bound": info["bound"], "ulr": {k: info["ulr"].get(k) for k in
                                                                           ("seed_pairs", "seed_p_at_1", "M")},
                **res, "curve": curve}
+        if extended:
+            row["extended"] = extended
         row["pass"] = verdict(task, role, res, args.pass_at)
         result.write_text(json.dumps(row, indent=1))
         rows.append(row)
@@ -246,7 +268,15 @@ def run_task(task: str, args) -> list:
 
 # ------------------------------------------------------------------------------------------------ table
 def row_cells(r: dict) -> tuple:
-    """(scored on, accuracy, switch-off, extra) cells of a row."""
+    """(accuracy, switch-off, gate) cells of a row; a row trained on past its verdict adds its scores there."""
+    cells = _cells(r)
+    if "extended" not in r:
+        return cells
+    at = _cells(dict(r, **r["extended"]))
+    return tuple(c if a == "–" else f"{c}; at {r['extended']['updates']}: {a}" for c, a in zip(cells, at))
+
+
+def _cells(r: dict) -> tuple:
     acc = r["test"]["accuracy"]
     if r["task"] == "ulr_cipher":
         main = f"zc {fmt(acc.get('zc'))} (non-seed {fmt(acc.get('zc:non-seed'))}, seed {fmt(acc.get('zc:seed'))}); " \
@@ -286,22 +316,7 @@ def table(rows: list, threads: int) -> str:
     return "\n".join(lines)
 
 
-HEADING = "## Diagnostics: multilingual (recipes/bench/diagnostics_multi.py)"
-AFTER = "## Diagnostics: document context"
-
-
-def write_table(path: Path, text: str) -> None:
-    """Replace the table between the markers; without them, add the section (heading + table) right after the
-    document-context diagnostics section (before the next ``## `` heading), or at the end."""
-    doc = path.read_text(encoding="utf-8")
-    block = f"{START}\n{text}\n{END}"
-    if START in doc and END in doc:
-        doc = doc[:doc.index(START)] + block + doc[doc.index(END) + len(END):]
-    else:
-        at = doc.find("\n## ", doc.index(AFTER) + 1) if AFTER in doc else -1
-        at = len(doc.rstrip("\n")) if at < 0 else at
-        doc = doc[:at].rstrip("\n") + f"\n\n{HEADING}\n\n{block}\n" + doc[at:]
-    path.write_text(doc, encoding="utf-8")
+TITLE = "Diagnostics: multilingual (recipes/bench/diagnostics_multi.py)"
 
 
 def main(argv=None) -> int:
@@ -313,8 +328,11 @@ def main(argv=None) -> int:
     ap.add_argument("--n-train", type=int, default=DEFAULTS["n_train"])
     ap.add_argument("--n-valid", type=int, default=DEFAULTS["n_valid"])
     ap.add_argument("--n-test", type=int, default=DEFAULTS["n_test"])
-    ap.add_argument("--updates", type=int, default=2000)
+    ap.add_argument("--updates", type=int, default=3000)
     ap.add_argument("--curve-every", type=int, default=500, help="also score every N updates (0 = off)")
+    ap.add_argument("--extend-failing", type=int, default=0,
+                    help="train a failing mechanism on to N updates, scored every --curve-every (the verdict stays the "
+                         "one at --updates)")
     ap.add_argument("--pass-at", type=float, default=0.9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--table", default=str(ROOT / "recipes" / "bench" / "RESULTS.md"),
@@ -333,7 +351,7 @@ def main(argv=None) -> int:
     text = table(rows, args.threads)
     print(text)
     if args.table:
-        write_table(Path(args.table), text)
+        write_table(Path(args.table), text, START, END, TITLE)
     return 0 if all(r["pass"] for r in rows) else 1
 
 
