@@ -215,3 +215,17 @@ def test_the_cue_corpus_makes_pass_0_inconsistent_by_construction(tmp_path):
     mixed = sum(len(v) > 1 for v in per_doc.values())
     assert 0.2 < mixed / len(per_doc) < 0.9, (mixed, len(per_doc))
     assert info["task"] == "consistency"
+
+
+def test_every_registered_model_family_is_in_the_diagnostics_coverage_table():
+    """RESULTS.md's "Diagnostics: coverage" table names every model family the plugin registers, with its
+    diagnostic or the reason none is built."""
+    import re
+
+    from fairseq_ext.__main__ import registrations
+
+    text = (ROOT / "recipes" / "bench" / "RESULTS.md").read_text(encoding="utf-8")
+    section = text.split("## Diagnostics: coverage of the registered model families", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([a-z0-9_]+)` \|", section, flags=re.M))
+    missing = set(registrations()["models"]) - listed
+    assert not missing, f"add to the coverage table: {sorted(missing)}"
