@@ -504,6 +504,9 @@ def test_registrations():
 
     regs = registrations()
     assert {"meta_translation", "ulr_finetune_translation"} <= set(regs["tasks"])
-    assert "ulr_transformer" in regs["models"]
+    assert "transformer_ulr" in regs["models"]
+    assert {"transformer_ulr", "transformer_ulr_base", "transformer_ulr_bench", "transformer_ulr_tiny"} <= set(
+        regs["architectures"])
+    # the earlier names, kept so that old commands and checkpoints work
     assert {"ulr_transformer", "ulr_transformer_base", "ulr_transformer_bench", "ulr_transformer_tiny"} <= set(
         regs["architectures"])
