@@ -297,8 +297,8 @@ FAMILY_CASES = {
     "transformer_ms": ("transformer_ms_aif_bench", TRANSFORMER_SIZES, "sentence"),
     "transformer_twt": ("twt_prenorm_fixnorm_scalenorm", TRANSFORMER_SIZES, "sentence"),
     "transformer_untied_pos": ("transformer_untied_pos", TRANSFORMER_SIZES, "sentence"),
-    "ulr_transformer": ("ulr_transformer_tiny", dict(ulr=True), "marked"),
-    "universal_rnn": ("universal_rnn_tiny", dict(ulr=True, mole=True), "marked"),
+    "transformer_ulr": ("transformer_ulr_tiny", dict(ulr=True), "marked"),
+    "universal": ("universal_tiny", dict(ulr=True, mole=True), "marked"),
     "zhang2018_doc_transformer": ("zhang2018_doc_transformer", TRANSFORMER_SIZES, "document"),
 }
 
