@@ -11,7 +11,7 @@ given on the command line wins.
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer import base_architecture
 
-from fairseq_ext.modules.arch_utils import register_shaped, set_default, shaped
+from fairseq_ext.modules.arch_utils import apply_defaults, register_shaped, shaped
 
 # what transformer_cpu_small changes in the bench shape
 CPU_SMALL = {"embed_dim": 128, "ffn_embed_dim": 512}
@@ -21,7 +21,5 @@ register_shaped("transformer", "transformer", base_architecture)
 
 @register_model_architecture("transformer", "transformer_cpu_small")
 def transformer_cpu_small(args):
-    for key, value in CPU_SMALL.items():
-        for side in ("encoder", "decoder"):
-            set_default(args, f"{side}_{key}", value)
+    apply_defaults(args, CPU_SMALL)
     shaped("bench", base_architecture)(args)
