@@ -9,17 +9,11 @@ thesis method is compared against, at the same data, budget and decoding setting
 import shlex
 import sys
 
+from fairseq_ext.modules.arch_utils import shape_flags
+
 # The small fairseq transformer tuned for the ~29k-verse es-en Bible on 2 CPU cores (README).
 # PreNorm makes the high learning rate stable; bf16 autocast uses the CPU's AMX/AVX512-BF16 units.
-TRANSFORMER_SMALL = [
-    "--arch", "transformer",
-    "--encoder-layers", "3", "--decoder-layers", "3",
-    "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
-    "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-    "--share-all-embeddings", "--encoder-normalize-before", "--decoder-normalize-before",
-    "--dropout", "0.1",
-]
+TRANSFORMER_SMALL = ["--arch", "transformer", *shape_flags("bench")]  # the bench shape (arch_utils.SHAPES)
 
 # bf16 autocast + the math attention kernel where the CPU computes bf16 natively (1.5x and 1.3x per
 # step on the AMX machine of job1/job2); float32 elsewhere (emulated bf16 is ~9x slower, measured on
