@@ -131,16 +131,15 @@ def run_ct2(translator, pieces: list, max_len: int) -> tuple[dict, list]:
 # -------------------------------------------------------------------------------------- latency
 def fairseq_system(ckpt: Path, bin_dir: Path, flags: list):
     """``(task, models, generator)`` loaded and prepared as fairseq-generate does it (batch 1)."""
-    from fairseq import checkpoint_utils, options, tasks
+    from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from fairseq_ext.modules.checkpoint import load_ensemble
 
     argv = generate_args(ckpt, bin_dir, "sentencepiece", flags)
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_generation_parser(), argv))
     task = tasks.setup_task(cfg.task)
-    models, _ = checkpoint_utils.load_model_ensemble([str(ckpt)], task=task)
-    for m in models:
-        m.eval()
-        m.prepare_for_inference_(cfg)  # --quantize int8 applies here, as in fairseq-generate
+    models, _, _ = load_ensemble([str(ckpt)], task=task, generation=cfg)  # --quantize int8 applies, as in generate
     task.load_dataset("test")
     return task, models, task.build_generator(models, cfg.generation)
 
