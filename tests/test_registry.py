@@ -80,8 +80,15 @@ OLD_NAMES = {
     "transformer_untied_pos_random_small": "transformer_untied_pos_random_bench",
     "nat_fertility_small": "nat_fertility_bench",
     # model first, then variant, then size
-    **{f"transformer_{side}_dc_{shape}": f"transformer_dc_{side}_{shape}"
-       for side in ("enc", "dec", "full") for shape in ("bench", "iwslt_small", "wmt_en_de")},
+    "transformer_enc_dc_bench": "transformer_dc_enc_bench",
+    "transformer_enc_dc_iwslt_small": "transformer_dc_enc_iwslt_small",
+    "transformer_enc_dc_wmt_en_de": "transformer_dc_enc_wmt_en_de",
+    "transformer_dec_dc_bench": "transformer_dc_dec_bench",
+    "transformer_dec_dc_iwslt_small": "transformer_dc_dec_iwslt_small",
+    "transformer_dec_dc_wmt_en_de": "transformer_dc_dec_wmt_en_de",
+    "transformer_full_dc_bench": "transformer_dc_full_bench",
+    "transformer_full_dc_iwslt_small": "transformer_dc_full_iwslt_small",
+    "transformer_full_dc_wmt_en_de": "transformer_dc_full_wmt_en_de",
     "transformer_arthur": "transformer_lex_arthur",
     **{f"twt_{n}": f"transformer_twt_{n}" for n in (
         "postnorm_fixnorm_scalenorm", "postnorm_layernorm", "prenorm_fixnorm_layernorm", "prenorm_fixnorm_rmsnorm",
