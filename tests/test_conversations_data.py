@@ -210,3 +210,17 @@ def test_score_reports_overall_and_per_direction_bleu(tmp_path):
     res = tool.score(str(out), str(conv))
     assert set(res) == {"overall", "en->es", "es->en"}
     assert res["overall"]["bleu"] == 100.0 and res["en->es"]["sentences"] + res["es->en"]["sentences"] == 12
+
+
+def test_the_target_history_is_spelled_as_the_documents_target_context():
+    """``gold`` (the documents' ``--doc-target-context`` value) is the one spelling; ``reference``, the earlier one,
+    still loads and gives the same batches."""
+    from fairseq_ext.data.conversations import TARGET_HISTORY
+    from fairseq_ext.data.documents import TARGET_CONTEXT
+
+    assert set(TARGET_CONTEXT) <= set(TARGET_HISTORY)
+    index = hand_index()
+    base = toy_pair_dataset(index)
+    gold, old = (ConversationPairDataset(base, index, target_history=t) for t in ("gold", "reference"))
+    a, b = gold.collater([gold[i] for i in range(len(gold))]), old.collater([old[i] for i in range(len(old))])
+    assert torch.equal(a["net_input"]["hist_tgt_tokens"], b["net_input"]["hist_tgt_tokens"])

@@ -26,9 +26,9 @@ the other language's history is then empty), and an *empty turn*, i.e. a sentenc
 **The history of a sentence** (:meth:`ConversationIndex.history`) is decided here, never by a model:
 every earlier sentence of its conversation -- the completed turns of both languages and the earlier
 sentences of its own (ongoing) turn -- never itself, never a later one. Its *target* side (the target
-history of §5.3) is the translation of those sentences: in training the reference (``reference``) or a
-base model's output (``generated``, read from a file); at test time the generator's own translations
-(:mod:`fairseq_ext.generators.conversation_online` never reads the target side of the batch).
+history of §5.3) is the translation of those sentences: in training the reference (``gold``; ``reference``
+is its earlier spelling) or a base model's output (``generated``, read from a file); at test time the generator's
+own translations (:mod:`fairseq_ext.generators.conversation_online` never reads the target side of the batch).
 ``context`` restricts it for the evaluation switches of Table 5.5: ``all`` (default), ``prev_sent`` (the
 previous sentence only, Table 5.4), ``current_turn`` (the earlier sentences of the ongoing turn),
 ``same_lang_prev_turns`` / ``other_lang_prev_turns`` (completed turns of the sentence's own / the other
@@ -67,11 +67,14 @@ import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset, data_utils
 
-from fairseq_ext.data.documents import DocumentIndex, document_batches
+from fairseq_ext.data.documents import TARGET_CONTEXT, DocumentIndex, document_batches
 from fairseq_ext.data.errors import UserDataError
 
 HISTORY_CONTEXTS = ("all", "prev_sent", "current_turn", "same_lang_prev_turns", "other_lang_prev_turns")
-TARGET_HISTORY = ("none", "reference", "generated")
+# the target side of the history: the values of the documents' --doc-target-context, and "reference", the earlier
+# spelling of "gold" (kept so that earlier commands and checkpoints load)
+TARGET_HISTORY = TARGET_CONTEXT + ("reference",)
+GOLD = ("gold", "reference")
 
 HISTORY_NET_INPUT_KEYS = ("direction", "hist_src_tokens", "hist_src_lengths", "nset_lang", "nset_turn",
                           "hist_index", "hist_tgt_tokens", "hist_tgt_lengths")
@@ -250,7 +253,8 @@ def find_conv_file(split: str, data_path: str, conv_dir: Optional[str]) -> str:
 class ConversationPairDataset(BaseWrapperDataset):
     """A :class:`~fairseq.data.LanguagePairDataset` whose batches carry the conversation keys (module doc).
 
-    :param target_history: ``None`` (no target history), ``"reference"`` (the dataset's targets) or a list
+    :param target_history: ``None`` (no target history), ``"gold"`` (the dataset's targets; ``"reference"``
+        is the earlier spelling) or a list
         of LongTensors (generated translations, one per example, ending in EOS)."""
 
     def __init__(self, dataset, index: ConversationIndex, context: str = "all", target_history=None,
@@ -262,10 +266,10 @@ class ConversationPairDataset(BaseWrapperDataset):
         if context not in HISTORY_CONTEXTS:
             raise ValueError(f"unknown --conv-context {context!r} ({', '.join(HISTORY_CONTEXTS)})")
         if isinstance(target_history, str):
-            if target_history != "reference":
-                raise ValueError(f"target_history must be None, 'reference' or a list, got {target_history!r}")
+            if target_history not in GOLD:
+                raise ValueError(f"target_history must be None, 'gold' or a list, got {target_history!r}")
             if getattr(dataset, "tgt", None) is None:
-                raise ConversationDataError(f"{index.source}: target history 'reference' but the split has no "
+                raise ConversationDataError(f"{index.source}: target history 'gold' but the split has no "
                                             f"target side")
         elif target_history is not None and len(target_history) != len(dataset):
             raise ConversationDataError(f"target history: {len(target_history)} sentences for {len(dataset)} "
@@ -286,7 +290,7 @@ class ConversationPairDataset(BaseWrapperDataset):
         return self.index.history(i, self.context)
 
     def _target(self, i: int) -> torch.Tensor:
-        if self.target_history == "reference":
+        if self.target_history in GOLD:
             return self.dataset[i]["target"]
         return self.target_history[i]
 

@@ -11,7 +11,7 @@ the binarized data, then in ``--conv-dir``)::
     --conv-context all                 the history of a sentence: all earlier sentences (default), or the
                                        evaluation switches prev_sent | current_turn | same_lang_prev_turns |
                                        other_lang_prev_turns (Tables 5.4, 5.5)
-    --conv-target-history {none,reference,generated}
+    --conv-target-history {none,gold,generated}  (reference: the earlier spelling of gold)
                                        the translations of the history in training/validation (target
                                        context): the references, or a base model's output read from
                                        --conv-generated-dir DIR/{split}.tgt (one line per example); at test
@@ -50,6 +50,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
 from fairseq_ext.data.conversations import (
+    GOLD,
     HISTORY_CONTEXTS,
     HISTORY_NET_INPUT_KEYS,
     TARGET_HISTORY,
@@ -105,8 +106,9 @@ class ConversationTranslationConfig(TranslationExtConfig):
         default="all", metadata={"help": "the history of a sentence: all earlier sentences, or an evaluation "
                                          "restriction (prev_sent, current_turn, same/other_lang_prev_turns)"})
     conv_target_history: ChoiceEnum(TARGET_HISTORY) = field(
-        default="reference", metadata={"help": "translations of the history in training/validation: reference, "
-                                               "generated (--conv-generated-dir DIR/{split}.tgt) or none"})
+        default="gold", metadata={"help": "translations of the history in training/validation: gold (the "
+                                          "references; 'reference' is its earlier spelling), generated "
+                                          "(--conv-generated-dir DIR/{split}.tgt) or none"})
     conv_generated_dir: Optional[str] = field(default=None, metadata={"help": "folder of {split}.tgt: a base "
                                                                                "model's translations"})
     conv_allow_monolingual: bool = field(default=False, metadata={"help": "accept one-language conversations"})
@@ -138,8 +140,8 @@ class ConversationTranslationTask(TranslationExtTask):
                                         f"{len(base)} examples: the conversation file must be line-aligned")
         index.check_sources(base.src.sizes, f"{data_path}/{split}")
         target = None
-        if cfg.conv_target_history == "reference" and base.tgt is not None:
-            target = "reference"
+        if cfg.conv_target_history in GOLD and base.tgt is not None:
+            target = "gold"
         elif cfg.conv_target_history == "generated":
             target = read_generated_context(os.path.join(cfg.conv_generated_dir, f"{split}.{cfg.target_lang}"),
                                             self.tgt_dict, len(base), f"{data_path}/{split}")

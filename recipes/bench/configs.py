@@ -278,7 +278,7 @@ for _name, _desc, _flags in [
 # data/bible_conv_es_en, whole conversations per batch), the recipe's CPU-mode systems (the thesis's 256/256/128
 # sizes, the NMT-encoder sentence vectors, InitDec), Adam 1e-3 + clip 1. speed.py times them against maruf5_base
 # (the reference target history: the same work as the generated one); bench.py does not run them (the recipe does).
-MARUF5 = ["--conv-langs", "en,es", "--conv-target-history", "reference", "--criterion", "conversation_cross_entropy",
+MARUF5 = ["--conv-langs", "en,es", "--conv-target-history", "gold", "--criterion", "conversation_cross_entropy",
           "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3", "--clip-norm", "1.0",
           "--max-tokens", "2048"]
 MARUF5_CTX = ["--arch", "bimsmt_rnn", "--src-sent-encoder", "nmt_encoder", "--ctx-inject", "initdec"]

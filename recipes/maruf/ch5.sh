@@ -285,7 +285,7 @@ if [ ! -s "$STAGE1" ]; then
   STAGE1=$OUT/stage1/checkpoint_best.pt
 fi
 STAGE1=$(realpath "$STAGE1")
-HIST=(--conv-target-history reference)
+HIST=(--conv-target-history gold)
 need_gen=0
 for s in "${SYSTEMS[@]}"; do if uses_tgt "$s"; then need_gen=1; fi; done
 if [ $need_gen = 1 ] && [ "$TGT_HISTORY" = generated ]; then
