@@ -12,7 +12,7 @@ setup(
     version="0.1.0",
     description="fairseq plugin: Ampomah, Nguyen, Maruf and Gu NMT systems",
     packages=find_packages(include=["fairseq_ext", "fairseq_ext.*"]),
-    package_data={"fairseq_ext": ["py.typed", "tools/data/*.tsv"]},
+    package_data={"fairseq_ext": ["py.typed", "tools/*/data/*.tsv"]},
     python_requires=">=3.11,<3.13",
     install_requires=[
         "torch==2.13.0",
@@ -33,7 +33,7 @@ setup(
     extras_require={
         "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "ctranslate2==4.8.5"],
         "ctranslate2": ["ctranslate2==4.8.5"],  # fairseq-ext-export, recipes/bench/cpu_inference.py
-        # fairseq_ext/tools/simuleval_agent.py (Gu ch. 9 agents under SimulEval). SimulEval 1.1.4 pins bitarray 2.6.0
+        # fairseq_ext/tools/export/simuleval_agent.py (Gu ch. 9 agents under SimulEval). SimulEval 1.1.4 pins bitarray 2.6.0
         # and tqdm 4.64.1 (older than the core install's; neither is a torch or fairseq pin): install it in an
         # environment of its own, never into the one the tests run in
         "simuleval": ["simuleval==1.1.4"],
@@ -41,29 +41,29 @@ setup(
     entry_points={
         "console_scripts": [
             # the offline tools (fairseq_ext/tools/, one CLI convention: fairseq_ext.tools.common)
-            "fairseq-ext-data=fairseq_ext.tools.corpora:cli_main",
-            "fairseq-ext-score=fairseq_ext.tools.score:cli_main",
-            "fairseq-ext-transfer=fairseq_ext.tools.transfer:cli_main",
-            "fairseq-ext-transliterate=fairseq_ext.tools.transliterate:cli_main",
-            "fairseq-ext-unk-copy=fairseq_ext.tools.unk_copy:cli_main",
-            "fairseq-ext-distill=fairseq_ext.tools.distill:cli_main",
-            "fairseq-ext-fertility=fairseq_ext.tools.fertility:cli_main",
-            "fairseq-ext-lexicon=fairseq_ext.tools.lexicon:cli_main",
-            "fairseq-ext-arthur-lexicon=fairseq_ext.tools.arthur_lexicon:cli_main",
-            "fairseq-ext-analysis=fairseq_ext.tools.analysis:cli_main",
-            "fairseq-ext-tiny=fairseq_ext.tools.tiny:cli_main",
-            "fairseq-ext-synthetic-rules=fairseq_ext.tools.synthetic_rules:cli_main",
-            "fairseq-ext-dialogue-patterns=fairseq_ext.tools.dialogue_patterns:cli_main",
-            "fairseq-ext-contrastive=fairseq_ext.tools.contrastive:cli_main",
-            "fairseq-ext-tm=fairseq_ext.tools.retrieval:cli_main",
-            "fairseq-ext-ulr=fairseq_ext.tools.ulr:cli_main",
-            "fairseq-ext-bt=fairseq_ext.tools.back_translation:cli_main",
-            "fairseq-ext-export=fairseq_ext.tools.export:cli_main",
-            "fairseq-ext-translate=fairseq_ext.tools.translate:cli_main",
-            "fairseq-ext-simul-latency=fairseq_ext.tools.simul_latency:cli_main",
-            "fairseq-ext-conversations=fairseq_ext.tools.conversations:cli_main",
-            "fairseq-ext-doc-consistency=fairseq_ext.tools.doc_consistency:cli_main",
-            "fairseq-ext-diagnostics=fairseq_ext.tools.diagnostics:cli_main",
+            "fairseq-ext-data=fairseq_ext.tools.corpora.corpora:cli_main",
+            "fairseq-ext-score=fairseq_ext.tools.evaluation.score:cli_main",
+            "fairseq-ext-transfer=fairseq_ext.tools.corpora.transfer:cli_main",
+            "fairseq-ext-transliterate=fairseq_ext.tools.corpora.transliterate:cli_main",
+            "fairseq-ext-unk-copy=fairseq_ext.tools.corpora.unk_copy:cli_main",
+            "fairseq-ext-distill=fairseq_ext.tools.corpora.distill:cli_main",
+            "fairseq-ext-fertility=fairseq_ext.tools.corpora.fertility:cli_main",
+            "fairseq-ext-lexicon=fairseq_ext.tools.analysis.lexicon:cli_main",
+            "fairseq-ext-arthur-lexicon=fairseq_ext.tools.corpora.arthur_lexicon:cli_main",
+            "fairseq-ext-analysis=fairseq_ext.tools.analysis.analysis:cli_main",
+            "fairseq-ext-tiny=fairseq_ext.tools.corpora.tiny:cli_main",
+            "fairseq-ext-synthetic-rules=fairseq_ext.tools.corpora.synthetic_rules:cli_main",
+            "fairseq-ext-dialogue-patterns=fairseq_ext.tools.corpora.dialogue_patterns:cli_main",
+            "fairseq-ext-contrastive=fairseq_ext.tools.evaluation.contrastive:cli_main",
+            "fairseq-ext-tm=fairseq_ext.tools.tm.retrieval:cli_main",
+            "fairseq-ext-ulr=fairseq_ext.tools.corpora.ulr:cli_main",
+            "fairseq-ext-bt=fairseq_ext.tools.corpora.back_translation:cli_main",
+            "fairseq-ext-export=fairseq_ext.tools.export.export:cli_main",
+            "fairseq-ext-translate=fairseq_ext.tools.export.translate:cli_main",
+            "fairseq-ext-simul-latency=fairseq_ext.tools.evaluation.simul_latency:cli_main",
+            "fairseq-ext-conversations=fairseq_ext.tools.corpora.conversations:cli_main",
+            "fairseq-ext-doc-consistency=fairseq_ext.tools.evaluation.doc_consistency:cli_main",
+            "fairseq-ext-diagnostics=fairseq_ext.tools.analysis.diagnostics:cli_main",
             # fairseq's own CLIs with the plugin loaded
             "fairseq-ext-train=fairseq_ext.cli:train_main",
             "fairseq-ext-generate=fairseq_ext.cli:generate_main",

@@ -21,7 +21,7 @@ LEN=(--max-len-a 1.2 --max-len-b 10)
 
 bible_data() {
   bash scripts/setup_env.sh
-  .venv/bin/python -m fairseq_ext.tools.corpora prepare --corpus bible_es_en --src es --tgt en \
+  .venv/bin/python -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es --tgt en \
       --method sentencepiece --vocab-size 8000 --out data/bible_es_en
 }
 
@@ -88,7 +88,7 @@ es_en_set() {
   case $1 in
     full) echo data/bible_es_en/spm8000 ;;
     low)
-      .venv/bin/python -m fairseq_ext.tools.corpora prepare --corpus bible_es_en --src es --tgt en \
+      .venv/bin/python -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es --tgt en \
         --method sentencepiece --vocab-size 4000 --train-size "${LOW_SIZE:-5000}" --out data/bible_es_en >&2
       echo "data/bible_es_en/spm4000-train${LOW_SIZE:-5000}-seed1" ;;
     *) echo "error: unknown set '$1' (full, low)" >&2; return 2 ;;
@@ -99,9 +99,9 @@ es_en_set() {
 # -> OUT/data/seg, OUT/data/bin (the DATA=tiny mode of the recipes)
 tiny_slice() {
   if [ ! -s "$1/data/bin/dict.en.txt" ]; then
-    .venv/bin/python -m fairseq_ext.tools.corpora bpe tests/data/bible_tiny "$1/data/seg" --src es --tgt en \
+    .venv/bin/python -m fairseq_ext.tools.corpora.corpora bpe tests/data/bible_tiny "$1/data/seg" --src es --tgt en \
       --method sentencepiece --vocab-size 300
-    .venv/bin/python -m fairseq_ext.tools.corpora binarize "$1/data/seg" --out "$1/data" --src es --tgt en
+    .venv/bin/python -m fairseq_ext.tools.corpora.corpora binarize "$1/data/seg" --out "$1/data" --src es --tgt en
   fi
 }
 

@@ -11,7 +11,7 @@
 # Steps (each is idempotent; re-running skips what is done):
 #   1. scripts/setup_env.sh: .venv at the repo root with torch 2.13.0 (CPU), fairseq-fixed 0.12.3.1
 #      built against it, and fairseq_ext (editable).  ~6 min the first time.
-#   2. python -m fairseq_ext.tools.corpora prepare: Debian SWORD Bibles (apt) -> verse-aligned es-en
+#   2. python -m fairseq_ext.tools.corpora.corpora prepare: Debian SWORD Bibles (apt) -> verse-aligned es-en
 #      with book-level train/valid/test splits -> joint sentencepiece 8k -> fairseq-preprocess.  ~1-2 min.
 #   3. recipes/bench/bench.py --configs transformer: fairseq-train (BUDGET_MIN minutes),
 #      fairseq-generate (beam 5), sacreBLEU.  Everything lands in runs/quickstart/.
@@ -27,7 +27,7 @@ bash scripts/setup_env.sh
 PY=.venv/bin/python
 
 echo "== 2/4 data: Spanish-English Bible (RV1909 -> WEB, KJV as second reference)"
-$PY -m fairseq_ext.tools.corpora prepare --corpus bible_es_en --src es --tgt en \
+$PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es --tgt en \
     --method sentencepiece --vocab-size 8000 --out data/bible_es_en
 
 echo "== 3/4 train ${BUDGET_MIN} min + translate the test set"
@@ -35,10 +35,10 @@ $PY recipes/bench/bench.py --data data/bible_es_en/spm8000 --configs transformer
     --budget-min "$BUDGET_MIN" --threads "$THREADS" --out runs/quickstart
 
 echo "== 4/4 score (sacreBLEU, detokenised, against WEB; then WEB+KJV)"
-$PY -m fairseq_ext.tools.score score --hyp runs/quickstart/transformer/generate.out \
+$PY -m fairseq_ext.tools.evaluation.score score --hyp runs/quickstart/transformer/generate.out \
     --ref data/bible_es_en/raw/test.en --src data/bible_es_en/raw/test.es \
     --ids data/bible_es_en/raw/test.ids
-$PY -m fairseq_ext.tools.score score --hyp runs/quickstart/transformer/generate.out \
+$PY -m fairseq_ext.tools.evaluation.score score --hyp runs/quickstart/transformer/generate.out \
     --ref data/bible_es_en/raw/test.en --ref data/bible_es_en/raw/test.kjv
 
 echo "== the checkpoint loads with torch.load(weights_only=True) (fairseq_ext allow-lists what fairseq pickles)"

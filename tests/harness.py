@@ -59,7 +59,7 @@ def fairseq(tool: str, *args, user_dir=True, **kw) -> subprocess.CompletedProces
 
 
 def data_cli(*args, **kw) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "fairseq_ext.tools.corpora", *args], **kw)
+    return run([sys.executable, "-m", "fairseq_ext.tools.corpora.corpora", *args], **kw)
 
 
 def prepare_tiny(out: Path, vocab_size: int = 300, method: str = "sentencepiece") -> Path:
@@ -107,7 +107,7 @@ def hypotheses(out: str) -> dict:
 
 def train_losses(stderr: str) -> list:
     """The training loss of every ``train_inner`` interval of a fairseq-train output."""
-    from fairseq_ext.tools.fairseq_log import train_losses as losses
+    from fairseq_ext.tools.evaluation.fairseq_log import train_losses as losses
 
     return losses(stderr)
 
@@ -185,7 +185,7 @@ def toy_arthur_lexicon(path, vocab: int = 60, k: int = 3, seed: int = 0) -> str:
     both sides: k target types per regular source type with probabilities summing to < 1."""
     import torch
 
-    from fairseq_ext.tools.arthur_lexicon import save_lexicon
+    from fairseq_ext.tools.corpora.arthur_lexicon import save_lexicon
 
     g = torch.Generator().manual_seed(seed)
     d = make_dictionary(vocab)

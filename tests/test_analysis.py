@@ -1,5 +1,5 @@
 """Analysis tools of Ampomah's thesis: the math against hand-computed examples, the attention
-recorder against the modules' own outputs, and the ``python -m fairseq_ext.tools.analysis`` CLI on tiny
+recorder against the modules' own outputs, and the ``python -m fairseq_ext.tools.analysis.analysis`` CLI on tiny
 trained checkpoints (Enc-DC, MS-l+AIF, MLMHA)."""
 import csv
 import json
@@ -12,7 +12,7 @@ import torch
 from harness import build_model, run, train
 
 import fairseq_ext  # noqa: F401
-from fairseq_ext.tools.attention_stats import (
+from fairseq_ext.tools.analysis.attention_stats import (
     AIFDependency,
     AttentionRecorder,
     DCDivergence,
@@ -231,7 +231,7 @@ DIMS = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim",
 
 
 def analysis(*args):
-    return run([sys.executable, "-m", "fairseq_ext.tools.analysis", *args])
+    return run([sys.executable, "-m", "fairseq_ext.tools.analysis.analysis", *args])
 
 
 def _finite_csv(path, cols):

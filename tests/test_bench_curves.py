@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from fairseq_ext.tools import fairseq_log
-from fairseq_ext.tools.runs import load_script
+from fairseq_ext.tools.evaluation import fairseq_log
+from fairseq_ext.tools.evaluation.runs import load_script
 from harness import ROOT, run
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -150,7 +150,7 @@ def test_deep_shallow_configuration_moves_the_layers():
     """transformer_6_1 is the baseline with 6 encoder and 1 decoder layers (Kasai et al. 2021), nothing else
     changed; its non-embedding parameters are within 5% of the baseline's (the 6+1 vs 3+3 tables)."""
     import fairseq_ext  # noqa: F401
-    from fairseq_ext.tools.runs import load_script
+    from fairseq_ext.tools.evaluation.runs import load_script
     from fairseq import options
     from fairseq.data import Dictionary
     from fairseq.models.transformer import TransformerModel

@@ -397,7 +397,7 @@ def test_cli_rnnlm_sentence_vectors_end_to_end(conv_bin, tmp_path):
     from harness import run as run_cmd
 
     lm = tmp_path / "lm"
-    run_cmd([sys.executable, "-m", "fairseq_ext.tools.conversations", "lm-data", FIXTURE, lm])
+    run_cmd([sys.executable, "-m", "fairseq_ext.tools.corpora.conversations", "lm-data", FIXTURE, lm])
     assert n_lines(lm / "train.en.fwd") == n_lines(lm / "train.en.bwd") == 24
     d = Dictionary.load(str(conv_bin / "dict.src.txt"))
     ckpts = [lstm_lm_checkpoint(tmp_path / f"{name}.pt", d, k) for k, name in

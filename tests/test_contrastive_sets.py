@@ -1,4 +1,4 @@
-"""The published contrastive sets (fairseq_ext.tools.contrastive_sets): ContraPro (JSON + documents, or the text
+"""The published contrastive sets (fairseq_ext.tools.evaluation.contrastive_sets): ContraPro (JSON + documents, or the text
 files of json2text_and_context.pl) and Bawden et al. 2018 (anaphora / lexical-choice JSON, or the text files of
 json2rawtext.py), small sets written in each format; accuracy with a stub scorer whose scores are chosen (worked
 out by hand below), then the same sets scored through fairseq's loading path with a tiny model."""
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from fairseq_ext.tools import contrastive as C
-from fairseq_ext.tools import contrastive_sets as CS
+from fairseq_ext.tools.evaluation import contrastive as C
+from fairseq_ext.tools.evaluation import contrastive_sets as CS
 from fairseq_ext.tools.common import ToolError, cli_status, read_jsonl
 
 # ----------------------------------------------------------------------------------------------- the sets

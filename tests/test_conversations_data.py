@@ -17,7 +17,7 @@ from fairseq_ext.data.conversations import (
     conversation_batches,
     segment_turns,
 )
-from fairseq_ext.tools import conversations as tool
+from fairseq_ext.tools.corpora.corpora import conversations as tool
 from harness import ROOT, make_dictionary
 
 FIXTURE = ROOT / "tests" / "data" / "conversations"
@@ -194,7 +194,7 @@ def test_fixture_statistics_and_the_cli_error_convention(tmp_path):
     (tmp_path / "train.conv").write_text("a\tes\tn\na\tes\tn\n")
     for sp in ("valid", "test"):
         (tmp_path / f"{sp}.conv").write_text("")
-    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.conversations", "stats", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.corpora.conversations", "stats", str(tmp_path)],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2
     assert p.stderr.strip() == f"error: {tmp_path / 'train.conv'}:1: conversation 'a' has one language only " \

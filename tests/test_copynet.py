@@ -1,5 +1,5 @@
 """CopyNet (Gu 2019 §3.2; fairseq_ext/models/copynet.py, modules/copy_attention.py, criterions/copynet_cross_entropy.py,
-tasks/copy_translation.py, tools/copy_heatmap.py): the mixture's math in-process, then fairseq-train /
+tasks/copy_translation.py, tools/analysis/copy_heatmap.py): the mixture's math in-process, then fairseq-train /
 generate / interactive on a tiny copy task whose test sentences hold words no dictionary has."""
 import argparse
 import csv
@@ -419,7 +419,7 @@ def test_mismatched_raw_text_is_refused(copy_data, copy_ckpt, tmp_path):
 def test_heatmap_tool_writes_png_and_tsv(copy_data, copy_ckpt, tmp_path):
     data, raw = copy_data
     out = tmp_path / "fig.png"
-    run([sys.executable, "-m", "fairseq_ext.tools.copy_heatmap", "--path", copy_ckpt, "--data", data,
+    run([sys.executable, "-m", "fairseq_ext.tools.analysis.copy_heatmap", "--path", copy_ckpt, "--data", data,
          "--copy-raw-dir", raw, "--index", "0", "--out", out])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = list(csv.DictReader(open(tmp_path / "fig.tsv"), delimiter="\t"))
@@ -429,6 +429,6 @@ def test_heatmap_tool_writes_png_and_tsv(copy_data, copy_ckpt, tmp_path):
         assert 0 <= float(r["p_gen"]) + float(r["p_copy"]) <= 1 + 1e-5
         if r["token"].startswith("oov"):
             assert float(r["p_gen"]) == 0.0 and r["mode"] == "copy"
-    p = run([sys.executable, "-m", "fairseq_ext.tools.copy_heatmap", "--path", tmp_path / "none.pt", "--data", data,
+    p = run([sys.executable, "-m", "fairseq_ext.tools.analysis.copy_heatmap", "--path", tmp_path / "none.pt", "--data", data,
              "--out", out], check=False)
     assert p.returncode == 2 and p.stderr.startswith("error: checkpoint not found")

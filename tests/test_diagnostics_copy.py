@@ -1,4 +1,4 @@
-"""Diagnostic corpora of the copying and retrieval mechanisms (fairseq_ext.tools.diagnostics_copy): the bounds hold by
+"""Diagnostic corpora of the copying and retrieval mechanisms (fairseq_ext.tools.analysis.diagnostics_copy): the bounds hold by
 construction (test names outside the dictionary and the training data; test tuplets that share their source), the
 translation-memory side files point where they should; CopyNet's ``--no-copy`` switch; and (slow) CopyNet beats
 its baseline on a short run of recipes/bench/diagnostics_copy.py."""
@@ -15,7 +15,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 from fairseq_ext.data.translation_memory import read_tm
 from fairseq_ext.tools.common import ToolError
-from fairseq_ext.tools.diagnostics_copy import (
+from fairseq_ext.tools.analysis.diagnostics_copy import (
     generate, generate_copy_split, generate_retrieval, name_pools, name_scores, value_scores,
 )
 from harness import ROOT, env, make_dictionary, toy_batch
@@ -161,13 +161,13 @@ def test_value_scores():
 
 
 def test_cli_generates_the_new_tasks_and_bad_input_is_one_error_line(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.diagnostics", "generate", "retrieval", "--out",
+    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.analysis.diagnostics", "generate", "retrieval", "--out",
                         str(tmp_path / "r"), "--n-train", "60", "--n-valid", "8", "--n-test", "8", "--no-binarize"],
                        cwd=ROOT, env=env(), capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "bound 1/V exactly" in p.stdout
     assert len((tmp_path / "r" / "raw" / "test.src").read_text().splitlines()) == 8
-    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.diagnostics", "generate", "copy", "--out",
+    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.analysis.diagnostics", "generate", "copy", "--out",
                         str(tmp_path / "x"), "--sent-len", "5", "2"], cwd=ROOT, env=env(), capture_output=True,
                        text=True)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0

@@ -1,4 +1,4 @@
-"""Diagnostic corpora of the multilingual mechanisms (fairseq_ext.tools.diagnostics_multi): the cipher language has
+"""Diagnostic corpora of the multilingual mechanisms (fairseq_ext.tools.analysis.diagnostics_multi): the cipher language has
 no parallel sentence and is a relabelling of the seen one, the shared-form languages make every content word
 ambiguous and the test twins make the language-blind bound exact; the folder is what universal_translation and
 fairseq-ext-ulr read; and (slow) ULR translates the cipher where Multi-NMT cannot, on a short run of
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fairseq_ext.tools.common import ToolError
-from fairseq_ext.tools.diagnostics_multi import MARKERS, build_task, generate
+from fairseq_ext.tools.analysis.diagnostics_multi import MARKERS, build_task, generate
 from harness import ROOT, env
 
 SMALL = dict(n_train=300, n_valid=20, n_test=60, concepts=40, seed_pairs=20, dim=8)
@@ -101,7 +101,7 @@ def test_generate_writes_the_universal_layout_and_projects_with_fairseq_ext_ulr(
 
 
 def test_cli_generates_and_bad_input_is_one_error_line(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.diagnostics", "generate", "ulr_cipher", "--out",
+    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.analysis.diagnostics", "generate", "ulr_cipher", "--out",
                         str(tmp_path / "x"), "--seed-pairs", "4"], cwd=ROOT, env=env(), capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
     assert p.stderr.startswith("error: --seed-pairs 4") and "Traceback" not in p.stderr

@@ -1,6 +1,6 @@
 """Tests of the document-level evaluation tools of Maruf (2019): the ContraPro-style contrastive pronoun
-set (fairseq_ext.tools.contrastive), document consistency (fairseq_ext.tools.doc_consistency) and the
-offline METEOR of fairseq_ext.tools.score."""
+set (fairseq_ext.tools.evaluation.contrastive), document consistency (fairseq_ext.tools.evaluation.doc_consistency) and the
+offline METEOR of fairseq_ext.tools.evaluation.score."""
 import json
 import math
 import re
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_ext.tools import contrastive as C
-from fairseq_ext.tools import doc_consistency as D
-from fairseq_ext.tools import score
+from fairseq_ext.tools.evaluation import contrastive as C
+from fairseq_ext.tools.evaluation import doc_consistency as D
+from fairseq_ext.tools.evaluation import score
 from fairseq_ext.tools.common import ToolError, cli_status, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -288,7 +288,7 @@ def test_score_end_to_end_matches_fairseq_score_reference(tiny_bin, tmp_path):
     xs = read_jsonl(set_path)
     assert xs
     spm = tiny_bin.parent / "seg" / "spm.model"
-    p = run([sys.executable, "-m", "fairseq_ext.tools.contrastive", "score", "--set", set_path, "--spm", spm,
+    p = run([sys.executable, "-m", "fairseq_ext.tools.evaluation.contrastive", "score", "--set", set_path, "--spm", spm,
              "--json", tmp_path / "acc.json", "--details", tmp_path / "det.jsonl", "--name", "tiny",
              "--instances-per-batch", "2",
              tiny_bin, "--path", ckpt, "--task", "translation", "--gen-subset", "test", "--cpu"])

@@ -1,12 +1,12 @@
-"""d-BLEU (fairseq_ext.tools.doc_metrics; ``fairseq-ext-score dbleu``) on a two-document set computed by hand."""
+"""d-BLEU (fairseq_ext.tools.evaluation.doc_metrics; ``fairseq-ext-score dbleu``) on a two-document set computed by hand."""
 import json
 import math
 
 import pytest
 
-from fairseq_ext.tools import score as S
+from fairseq_ext.tools.evaluation import score as S
 from fairseq_ext.tools.common import ToolError, cli_status
-from fairseq_ext.tools.doc_metrics import dbleu, dbleu_files, document_groups
+from fairseq_ext.tools.evaluation.doc_metrics import dbleu, dbleu_files, document_groups
 
 IDS = ["A.1", "A.2", "B.1", "B.2"]
 REFS = ["a b c d", "e f g h", "p q", "r s"]

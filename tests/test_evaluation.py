@@ -1,4 +1,4 @@
-"""Tests of fairseq_ext.tools.score and .hypotheses (sacreBLEU scoring helpers)."""
+"""Tests of fairseq_ext.tools.evaluation.score and .hypotheses (sacreBLEU scoring helpers)."""
 import json
 import math
 import os
@@ -11,7 +11,8 @@ import pytest
 import sacrebleu
 
 from fairseq_ext.tools import hypotheses as gen
-from fairseq_ext.tools import plots, score
+from fairseq_ext.tools import plots
+from fairseq_ext.tools.evaluation import score
 from fairseq_ext.tools.common import cli_status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -310,12 +311,12 @@ def test_cli_missing_hypothesis_exit_2(tmp_path, capsys):
 
 
 def test_cli_module_entry_point(tmp_path):
-    """The real ``python -m fairseq_ext.tools.score`` (imports the fairseq_ext package)."""
+    """The real ``python -m fairseq_ext.tools.evaluation.score`` (imports the fairseq_ext package)."""
     g = _write(tmp_path / "gen.out", _gen_output(["a", "b", "c"], order=[2, 0]))
     r = _write_lines(tmp_path / "test.en", ["a", "b", "c"])
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "fairseq_ext.tools.score", "score", "--hyp", str(g), "--ref", str(r)],
+        [sys.executable, "-m", "fairseq_ext.tools.evaluation.score", "score", "--hyp", str(g), "--ref", str(r)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2, proc.stderr

@@ -1,6 +1,6 @@
 """``fairseq-ext-export`` of Nguyen's ch. 6 Transformers without Tears (``transformer_twt``,
 ``transformer_twt_*``): ScaleNorm and RMSNorm become CTranslate2's RMSNorm, FixNorm's normalised rows are
-folded into the exported embeddings and output projection (:mod:`fairseq_ext.tools.export_twt`).
+folded into the exported embeddings and output projection (:mod:`fairseq_ext.tools.export.export_twt`).
 
 * every thesis preset (Table 6.3 rows (1)-(4), Table 6.6, Table 6.7), on the tiny slice: greedy outputs of the
   CTranslate2 float32 model equal fairseq's (SequenceGenerator, as ``fairseq-generate --beam 1``) token for
@@ -63,7 +63,7 @@ def preset_checkpoint(trained, arch, path, seed=0):
 
 @pytest.mark.parametrize("arch", sorted(THESIS_PRESETS))
 def test_every_twt_preset_exports_and_decodes_as_fairseq(tiny_bin, twt_trained, tmp_path, arch):
-    from fairseq_ext.tools.export import main as export_main
+    from fairseq_ext.tools.export.export import main as export_main
 
     ckpt = preset_checkpoint(twt_trained, arch, tmp_path / f"{arch}.pt")
     out = tmp_path / "ct2"
@@ -84,7 +84,7 @@ def test_every_twt_preset_exports_and_decodes_as_fairseq(tiny_bin, twt_trained, 
 def test_scalenorm_equals_the_rmsnorm_it_is_exported_as():
     """g·x/max(‖x‖, ε) against γ_i x_i / sqrt(mean(x²) + ε') with γ = g/√d, ε' = ε²/d (CTranslate2's RMSNorm)."""
     from fairseq_ext.modules.norms import RMSNorm, ScaleNorm
-    from fairseq_ext.tools.export_twt import rms_epsilon, rms_gamma
+    from fairseq_ext.tools.export.export_twt import rms_epsilon, rms_gamma
 
     d = 32
     norm = ScaleNorm(d)
@@ -106,7 +106,7 @@ def test_scalenorm_equals_the_rmsnorm_it_is_exported_as():
 
 
 def test_what_does_not_fold_is_refused_with_its_reason():
-    from fairseq_ext.tools.export import list_archs, unsupported_reason
+    from fairseq_ext.tools.export.export import list_archs, unsupported_reason
 
     base = dict(encoder_normalize_before=True, decoder_normalize_before=True, encoder_attention_heads=4,
                 decoder_attention_heads=4, decoder_embed_dim=32, activation_fn="relu", norm_type="scalenorm",

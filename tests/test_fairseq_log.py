@@ -1,12 +1,12 @@
-"""fairseq_ext/tools/fairseq_log.py: the one parser of fairseq-train / fairseq-generate logs, on real log lines
+"""fairseq_ext/tools/evaluation/fairseq_log.py: the one parser of fairseq-train / fairseq-generate logs, on real log lines
 (a bench run of the es->en low set on this machine, fairseq 0.12 simple format) and the shared run helpers."""
 import json
 import sys
 
 import pytest
 
-from fairseq_ext.tools import fairseq_log as fl
-from fairseq_ext.tools import runs
+from fairseq_ext.tools.evaluation import fairseq_log as fl
+from fairseq_ext.tools.evaluation import runs
 
 # real lines (runs/converged/variants/transformer/train.log, a resumed diagnostics run, a bench generate.out)
 TRAIN_LOG = """\

@@ -49,7 +49,7 @@ def twt_ckpt(tiny_bin, tmp_path_factory):
 
 
 def export_cli(*args, check=True):
-    return run([sys.executable, "-m", "fairseq_ext.tools.export", *args], check=check)
+    return run([sys.executable, "-m", "fairseq_ext.tools.export.export", *args], check=check)
 
 
 # ------------------------------------------------------------------------------------------- export
@@ -94,7 +94,7 @@ def test_export_is_equivalent_to_fairseq(tiny_bin, request, tmp_path, norm):
     """Greedy outputs identical token for token, and the log-probability of every reference token
     (fairseq's SequenceScorer against CTranslate2's score_batch) equal to 1e-3: a tiny model trained
     20 updates repeats one piece greedily, so the scores are what tell two networks apart."""
-    from fairseq_ext.tools.export import main as export_main
+    from fairseq_ext.tools.export.export import main as export_main
 
     ckpt = request.getfixturevalue(f"{norm}_ckpt")
     out_dir = tmp_path / "ct2"
@@ -117,7 +117,7 @@ def test_export_is_equivalent_to_fairseq(tiny_bin, request, tmp_path, norm):
 
 
 def test_export_int8_model_translates_every_input(tiny_bin, prenorm_ckpt, tmp_path):
-    from fairseq_ext.tools.export import main as export_main
+    from fairseq_ext.tools.export.export import main as export_main
 
     # --data defaults to the folder recorded in the checkpoint
     assert export_main([str(prenorm_ckpt), "--out", str(tmp_path / "ct2"), "--quantization", "int8"]) == 0
@@ -176,7 +176,7 @@ def test_export_refuses_an_unsupported_architecture_in_one_line(relabelled, tmp_
 @pytest.mark.parametrize("arch", sorted(UNSUPPORTED))
 def test_export_says_why_each_family_cannot_be_exported(relabelled, tmp_path, arch):
     from fairseq_ext.tools.common import ToolError
-    from fairseq_ext.tools.export import main
+    from fairseq_ext.tools.export.export import main
 
     with pytest.raises(ToolError, match=f"architecture '{arch}' cannot be exported .*{UNSUPPORTED[arch]}"):
         main([str(relabelled(arch)), "--out", str(tmp_path / "ct2")])
@@ -186,7 +186,7 @@ def test_list_archs_marks_the_transformer_presets_exportable():
     """The transformer presets export; every other model family the plugin registers has its own reason in
     ``UNSUPPORTED_MODELS`` (none gets the generic one), so all its architectures are listed."""
     from fairseq_ext.__main__ import registrations
-    from fairseq_ext.tools.export import FOLDED_MODELS, UNSUPPORTED_MODELS, list_archs
+    from fairseq_ext.tools.export.export import FOLDED_MODELS, UNSUPPORTED_MODELS, list_archs
 
     verdict = {a: r for a, _, r in list_archs()}
     for arch in ("transformer", "transformer_iwslt_de_en", "transformer_iwslt_small", "transformer_maruf_base",
@@ -202,7 +202,7 @@ def test_list_archs_marks_the_transformer_presets_exportable():
 def test_export_rejects_options_ctranslate2_cannot_represent():
     import argparse
 
-    from fairseq_ext.tools.export import unsupported_reason
+    from fairseq_ext.tools.export.export import unsupported_reason
 
     base = dict(encoder_normalize_before=True, decoder_normalize_before=True, encoder_attention_heads=4,
                 decoder_attention_heads=4, decoder_embed_dim=32, activation_fn="relu")

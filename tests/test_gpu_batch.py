@@ -8,8 +8,8 @@ import tarfile
 
 import pytest
 
-from fairseq_ext.tools.fairseq_log import timestamp
-from fairseq_ext.tools.runs import load_script
+from fairseq_ext.tools.evaluation.fairseq_log import timestamp
+from fairseq_ext.tools.evaluation.runs import load_script
 from harness import ROOT, USER_DIR, run
 
 SCRIPT = ROOT / "recipes" / "bench" / "gpu_batch.sh"

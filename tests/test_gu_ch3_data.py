@@ -1,6 +1,6 @@
 """Gu (2018) ch. 3 (CopyNet) offline data: the synthetic copy-rule task (§3.3.1, Tables 3.1/3.2) and the
-pattern-filling dialogue sets DS-I / DS-II (§3.3.3, Table 3.5) -- fairseq_ext.tools.synthetic_rules and
-fairseq_ext.tools.dialogue_patterns.
+pattern-filling dialogue sets DS-I / DS-II (§3.3.3, Table 3.5) -- fairseq_ext.tools.corpora.synthetic_rules and
+fairseq_ext.tools.corpora.dialogue_patterns.
 
 Generation is deterministic for a seed, consistent with the published rule / pattern file, balanced over
 the rule types, and DS-II keeps the test fillers out of training; the scorers give Table 3.2 / 3.5 from
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_ext.tools import dialogue_patterns as dp
-from fairseq_ext.tools import synthetic_rules as sr
+from fairseq_ext.tools.corpora.corpora import dialogue_patterns as dp
+from fairseq_ext.tools.corpora.corpora import synthetic_rules as sr
 from fairseq_ext.tools.common import ToolError, cli_status, read_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,10 +214,10 @@ def test_synthetic_bad_input(syn, tmp_path, capsys):
 
 
 def test_synthetic_cli_subprocess(tmp_path):
-    """The real ``python -m fairseq_ext.tools.synthetic_rules`` (imports the fairseq_ext package)."""
+    """The real ``python -m fairseq_ext.tools.corpora.synthetic_rules`` (imports the fairseq_ext package)."""
     out = tmp_path / "cli"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.synthetic_rules", "generate", str(out),
+    p = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.corpora.synthetic_rules", "generate", str(out),
                         "--seed", "7", "--rules", "10", "--train-per-rule", "6", "--valid-per-rule", "1",
                         "--test-per-rule", "4"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr

@@ -1,4 +1,4 @@
-"""Gu (2018) ch. 4 (SEG-NMT) recipe and analyses: ``fairseq_ext.tools.tm_analysis`` on hand-made inputs (the
+"""Gu (2018) ch. 4 (SEG-NMT) recipe and analyses: ``fairseq_ext.tools.analysis.tm_analysis`` on hand-made inputs (the
 fuzzy bins partition the sentences and their BLEU is sacreBLEU's on the subset, the K sweep's average pairs,
 the gate examples, the §4.5 split), the thesis-mode printout of ``recipes/gu/ch4.sh`` (every command parses
 with its own parser: fairseq's with ``--user-dir fairseq_ext``, the tools' ``build_parser``) and, marked slow,
@@ -12,7 +12,7 @@ import pytest
 import sacrebleu
 
 from fairseq_ext.data.translation_memory import TMEntry, write_tm
-from fairseq_ext.tools import tm_analysis as ta
+from fairseq_ext.tools.analysis.analysis import tm_analysis as ta
 from fairseq_ext.tools.common import ToolError
 
 from harness import ROOT, n_lines, run
@@ -216,7 +216,11 @@ def parse_line(line):
     """(tool, parsed args) with the tool's own parser."""
     from fairseq import options
 
-    from fairseq_ext.tools import corpora, retrieval, score
+    from fairseq_ext.tools.corpora.corpora import corpora
+
+    from fairseq_ext.tools.tm import retrieval
+
+    from fairseq_ext.tools.evaluation import score
 
     toks = shlex.split(line[2:])
     tool = os.path.basename(toks[0])

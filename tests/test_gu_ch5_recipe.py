@@ -1,7 +1,7 @@
 """Gu (2019) ch. 5 (universal NMT: ULR + MoLE) recipe: the thesis-mode printout of ``recipes/gu/ch5.sh`` (every
 command parses with its own parser: fairseq's with ``--user-dir fairseq_ext``, the tools' ``build_parser``), the
 report ``recipes/gu/ch5_report.py`` on a synthetic output tree (its scores.json written by the real
-``fairseq_ext.tools.score compare --json``), ``fairseq-ext-ulr gates`` (the MoLE gate of Fig. 5.8) on tiny
+``fairseq_ext.tools.evaluation.score compare --json``), ``fairseq-ext-ulr gates`` (the MoLE gate of Fig. 5.8) on tiny
 checkpoints trained here, and, marked slow, the recipe's ``DATA=tiny`` run end to end."""
 import json
 import math
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from fairseq_ext.tools import corpora, ulr
+from fairseq_ext.tools.corpora.corpora import corpora, ulr
 
 from harness import ROOT, fairseq, n_lines, parse_fairseq_command, recipe_script, run, thesis_commands
 
@@ -35,7 +35,7 @@ def parse_line(line):
     tool = toks[0].rsplit("/", 1)[-1]
     if tool == "fairseq-ext-ulr":
         return f"ulr {toks[1]}", ulr.build_parser().parse_args(toks[1:])
-    assert tool == "python" and toks[1] == "-m" and toks[2] == "fairseq_ext.tools.corpora", line
+    assert tool == "python" and toks[1] == "-m" and toks[2] == "fairseq_ext.tools.corpora.corpora", line
     return f"corpora {toks[3]}", corpora.build_parser().parse_args(toks[3:])
 
 
@@ -133,7 +133,7 @@ def _train_log(path, wps):
 
 def make_tree(root, systems_by_tag, tokens, wps=None):
     """OUT/<tag>/<system>/{test/generate-test.txt, data_dir, train.log} + data folders with a manifest, and
-    OUT/<tag>/scores.json from `python -m fairseq_ext.tools.score compare --json` (baseline multi)."""
+    OUT/<tag>/scores.json from `python -m fairseq_ext.tools.evaluation.score compare --json` (baseline multi)."""
     out = root / "out"
     ref = _write(root / "ref.en", REF)
     for tag, systems in systems_by_tag.items():
@@ -151,7 +151,7 @@ def make_tree(root, systems_by_tag, tokens, wps=None):
         for s in systems:
             if s != "multi":
                 others += ["--system", out / tag / s / "test" / "generate-test.txt"]
-        run([sys.executable, "-m", "fairseq_ext.tools.score", "compare", "--baseline",
+        run([sys.executable, "-m", "fairseq_ext.tools.evaluation.score", "compare", "--baseline",
              out / tag / "multi" / "test" / "generate-test.txt", *others, "--ref", ref, "--n-bootstrap", "50",
              "--json", out / tag / "scores.json"])
     return out
@@ -283,7 +283,7 @@ def mole_run(tmp_path_factory):
     universal_rnn_tiny checkpoints of a few updates: with MoLE, and Multi-NMT (no MoLE)."""
     root = tmp_path_factory.mktemp("ch5_gates")
     data = root / "data"
-    run([sys.executable, "-m", "fairseq_ext.tools.corpora", "universal", "--multi", MULTI_TINY, "--aux", "es,fr,ru",
+    run([sys.executable, "-m", "fairseq_ext.tools.corpora.corpora", "universal", "--multi", MULTI_TINY, "--aux", "es,fr,ru",
          "--lowres", "it", "--lowres-tokens", "300", "--vocab-size", "150", "--lowres-mono", "50", "--out", data])
     common = ["--task", "universal_translation", "--arch", "universal_rnn_tiny", "--optimizer", "adam", "--lr", "1e-3",
               "--max-tokens", "2048", "--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple",
@@ -296,7 +296,7 @@ def mole_run(tmp_path_factory):
 
 
 def gates(*args, check=True):
-    return run([sys.executable, "-m", "fairseq_ext.tools.ulr", "gates", *args], check=check, timeout=300)
+    return run([sys.executable, "-m", "fairseq_ext.tools.corpora.ulr", "gates", *args], check=check, timeout=300)
 
 
 def test_gates_first_n_sentences(mole_run, tmp_path):

@@ -2,7 +2,7 @@
 data / ULR / splits tools with their own parsers, every fairseq command line with fairseq's parser and
 ``--user-dir fairseq_ext``), the helpers and the report of ``recipes/gu/ch6_report.py`` (the MetaNMT splits built
 next to a real ``fairseq-ext-data universal`` folder of the tiny multi-parallel slice; the report on a synthetic
-output tree whose scores come from the real ``fairseq_ext.tools.score``), and, marked slow, the recipe's
+output tree whose scores come from the real ``fairseq_ext.tools.evaluation.score``), and, marked slow, the recipe's
 ``DATA=tiny`` run end to end."""
 import json
 import os
@@ -13,7 +13,9 @@ import sys
 
 import pytest
 
-from fairseq_ext.tools import corpora, score, ulr
+from fairseq_ext.tools.corpora.corpora import corpora, ulr
+
+from fairseq_ext.tools.evaluation import score
 
 from harness import ROOT, n_lines, parse_fairseq_command, recipe_script, run, thesis_commands
 
@@ -67,7 +69,7 @@ def tool_parse(line, rep):
         return f"ulr {toks[1]}", ulr.build_parser().parse_args(toks[1:])
     assert tool == "python", line
     if toks[1] == "-m":
-        assert toks[2] == "fairseq_ext.tools.corpora", line
+        assert toks[2] == "fairseq_ext.tools.corpora.corpora", line
         return f"corpora {toks[3]}", corpora.build_parser().parse_args(toks[3:])
     assert toks[1] == "recipes/gu/ch6_report.py", line
     return f"ch6 {toks[2]}", rep.build_parser().parse_args(toks[2:])
@@ -204,7 +206,7 @@ def test_bad_settings_are_refused(tmp_path):
 def uni(tmp_path_factory):
     """A `fairseq-ext-data universal` folder of the tiny slice: sources es, fr, validation tl, target it."""
     d = tmp_path_factory.mktemp("ch6_uni") / "it"
-    run([sys.executable, "-m", "fairseq_ext.tools.corpora", "universal", "--multi", MULTI_TINY, "--aux", "es,fr,tl",
+    run([sys.executable, "-m", "fairseq_ext.tools.corpora.corpora", "universal", "--multi", MULTI_TINY, "--aux", "es,fr,tl",
          "--lowres", "it", "--lowres-tokens", "800", "--lowres-mono", "0", "--vocab-size", "150", "--out", d])
     return d
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from fairseq_ext.tools.runs import load_script
+from fairseq_ext.tools.evaluation.runs import load_script
 from harness import ROOT, env, n_lines, run
 
 latency = load_script(ROOT / "recipes" / "gu" / "latency.py")

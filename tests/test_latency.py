@@ -6,7 +6,7 @@ import json
 import pytest
 
 from fairseq_ext.modules import latency as L
-from fairseq_ext.tools import simul_latency
+from fairseq_ext.tools.evaluation import simul_latency
 from fairseq_ext.tools.common import cli_status, read_jsonl
 
 

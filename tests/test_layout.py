@@ -107,3 +107,111 @@ def test_a_task_may_use_a_models_public_interface(tmp_path):
     target = root / "tasks" / "translation_ext.py"
     target.write_text(target.read_text() + "\nfrom fairseq_ext.models.twt import TwtDecoder  # noqa\n")
     assert violations(root) == violations()
+
+
+# ------------------------------------------------------------------------------------------------ no import cycle
+def module_graph(package_root: Path = PACKAGE) -> dict:
+    """``{module: {modules it imports}}`` over the package's own modules (a package is its ``__init__``);
+    ``from a import b`` counts as an import of the submodule ``a.b`` when there is one, else of ``a``."""
+    pkg = package_root.name
+    files = {}
+    for f in sorted(package_root.rglob("*.py")):
+        parts = (pkg,) + f.relative_to(package_root).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    graph = {}
+    for name, f in files.items():
+        targets = set()
+        for _, src, names in imports(f, package_root):
+            subs = [f"{src}.{n}" for n in names if f"{src}.{n}" in files]
+            targets.update(subs or ([src] if src in files else []))
+            if len(subs) < len(names) and src in files:
+                targets.add(src)
+        targets.discard(name)
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_among_the_package_modules():
+    """Imports go one way: a shared piece lives in the module both need, or in a third one."""
+    assert cycles(module_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path):
+    root = tmp_path / "fairseq_ext"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    target = root / "tools" / "evaluation" / "bleu.py"
+    target.write_text(target.read_text() + "\n\ndef _added():\n    from fairseq_ext.tools.evaluation import score\n")
+    assert any({"fairseq_ext.tools.evaluation.bleu", "fairseq_ext.tools.evaluation.score"} <= set(c)
+               for c in cycles(module_graph(root)))
+
+
+# --------------------------------------------------------------------------------------- the tools' sub-packages
+TOOLS = PACKAGE / "tools"
+TOOL_PACKAGES = ("corpora", "evaluation", "analysis", "tm", "export")
+TOOLS_SHARED = ("common", "hypotheses", "plots")
+# which tools sub-packages each one may import (besides itself and TOOLS_SHARED), as tools/__init__.py states
+TOOLS_MAY_USE = {"corpora": (), "tm": (), "evaluation": ("corpora",), "export": ("corpora",),
+                 "analysis": ("corpora", "evaluation", "tm")}
+
+
+def table_names(init: Path) -> set:
+    """The ````name```` cells of the first column of the table in ``init``'s docstring."""
+    lines = (ast.get_docstring(ast.parse(init.read_text())) or "").splitlines()
+    borders = [i for i, ln in enumerate(lines) if ln.startswith("====")]
+    return {ln.split("``")[1] for ln in lines[borders[0]:borders[-1]] if ln.startswith("``")}
+
+
+def test_every_tools_module_is_in_its_table():
+    top = {p.stem for p in TOOLS.glob("*.py") if p.stem != "__init__"}
+    packages = {p.parent.name for p in TOOLS.glob("*/__init__.py")}
+    assert top == set(TOOLS_SHARED) and packages == set(TOOL_PACKAGES)
+    assert table_names(TOOLS / "__init__.py") == top | packages
+    for pkg in TOOL_PACKAGES:
+        modules = {p.stem for p in (TOOLS / pkg).glob("*.py") if p.stem != "__init__"}
+        assert table_names(TOOLS / pkg / "__init__.py") == modules, pkg
+        assert not list((TOOLS / pkg).glob("*/__init__.py")), f"{pkg}: one level of sub-packages"
+
+
+def test_the_tools_packages_import_one_way():
+    bad = []
+    for name, targets in module_graph().items():
+        parts = name.split(".")
+        if len(parts) < 4 or parts[1] != "tools":
+            continue
+        for t in targets:
+            tp = t.split(".")
+            if len(tp) >= 3 and tp[1] == "tools" and tp[2] in TOOL_PACKAGES and tp[2] != parts[2] \
+                    and tp[2] not in TOOLS_MAY_USE[parts[2]]:
+                bad.append(f"{name} imports {t}")
+    assert bad == []

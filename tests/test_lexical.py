@@ -16,7 +16,7 @@ from fairseq_ext.criterions.masked_label_smoothed_cross_entropy import (
     MaskedLabelSmoothedCrossEntropyCriterion, masked_label_smoothed_nll_loss,
 )
 from fairseq_ext.modules.vocab_mask import allowed_target_vocab, mask_logits
-from fairseq_ext.tools.lexicon import extract_lexicon, format_lexicon
+from fairseq_ext.tools.analysis.lexicon import extract_lexicon, format_lexicon
 from fairseq_ext.models.lexical import reverse_padded
 from fairseq_ext.modules.lexical import LexicalTranslation
 from fairseq_ext.modules.word_dropout import word_dropout
@@ -503,11 +503,11 @@ def test_cli_transformer_lex_masked_criterion_generate_and_lexicon(tiny_bin, tmp
     d, allowed = _allowed_ids(tiny_bin)
     for h in hyps.values():  # decoding never emits a masked type
         assert all(allowed[d.index(tok)] for tok in h.split())
-    p = run([sys.executable, "-m", "fairseq_ext.tools.lexicon", "--path", ckpt, "--data", tiny_bin,
+    p = run([sys.executable, "-m", "fairseq_ext.tools.analysis.lexicon", "--path", ckpt, "--data", tiny_bin,
              "--limit", "5", "--topk", "3"])
     rows = [line.split("\t") for line in p.stdout.strip().splitlines()]
     assert len(rows) == 5 and all(len(r[1].split(", ")) == 3 for r in rows)
-    p = run([sys.executable, "-m", "fairseq_ext.tools.lexicon", "--path", ckpt, "--data", tiny_bin,
+    p = run([sys.executable, "-m", "fairseq_ext.tools.analysis.lexicon", "--path", ckpt, "--data", tiny_bin,
              "--words", rows[0][0], "--format", "tsv", "--topk", "4"])
     tsv = [line.split("\t") for line in p.stdout.strip().splitlines()]
     assert [r[0] for r in tsv] == [rows[0][0]] * 4 and [r[3] for r in tsv] == ["1", "2", "3", "4"]
@@ -524,7 +524,7 @@ def test_cli_lstm_luong_fixnorm_lex(tiny_bin, tmp_path):
                  extra=["--batch-size", "16", "--clip-norm", "5"])
     out = generate(tiny_bin, ckpt, "--batch-size", "16")
     assert sorted(hypotheses(out)) == list(range(n_lines(tiny_bin / "test.ids")))
-    from fairseq_ext.tools.lexicon import load_model
+    from fairseq_ext.tools.analysis.lexicon import load_model
     model, task = load_model(str(ckpt), str(tiny_bin))
     entries = extract_lexicon(model, task.source_dictionary, task.target_dictionary, [10, 11], topk=2)
     assert [e[0] for e in entries] == [task.source_dictionary[10], task.source_dictionary[11]]
@@ -547,7 +547,7 @@ def test_cli_masked_criterion_with_plain_twt_model(tiny_bin, tmp_path):
     valid = re.findall(r"valid on 'valid' subset \| loss ([0-9.]+) \| nll_loss ([0-9.]+)", log)
     assert valid, log[-2000:]
     loss_bits, nll_bits = map(float, valid[-1])  # the last validation is that of checkpoint_last.pt
-    from fairseq_ext.tools.lexicon import load_model
+    from fairseq_ext.tools.analysis.lexicon import load_model
     model, task = load_model(str(tmp_path / "checkpoint_last.pt"), str(tiny_bin))
     assert getattr(model.decoder, "target_vocab_mask", None) is None  # the mask is the criterion's alone
     task.load_dataset("valid")

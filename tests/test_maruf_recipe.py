@@ -26,7 +26,7 @@ def parse_line(line):
     tool has no parser here (mkdir, python -c)."""
     from fairseq import options
 
-    from fairseq_ext.tools import contrastive, doc_consistency, score
+    from fairseq_ext.tools.evaluation import contrastive, doc_consistency, score
 
     toks = shlex.split(line[2:])
     tool = os.path.basename(toks[0])

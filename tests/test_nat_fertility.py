@@ -17,7 +17,7 @@ from fairseq_ext.generators.nat_fertility import (NATFertilityGenerator,
 from fairseq_ext.models.nat_fertility import (DIAGONAL_MASK_VALUE, fertility_copy_index, self_attention_mask,
                                               uniform_copy_index)
 from fairseq_ext.modules.nat_fertility import constrain_fertility, predict_fertility, teacher_log_probs
-from fairseq_ext.tools.fertility import fertility_from_links, parse_links
+from fairseq_ext.tools.corpora.fertility import fertility_from_links, parse_links
 from harness import (TINY_TRANSFORMER, build_model, fairseq, generate, hypotheses, make_dictionary, n_lines,
                      run, train)
 
@@ -592,7 +592,7 @@ def fert_bin(tiny_bin, tmp_path_factory):
     shutil.copytree(tiny_bin, out)
     import sys
 
-    p = run([sys.executable, "-m", "fairseq_ext.tools.fertility", out, "--aligner", "eflomal"])
+    p = run([sys.executable, "-m", "fairseq_ext.tools.corpora.fertility", out, "--aligner", "eflomal"])
     assert "eflomal aligned" in p.stderr
     return out
 
@@ -647,7 +647,7 @@ def test_cli_distill_resume_finetune_and_npd(tiny_bin, tmp_path):
 
     teacher = train(tiny_bin, tmp_path / "teacher", TINY_TRANSFORMER, max_update=10)
     kd = tmp_path / "kd"
-    cmd = [sys.executable, "-m", "fairseq_ext.tools.distill", "--path", teacher, "--data", tiny_bin, "--out", kd,
+    cmd = [sys.executable, "-m", "fairseq_ext.tools.corpora.distill", "--path", teacher, "--data", tiny_bin, "--out", kd,
            "--splits", "train", "valid", "--chunk-size", "50", "--max-len-b", "5", "--max-len-a", "1.0"]
     p = run(cmd)
     assert "train: 209/209 sentences" in p.stderr

@@ -10,7 +10,7 @@ import torch
 
 import fairseq_ext  # noqa: F401  (registers the models)
 from fairseq.data import Dictionary
-from fairseq_ext.tools.arthur_lexicon import (
+from fairseq_ext.tools.corpora.arthur_lexicon import (
     LexiconMismatchError, build_lexicon, estimate_lexicon, load_lexicon, main as lexicon_main,
 )
 from fairseq_ext.tools.common import CorpusError, run_cli
@@ -36,7 +36,7 @@ def toy_lex(tmp_path_factory):
 def tiny_lex(tiny_bin, tmp_path_factory):
     """The CLI on the binarized tiny slice (eflomal IBM1: fast)."""
     out = tmp_path_factory.mktemp("tiny_lex") / "lex.pt"
-    run([sys.executable, "-m", "fairseq_ext.tools.arthur_lexicon", "--data", tiny_bin, "--src", "es",
+    run([sys.executable, "-m", "fairseq_ext.tools.corpora.arthur_lexicon", "--data", tiny_bin, "--src", "es",
          "--tgt", "en", "--out", out, "--eflomal-model", "1"])
     return out
 

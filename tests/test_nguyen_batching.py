@@ -1,5 +1,5 @@
 """Nguyen (2021) training-data machinery: UNK-copy augmentation [T §3.3, §5.6.6]
-(``fairseq_ext.tools.unk_copy``), Morishita chunked batching [T §4.2.2] and virtual epochs of a fixed
+(``fairseq_ext.tools.corpora.unk_copy``), Morishita chunked batching [T §4.2.2] and virtual epochs of a fixed
 number of updates [T §6.3.1, Table 4.1] (``--batching chunked --chunk-size --updates-per-epoch`` of the
 ``translation_ext`` task family)."""
 import json
@@ -16,7 +16,7 @@ import torch
 from fairseq.data import LanguagePairDataset
 
 import fairseq_ext  # noqa: F401  (registers the tasks)
-from fairseq_ext.tools import unk_copy as uc
+from fairseq_ext.tools.corpora.corpora import unk_copy as uc
 from fairseq_ext.data.batching import VirtualEpochs, chunked_batches, sort_chunk
 from fairseq_ext.tools.common import CorpusError, read_lines
 from fairseq_ext.tasks.concat_translation import ConcatTranslationConfig, ConcatTranslationTask
@@ -61,7 +61,7 @@ def test_unk_copy_replaces_the_rare_types_of_each_side(tmp_path):
 def test_unk_copy_of_the_tiny_bpe_data_binarizes(tiny_bin, tmp_path):
     seg = tiny_bin.parent / "seg"
     out = tmp_path / "unk"
-    p = run([sys.executable, "-m", "fairseq_ext.tools.unk_copy", seg, out, "--src", "es", "--tgt", "en",
+    p = run([sys.executable, "-m", "fairseq_ext.tools.corpora.unk_copy", seg, out, "--src", "es", "--tgt", "en",
              "--min-freq", "5"])
     assert json.loads(p.stdout)["lines"] == {"train": 2 * n_lines(seg / "train.es"), "original": n_lines(seg / "train.es")}
     for lang in ("es", "en"):
@@ -75,7 +75,7 @@ def test_unk_copy_of_the_tiny_bpe_data_binarizes(tiny_bin, tmp_path):
         assert "<unk>" in " ".join(new[n:])
         for split in ("valid", "test"):
             assert (out / f"{split}.{lang}").read_bytes() == (seg / f"{split}.{lang}").read_bytes()
-    assert "up to date" in run([sys.executable, "-m", "fairseq_ext.tools.unk_copy", seg, out, "--src", "es",
+    assert "up to date" in run([sys.executable, "-m", "fairseq_ext.tools.corpora.unk_copy", seg, out, "--src", "es",
                                 "--tgt", "en", "--min-freq", "5"]).stderr
     data_cli("binarize", out, "--fairseq-args", f"--srcdict {tiny_bin / 'dict.es.txt'}")
     from fairseq.data import data_utils
@@ -98,7 +98,7 @@ def test_unk_copy_bad_input_is_one_clear_error(tmp_path, mutate, args, message):
         mutate(inp)
     out = inp if "--same" in args else tmp_path / "out"
     args = [a for a in args if a != "--same"]
-    p = run([sys.executable, "-m", "fairseq_ext.tools.unk_copy", inp, out, "--src", "es", "--tgt", "en", *args],
+    p = run([sys.executable, "-m", "fairseq_ext.tools.corpora.unk_copy", inp, out, "--src", "es", "--tgt", "en", *args],
             check=False)
     last = p.stderr.strip().splitlines()[-1]
     assert p.returncode == 2 and last.startswith("error: ") and message in last, p.stderr
@@ -269,7 +269,7 @@ def test_thesis_recipes_use_the_new_flags():
     assert (a.batching, a.chunk_size, a.updates_per_epoch, a.max_epoch, a.max_tokens) == \
         ("chunked", 10000, 100, 1000, 4096)
     p = run(["bash", ROOT / "recipes" / "nguyen" / "ch3.sh"], MODE="thesis", THESIS_DATA="/x")
-    lines = [shlex.split(s[2:]) for s in p.stdout.splitlines() if "fairseq_ext.tools.unk_copy" in s]
+    lines = [shlex.split(s[2:]) for s in p.stdout.splitlines() if "fairseq_ext.tools.corpora.unk_copy" in s]
     assert len(lines) == 2
     for toks in lines:
         assert uc.build_parser().parse_args(toks[3:]).min_freq == 5
@@ -283,7 +283,7 @@ def test_ch3_driver_unk_copy_binarizes_with_the_joint_dictionary(tmp_path):
     spec.loader.exec_module(driver)
     raw = tmp_path / "raw"
     shutil.copytree(ROOT / "tests" / "data" / "bible_tiny", raw)
-    from fairseq_ext.tools import transfer
+    from fairseq_ext.tools.corpora.corpora import transfer
     rep = transfer.joint_bpe(str(raw), "es", "en", str(raw), "kjv", "en", str(tmp_path / "jb"), 200, binarize=False)
     out = driver.unk_copy_binarized(tmp_path / "jb" / "child", tmp_path / "jb" / "child_unk5", "kjv", "en", 5,
                                     rep["dict"])

@@ -11,7 +11,7 @@ import shlex
 
 import pytest
 
-from fairseq_ext.tools.runs import load_script
+from fairseq_ext.tools.evaluation.runs import load_script
 from harness import ROOT, n_lines, run
 
 bench_configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
@@ -45,8 +45,8 @@ def _parse_thesis_lines(lines):
     """Every printed fairseq-train/-generate/-preprocess command and every plugin CLI call parses."""
     from fairseq import options
 
-    from fairseq_ext.tools import arthur_lexicon, transfer, transliterate
-    from fairseq_ext.tools import score
+    from fairseq_ext.tools.corpora.corpora import arthur_lexicon, transfer, transliterate
+    from fairseq_ext.tools.evaluation import score
     n = 0
     for line in lines:
         toks = shlex.split(line[2:])
@@ -58,13 +58,13 @@ def _parse_thesis_lines(lines):
             options.parse_args_and_arch(options.get_generation_parser(), args)
         elif tool == "fairseq-preprocess":
             options.get_preprocessing_parser().parse_args(args)
-        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.transfer"]:
+        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.corpora.transfer"]:
             transfer.build_parser().parse_args(args[2:])
-        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.transliterate"]:
+        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.corpora.transliterate"]:
             transliterate.build_parser().parse_args(args[2:])
-        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.score"]:
+        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.evaluation.score"]:
             score.build_parser().parse_args(args[2:])
-        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.arthur_lexicon"]:
+        elif tool == "python" and args[:2] == ["-m", "fairseq_ext.tools.corpora.arthur_lexicon"]:
             arthur_lexicon.build_parser().parse_args(args[2:])
         else:
             continue
@@ -82,7 +82,7 @@ def _parse_thesis_lines(lines):
              "--gnmt-alpha 0.6", "--buckets"]),
     ("ch5", ["--arch lstm_luong ", "--arch lstm_luong_tied", "--arch lstm_luong_fixnorm ",
              "--arch lstm_luong_fixnorm_lex", "--optimizer adadelta", "--batch-size 32", "--replace-unk",
-             "--gnmt-alpha 0.8", "fairseq_ext.tools.lexicon", "fairseq_ext.tools.arthur_lexicon --data /x",
+             "--gnmt-alpha 0.8", "fairseq_ext.tools.analysis.lexicon", "fairseq_ext.tools.corpora.arthur_lexicon --data /x",
              "--arch lstm_luong_arthur", "--arthur-lexicon checkpoints/nguyen_ch5/arthur_lexicon.pt"]),
     ("ch7", ["--arch twt_untied_pos", "--arch twt_random_untied_pos", "--no-lexical", "--gnmt-alpha 0.6",
              "fig7 "]),

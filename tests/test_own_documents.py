@@ -240,9 +240,9 @@ def test_own_data_path_from_raw_files_with_foreign_ids_to_a_score(tmp_path):
     (tmp_path / "gen.out").write_text(out)
     n_test = n_lines(raw / "test.ids")
     assert sorted(hypotheses(out)) == list(range(n_test))
-    score = run([sys.executable, "-m", "fairseq_ext.tools.score", "score", "--hyp", tmp_path / "gen.out",
+    score = run([sys.executable, "-m", "fairseq_ext.tools.evaluation.score", "score", "--hyp", tmp_path / "gen.out",
                  "--ref", raw / "test.en"]).stdout
     assert "BLEU" in score and "chrF" in score
-    dbleu = run([sys.executable, "-m", "fairseq_ext.tools.score", "dbleu", "--hyp", tmp_path / "gen.out",
+    dbleu = run([sys.executable, "-m", "fairseq_ext.tools.evaluation.score", "dbleu", "--hyp", tmp_path / "gen.out",
                  "--ref", raw / "test.en", "--ids", raw / "test.ids"]).stdout
     assert f"{n_docs['test']} documents" in dbleu

@@ -375,7 +375,7 @@ def test_the_bench_shape_as_flags_is_the_bench_configuration():
     """The bench shape is defined once (arch_utils.SHAPES): ``shape_flags("bench")`` are the flags of the bench
     configuration's baseline (recipes/bench/configs.py ``TRANSFORMER_SMALL``) and build ``transformer_bench``."""
     from fairseq_ext.modules.arch_utils import shape_flags
-    from fairseq_ext.tools.runs import load_script
+    from fairseq_ext.tools.evaluation.runs import load_script
     from harness import ROOT
 
     recipe = load_script(ROOT / "recipes" / "bench" / "configs.py").TRANSFORMER_SMALL

@@ -1,4 +1,4 @@
-"""Gu (2018) ch. 4 (SEG-NMT) retrieval stage -- fairseq_ext.tools.retrieval (``fairseq-ext-tm``).
+"""Gu (2018) ch. 4 (SEG-NMT) retrieval stage -- fairseq_ext.tools.tm.retrieval (``fairseq-ext-tm``).
 
 Eq. 4.1 (fuzzy score) on hand cases, BM25 = tantivy's with k1 1.2 / b 0.75, the exact match first, the
 query's own line excluded in training mode, Algorithm 1 (union erratum) against the literal formula and
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_ext.data.translation_memory import read_tm
-from fairseq_ext.tools import retrieval as tm
+from fairseq_ext.tools.tm import retrieval as tm
 from fairseq_ext.tools.common import ToolError, cli_status, read_lines
 
 from harness import BIN, TINY, run

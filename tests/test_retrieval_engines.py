@@ -1,4 +1,4 @@
-"""Gu (2018) ch. 4 retrieval stage: the two BM25 engines of ``fairseq-ext-tm`` (fairseq_ext.tools.tm_engines).
+"""Gu (2018) ch. 4 retrieval stage: the two BM25 engines of ``fairseq-ext-tm`` (fairseq_ext.tools.tm.tm_engines).
 
 The ``numpy`` engine reproduces tantivy's BM25: a one-term query scores bit for bit as tantivy does (idf,
 the one-byte length norm past 40 terms, the boost of a repeated query term), a many-term query to float
@@ -14,8 +14,8 @@ import random
 import numpy as np
 import pytest
 
-from fairseq_ext.tools import retrieval as tm
-from fairseq_ext.tools import tm_engines
+from fairseq_ext.tools.tm import retrieval as tm
+from fairseq_ext.tools.tm import tm_engines
 from fairseq_ext.tools.common import ToolError
 
 from harness import TINY

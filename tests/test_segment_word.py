@@ -1,5 +1,5 @@
 """Word-level segmentation (``--method word``): reversible units, a capped dictionary, true OOVs."""
-from fairseq_ext.tools.segment import words
+from fairseq_ext.tools.corpora.segment import words
 from harness import TINY, data_cli
 
 

@@ -43,7 +43,7 @@ from fairseq_ext.modules.simultaneous.rewards import (
 )
 from fairseq_ext.modules.simultaneous.search import run_episode, simultaneous_beam_search
 from fairseq_ext.modules.simultaneous.streaming import StreamingSimulTranslator
-from fairseq_ext.tools import simul_latency
+from fairseq_ext.tools.evaluation import simul_latency
 from fairseq_ext.tools.common import cli_status
 from harness import TINY, build_model, fairseq, hypotheses, make_dictionary, n_lines, toy_batch, train
 
@@ -750,7 +750,7 @@ def test_streaming_translator_equals_offline_simultaneous_decoding(policy):
 
 
 def test_simuleval_adapter_is_optional():
-    from fairseq_ext.tools import simuleval_agent
+    from fairseq_ext.tools.export.export import simuleval_agent
 
     if simuleval_agent.simuleval_available():
         assert simuleval_agent.SimulAgentText is not None
@@ -760,7 +760,7 @@ def test_simuleval_adapter_is_optional():
 
 
 # ------------------------------------------------------------------------------------------ SimulEval adapter
-# A stub of the SimulEval v1.1 API that fairseq_ext/tools/simuleval_agent.py imports (SimulEval itself pins an
+# A stub of the SimulEval v1.1 API that fairseq_ext/tools/export/simuleval_agent.py imports (SimulEval itself pins an
 # older bitarray than fairseq and is not installed here): simuleval.agents.TextToTextAgent (GenericAgent's
 # __init__ builds the states and calls self.reset(); push/pop/pushpop turn the policy's actions into segments),
 # simuleval.agents.actions.ReadAction/WriteAction and simuleval.utils.entrypoint, as in SimulEval 1.1.4.
@@ -856,13 +856,13 @@ class StubTextToTextAgent(StubGenericAgent):
 
 
 def load_adapter_on_simuleval_stub(monkeypatch):
-    """``(adapter module, entrypoint registry)``: ``fairseq_ext/tools/simuleval_agent.py`` executed afresh (under
+    """``(adapter module, entrypoint registry)``: ``fairseq_ext/tools/export/simuleval_agent.py`` executed afresh (under
     another module name) with the stub as ``simuleval``; the installed module is left as it is."""
     import importlib.util
     import sys
     import types
 
-    from fairseq_ext.tools import simuleval_agent
+    from fairseq_ext.tools.export.export import simuleval_agent
 
     registry = []
     modules = {"simuleval": {}, "simuleval.agents": {"TextToTextAgent": StubTextToTextAgent},

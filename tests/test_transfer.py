@@ -11,8 +11,8 @@ import torch
 from fairseq.data import Dictionary
 
 import fairseq_ext  # noqa: F401  (registers the tasks; checkpoint allow-list)
-from fairseq_ext.tools import corpora, transfer
-from fairseq_ext.tools.transliterate import (
+from fairseq_ext.tools.corpora.corpora import corpora, transfer
+from fairseq_ext.tools.corpora.transliterate import (
     UYGHUR_LETTERS, UYGHUR_TABLE, Transliterator, dump_table, load_table, reverse_uyghur, transliterate)
 from fairseq_ext.tools.common import CorpusError, read_lines
 from fairseq_ext.tasks.transfer_translation import freeze_target_embeddings
@@ -100,17 +100,17 @@ def _uyghur_folder(root):
 def test_transliterate_folder_cli(tmp_path):
     raw = _uyghur_folder(tmp_path)
     out = tmp_path / "latn"
-    p = run([sys.executable, "-m", "fairseq_ext.tools.transliterate", "folder", raw, out, "--lang", "ug"])
+    p = run([sys.executable, "-m", "fairseq_ext.tools.corpora.transliterate", "folder", raw, out, "--lang", "ug"])
     assert json.loads(p.stdout) == {"train": 4, "valid": 4, "test": 4}
     lines = read_lines(str(out / "train.ug"))
     assert lines[0] == " ".join(transliterate(w) for w in read_lines(str(raw / "train.ug"))[0].split())
     assert all(s.isascii() for s in lines)
     assert (out / "train.en").read_text() == (raw / "train.en").read_text()
     corpora.check(str(out), "ug", "en")  # a valid parallel folder
-    p = run([sys.executable, "-m", "fairseq_ext.tools.transliterate", "folder", raw, tmp_path / "x", "--lang",
+    p = run([sys.executable, "-m", "fairseq_ext.tools.corpora.transliterate", "folder", raw, tmp_path / "x", "--lang",
              "ug", "--scheme", "klingon"], check=False)
     assert p.returncode == 2 and p.stderr.strip().startswith("error: unknown transliteration scheme")
-    p = run([sys.executable, "-m", "fairseq_ext.tools.transliterate", "file"], input_text="ئۇيغۇر\n")
+    p = run([sys.executable, "-m", "fairseq_ext.tools.corpora.transliterate", "file"], input_text="ئۇيغۇر\n")
     assert p.stdout == "uyghur\n"
 
 
@@ -130,7 +130,7 @@ def joint(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("joint")
     parent, child = _pair(tmp, "parent", "es"), _pair(tmp, "child", "kjv")
     out = tmp / "out"
-    p = run([sys.executable, "-m", "fairseq_ext.tools.transfer", "joint-bpe", "--parent", parent, "--parent-src",
+    p = run([sys.executable, "-m", "fairseq_ext.tools.corpora.transfer", "joint-bpe", "--parent", parent, "--parent-src",
              "es", "--parent-tgt", "en", "--child", child, "--child-src", "kjv", "--merges", 300, "--out", out])
     return {"out": out, "summary": json.loads(p.stdout), "parent_raw": parent, "child_raw": child, "tmp": tmp}
 
@@ -189,7 +189,7 @@ def test_bleu_vs_vocab_plot(tmp_path):
     tsv.write_text("system\tsize\tbleu\nbaseline\t5000\t10.1\nbaseline\t10000\t11.1\ntransfer\t5000\t12.0\n"
                    "transfer\t10000\t13.2\n+freeze\t10000\t12.9\n", encoding="utf-8")
     png = tmp_path / "fig" / "bleu_vs_bpe.png"
-    p = run([sys.executable, "-m", "fairseq_ext.tools.transfer", "plot", tsv, "--out", png])
+    p = run([sys.executable, "-m", "fairseq_ext.tools.corpora.transfer", "plot", tsv, "--out", png])
     assert png.stat().st_size > 1000 and json.loads(p.stdout)["plot"] == str(png)
     tsv.write_text("name\tbleu\nx\t1\n", encoding="utf-8")
     with pytest.raises(CorpusError, match="needs a header with the columns system, size, bleu"):
@@ -306,7 +306,7 @@ def test_cli_word_based_transfer_with_remapped_embeddings(joint, parent_ckpt, tm
     """Zoph et al.: the child has its own (word) vocabularies; parent rows are re-assigned by index."""
     word_bin = corpora.binarize(str(joint["child_raw"]), str(tmp_path / "word"), "kjv", "en", joined=False)
     pdict = joint["out"] / "dict.txt"
-    args = [sys.executable, "-m", "fairseq_ext.tools.transfer", "remap", "--parent-ckpt", parent_ckpt,
+    args = [sys.executable, "-m", "fairseq_ext.tools.corpora.transfer", "remap", "--parent-ckpt", parent_ckpt,
             "--parent-src-dict", pdict, "--parent-tgt-dict", pdict, "--child-src-dict", f"{word_bin}/dict.kjv.txt",
             "--child-tgt-dict", f"{word_bin}/dict.en.txt", "--out", tmp_path / "remapped.pt"]
     p = run(args, check=False)

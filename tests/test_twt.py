@@ -17,7 +17,7 @@ from fairseq.models.transformer import TransformerModel
 from fairseq_ext.models.twt import THESIS_PRESETS
 from fairseq_ext.modules.norms import FixNormEmbedding, RMSNorm, ScaleNorm, fixnorm
 from fairseq_ext.optim.twt_schedules import invsqrt_lr
-from fairseq_ext.tools import fairseq_log
+from fairseq_ext.tools.evaluation import fairseq_log
 from harness import ROOT, USER_DIR, generate, hypotheses, n_lines, run, train
 
 D = 32
@@ -221,7 +221,7 @@ def test_degenerate_settings_reduce_to_fairseq_transformer(flags, twt_flags):
 
 
 def test_small_arch_is_the_bench_baseline():
-    from fairseq_ext.tools.runs import load_script
+    from fairseq_ext.tools.evaluation.runs import load_script
     TRANSFORMER_SMALL = load_script(ROOT / "recipes" / "bench" / "configs.py").TRANSFORMER_SMALL
 
     fairseq_flags = [f for f in TRANSFORMER_SMALL if f not in ("--arch", "transformer")]

@@ -1,5 +1,5 @@
 """Tests of the many-to-English data of Gu (2019) ch. 5 (``fairseq-ext-data universal``,
-fairseq_ext.tools.universal_data) on the committed slice tests/data/bible_multi_tiny/multi.tsv.
+fairseq_ext.tools.corpora.universal_data) on the committed slice tests/data/bible_multi_tiny/multi.tsv.
 
 The low-resource budget (English tokens), the disjointness of auxiliary and low-resource verses, the
 language markers of the source pieces, the line-aligned side files, the binarized data (loadable by
@@ -13,9 +13,9 @@ import shutil
 
 import pytest
 
-from fairseq_ext.tools import corpora, universal_data
+from fairseq_ext.tools.corpora.corpora import corpora, universal_data
 from fairseq_ext.tools.common import ToolError, cli_status, read_lines
-from fairseq_ext.tools.sword import TEST_BOOKS, VALID_BOOKS
+from fairseq_ext.tools.corpora.sword import TEST_BOOKS, VALID_BOOKS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TSV = os.path.join(ROOT, "tests", "data", "bible_multi_tiny", "multi.tsv")

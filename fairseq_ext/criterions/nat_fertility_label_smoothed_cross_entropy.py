@@ -177,7 +177,7 @@ class NATFertilityLoss(LabelSmoothedDualImitationCriterion):
         target = sample["target"]
         fertility = sample.get("fertility")
         if fertility is None and model.decoder_input_mode == "copy-fertility":
-            raise ValueError("nat_fertility_label_smoothed_cross_entropy needs fertilities: run python -m fairseq_ext.tools.fertility "
+            raise ValueError("nat_fertility_label_smoothed_cross_entropy needs fertilities: run python -m fairseq_ext.tools.corpora.fertility "
                              "on the data folder (task translation_fertility)")
         out = model(src_tokens, src_lengths, fertility=fertility, tgt_tokens=target)
         word, fert = out["word_ins"], out["fertility"]

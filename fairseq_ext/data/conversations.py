@@ -246,7 +246,7 @@ def find_conv_file(split: str, data_path: str, conv_dir: Optional[str]) -> str:
         if os.path.exists(p):
             return p
     raise ConversationDataError(f"conversation_translation: no conversation file for split {split!r}: looked for "
-                                f"{' and '.join(tried)} (python -m fairseq_ext.tools.conversations writes it)")
+                                f"{' and '.join(tried)} (python -m fairseq_ext.tools.corpora.conversations writes it)")
 
 
 # ------------------------------------------------------------------------------------------ dataset

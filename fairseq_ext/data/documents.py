@@ -604,7 +604,7 @@ def read_generated_context(path: str, tgt_dict, n_expected: int, binarized: str)
     """``{doc-generated-dir}/{split}.{tgt}``: one translation per example in target-dictionary units."""
     if not os.path.exists(path):
         raise DocumentDataError(f"--doc-target-context generated: {path} not found (one translation per line "
-                                f"of {binarized}, in dataset order; see python -m fairseq_ext.tools.doc_context)")
+                                f"of {binarized}, in dataset order; see python -m fairseq_ext.tools.corpora.doc_context)")
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     if lines and lines[-1] == "":

@@ -1,7 +1,7 @@
 """Fertility supervision of the NAT of Gu (2018) ch. 8 at training time: the fertility dataset.
 
 Fertility f_j = number of target tokens aligned to source token j, with Σ_j f_j = T; the
-offline tool :mod:`fairseq_ext.tools.fertility` computes them (eflomal / diagonal / given links) and writes
+offline tool :mod:`fairseq_ext.tools.corpora.fertility` computes them (eflomal / diagonal / given links) and writes
 them as a fairseq mmap indexed dataset ``{split}.{src}-{tgt}.fert.{bin,idx}`` (:func:`fertility_prefix`;
 another ``name`` than ``fert``, e.g. ``fert_gt``, for other alignments) next to the bin files.  The
 ``translation_fertility`` task loads it, checks it (:func:`check_fertility`: one value per source word,

@@ -1,7 +1,7 @@
 """The Arthur et al. (2016) lexicon file (``--arthur-lexicon``): its format and the reader that the
 ``*_arthur`` models use when they are built.
 
-The file is written by the offline tool :mod:`fairseq_ext.tools.arthur_lexicon` (``torch.save`` of a dict):
+The file is written by the offline tool :mod:`fairseq_ext.tools.corpora.arthur_lexicon` (``torch.save`` of a dict):
 ``format`` (:data:`FORMAT`), ``indices`` (2, nnz) long (source type f, target type e), ``values`` (nnz,)
 float p_l(e | f), ``shape`` (|V_f|, |V_e|), the SHA-256 of both dictionaries' symbol lists
 (:func:`dictionary_sha256`; a model built on other dictionaries refuses the file with a clear error) and
@@ -14,7 +14,7 @@ import torch
 from fairseq_ext.data.errors import UserDataError
 
 FORMAT = "arthur_lexicon/1"
-BUILD_HINT = "python -m fairseq_ext.tools.arthur_lexicon"
+BUILD_HINT = "python -m fairseq_ext.tools.corpora.arthur_lexicon"
 
 
 class LexiconMismatchError(UserDataError):

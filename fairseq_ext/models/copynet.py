@@ -18,7 +18,7 @@ through its documented hooks; the math is in :mod:`fairseq_ext.modules.copy_atte
   is copyable into its own slot (:func:`~fairseq_ext.modules.copy_attention.source_copy_ids`). The encoder
   output adds ``src_copy_ids`` / ``src_copy_mask`` (B, S).
 * ``decoder(..., features_only=True)`` returns, per step, [log p(v, g) for v ∈ V; log p(x_j, c) for every
-  source position] (B, T, V + S) — the two modes before the scatter (``tools/copy_heatmap``).
+  source position] (B, T, V + S) — the two modes before the scatter (``tools/analysis/copy_heatmap``).
 * Copy positions: every source token except ⟨pad⟩ and ⟨/s⟩.
 * ``--no-copy`` (e.g. at inference: ``fairseq-generate --model-overrides "{'no_copy': True}"``): the copy scores
   are −∞, so p(y) is the generate mode alone (the copy slots get probability 0, the selective read is 0).

@@ -42,7 +42,7 @@ Table 5.3 via ``--encoder-layers/--decoder-layers`` and ``--*-embed-dim`` (hidde
 embedding size).
 
 **Arthur et al. (2016) baseline** (§5.5.2; Arthur et al. 2016, Eq. 9), both model families:
-``--arthur-lexicon lex.pt`` (built by :mod:`fairseq_ext.tools.arthur_lexicon`) and ``--arthur-eps``
+``--arthur-lexicon lex.pt`` (built by :mod:`fairseq_ext.tools.corpora.arthur_lexicon`) and ``--arthur-eps``
 (ε, default 0.001) add log(L_f a_t + ε) to the logits
 (:class:`fairseq_ext.modules.lexical.DiscreteLexiconBias`), with a_t the attention the lexical module
 uses: the Luong attention of the LSTM, the head-averaged cross-attention of the last decoder layer of
@@ -97,7 +97,7 @@ def add_lexical_args(parser):
 def add_arthur_args(parser):
     parser.add_argument("--arthur-lexicon", type=str, metavar="PATH",
                         help="Arthur et al. (2016) baseline: add log(L_f a_t + eps) to the logits, with "
-                             "the discrete lexicon PATH (python -m fairseq_ext.tools.arthur_lexicon)")
+                             "the discrete lexicon PATH (python -m fairseq_ext.tools.corpora.arthur_lexicon)")
     parser.add_argument("--arthur-eps", type=float, metavar="EPS",
                         help="epsilon of the Arthur bias (default 0.001)")
 
@@ -109,7 +109,7 @@ def build_arthur_bias(args, src_dict, tgt_dict) -> Optional[DiscreteLexiconBias]
     if not path:
         if canonical_arch(getattr(args, "arch", None)) in ARTHUR_ARCHS:
             raise ValueError(f"--arch {args.arch} needs --arthur-lexicon PATH "
-                             "(build it with python -m fairseq_ext.tools.arthur_lexicon)")
+                             "(build it with python -m fairseq_ext.tools.corpora.arthur_lexicon)")
         return None
     from fairseq_ext.data.lexicon_file import load_lexicon
 
@@ -123,7 +123,7 @@ def build_arthur_bias(args, src_dict, tgt_dict) -> Optional[DiscreteLexiconBias]
 
 
 class LexiconMixin:
-    """What the lexicon extraction tool (:mod:`fairseq_ext.tools.lexicon`) needs from a model."""
+    """What the lexicon extraction tool (:mod:`fairseq_ext.tools.analysis.lexicon`) needs from a model."""
 
     def lexicon_log_probs(self, src_ids: Tensor) -> Tensor:
         """log p^ℓ(y | f) for single source words ``src_ids`` (N,) → (N, V) (§5.6.5)."""

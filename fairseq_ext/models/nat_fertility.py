@@ -40,7 +40,7 @@ This module holds the network only.  Choosing fertilities and scoring with the a
 average fertilities (Eqs. 8.5, 8.6) and noisy / exact parallel decoding (Eqs. 8.7, 8.8) in
 :mod:`fairseq_ext.generators.nat_fertility`, which calls this model's public methods; the losses
 (Eqs. 8.9–8.11) in :mod:`fairseq_ext.criterions.nat_fertility_label_smoothed_cross_entropy`; the fertilities (from word alignments of
-distilled pairs) are computed offline by :mod:`fairseq_ext.tools.fertility` and batched by
+distilled pairs) are computed offline by :mod:`fairseq_ext.tools.corpora.fertility` and batched by
 :mod:`fairseq_ext.data.fertility`; the task is :mod:`fairseq_ext.tasks.translation_fertility`.
 
 Choices not fixed by the thesis: attention uses fairseq's 1/√d_head scaling (the thesis' Eq. 8.2 writes

@@ -24,14 +24,14 @@ The generated target history of the thesis (§5.3: a base model's translations o
 
     fairseq-generate DATA --user-dir fairseq_ext --task conversation_translation --path BASE.pt \\
         --gen-subset train --beam 1 > gen.train.txt          # (and the same for valid)
-    python -m fairseq_ext.tools.doc_context gen.train.txt --data DATA --split train --out DIR
+    python -m fairseq_ext.tools.corpora.doc_context gen.train.txt --data DATA --split train --out DIR
     fairseq-train DATA ... --conv-target-history generated --conv-generated-dir DIR
 
 Each sentence is translated in its own direction: the model routes a row by ``direction`` (its source
 language). Batches hold whole conversations (shuffled per epoch in training, a long training conversation
 cut into chunks whose earlier sentences come as history rows; never cut at inference). The task logs per
 split the number of conversations, sentences per direction, turns; the criterion
-``conversation_cross_entropy`` reports the loss per direction, and ``python -m fairseq_ext.tools.conversations
+``conversation_cross_entropy`` reports the loss per direction, and ``python -m fairseq_ext.tools.corpora.conversations
 score`` the BLEU per direction.
 
 Decoding: ``fairseq-generate`` with a ``bimsmt_rnn*`` model uses the ``conversation_online`` generator

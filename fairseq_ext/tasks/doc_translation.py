@@ -15,7 +15,7 @@ keep working) whose datasets are fairseq's ``LanguagePairDataset`` wrapped in
     --doc-target-context {none,gold,generated}
                                              add ctx_tgt_tokens: the reference, or the stage-1 model's
                                              translations read from --doc-generated-dir DIR/{split}.{tgt}
-                                             (python -m fairseq_ext.tools.doc_context writes it)
+                                             (python -m fairseq_ext.tools.corpora.doc_context writes it)
     --doc-ids-dir DIR                        read {split}.ids from DIR (wins over the one next to the data)
     --doc-batching {document,size}           whole documents per batch (default; shuffled per epoch in
                                              training; a document larger than --max-tokens/--batch-size is

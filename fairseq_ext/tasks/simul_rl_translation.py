@@ -22,7 +22,7 @@ Decoding (``fairseq-generate`` / ``fairseq-interactive``; :mod:`fairseq_ext.gene
 * ``--simul-actions-out FILE``: one JSON line per sentence ``{"id", "src_len", "tgt_len", "actions",
   "delays", "ap", "cw", "al", "dal"}`` (``id`` fairseq's sentence id; a running number in
   ``fairseq-interactive``; lengths in subwords with ⟨/s⟩; ``actions`` the policy's R/W decisions after the
-  pre-read of x_1), which ``python -m fairseq_ext.tools.simul_latency FILE`` turns into corpus AP/CW/AL/DAL.
+  pre-read of x_1), which ``python -m fairseq_ext.tools.evaluation.simul_latency FILE`` turns into corpus AP/CW/AL/DAL.
 
 fairseq's ``--max-len-a/-b``, ``--max-len`` and ``--min-len`` bound the output (per sentence); the plain
 ``--decoding-algorithm`` / ``--beam`` of ``translation_decoding`` are not used (``--score-reference`` is).

@@ -7,7 +7,7 @@
   (``--share-all-embeddings``), because freezing it would freeze the source embeddings too.
 * ``--transfer-parent-data DIR``: the parent's binarized folder; the child's ``dict.<lang>.txt``
   must be identical to the parent's (the joint-BPE vocabulary of
-  ``python -m fairseq_ext.tools.transfer joint-bpe``), else one clear error naming the first
+  ``python -m fairseq_ext.tools.corpora.transfer joint-bpe``), else one clear error naming the first
   differing entry. Independently, loading a checkpoint whose embedding matrices do not have the
   child dictionary's sizes fails with a message saying so (e.g. ``--finetune-from-model`` on a
   parent with another vocabulary; remap it with ``transfer remap`` first).
@@ -88,8 +88,8 @@ def check_same_dictionaries(child: Dictionary, parent_path: str, what: str) -> N
     if len(parent) != len(child):
         raise ValueError(f"mismatched parent/child vocabulary ({what}): the parent dictionary {parent_path} "
                          f"has {len(parent)} entries, the child's {len(child)}; binarize both with the same "
-                         f"joint dictionary (python -m fairseq_ext.tools.transfer joint-bpe) or remap the "
-                         f"parent's embeddings (python -m fairseq_ext.tools.transfer remap)")
+                         f"joint dictionary (python -m fairseq_ext.tools.corpora.transfer joint-bpe) or remap the "
+                         f"parent's embeddings (python -m fairseq_ext.tools.corpora.transfer remap)")
     diff = [i for i in range(len(parent)) if parent[i] != child[i]]
     if diff:
         i = diff[0]
@@ -129,8 +129,8 @@ def _vocab_size_check_hook(model):
                 raise ValueError(
                     f"mismatched parent/child vocabulary: the checkpoint's {name} has {t.shape[0]} rows but "
                     f"the child's dictionary has {rows} entries; binarize the child with the parent's "
-                    f"dictionary (python -m fairseq_ext.tools.transfer joint-bpe) or remap the checkpoint "
-                    f"(python -m fairseq_ext.tools.transfer remap)")
+                    f"dictionary (python -m fairseq_ext.tools.corpora.transfer joint-bpe) or remap the checkpoint "
+                    f"(python -m fairseq_ext.tools.corpora.transfer remap)")
     model.register_load_state_dict_pre_hook(hook)
 
 

@@ -2,9 +2,9 @@
 
 ``translation_ext`` (so ``--cpu-bf16``/``--math-attention`` apply) plus:
 
-* data: the usual binarized pairs (normally the distilled corpus of :mod:`fairseq_ext.tools.distill`) and,
+* data: the usual binarized pairs (normally the distilled corpus of :mod:`fairseq_ext.tools.corpora.distill`) and,
   when present, the fertilities ``{split}.{src}-{tgt}.{--fertility-name}`` of
-  :mod:`fairseq_ext.tools.fertility`; they are checked (Σf = target length) and batched with the source as
+  :mod:`fairseq_ext.tools.corpora.fertility`; they are checked (Σf = target length) and batched with the source as
   ``sample["fertility"]``.  Targets lose their ⟨eos⟩ (the NAT's T counts words only);
 * ``--teacher-path CKPT``: the frozen autoregressive teacher, loaded once on first use, shared by the
   fine-tuning criterion (Eq. 8.10–8.11) and noisy/exact parallel decoding (Eqs. 8.7, 8.8); it is held

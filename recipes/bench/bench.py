@@ -51,12 +51,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from fairseq_ext.tools import score as ev
-from fairseq_ext.tools.fairseq_log import (
+from fairseq_ext.tools.evaluation import score as ev
+from fairseq_ext.tools.evaluation.fairseq_log import (
     best_point, curve_points, parse_curve, parse_generate_log, parse_train_log, plot_curves, stop_reason,
     write_curve_csv, write_curves_csv,
 )
-from fairseq_ext.tools.runs import fmt, load_script, logger, post_process, raw_folder, run_logged
+from fairseq_ext.tools.evaluation.runs import fmt, load_script, logger, post_process, raw_folder, run_logged
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     every option has its default."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT / "data" / "bible_es_en" / "spm8000",
-                    help="segmented folder with bin/ and segment.json (fairseq_ext.tools.corpora prepare)")
+                    help="segmented folder with bin/ and segment.json (fairseq_ext.tools.corpora.corpora prepare)")
     ap.add_argument("--baseline", default=bench_configs.BASELINE,
                     help="configuration the others are compared with (default %(default)s)")
     ap.add_argument("--configs", default=bench_configs.BASELINE,
@@ -397,7 +397,7 @@ def main(argv=None):
         ap.error("--budget-min 0 needs --max-updates or --patience (nothing would stop training)")
     bench_configs.BASELINE = args.baseline  # ratios, bootstrap and table order follow it
     if not (args.data / "bin").is_dir():
-        raise SystemExit(f"error: {args.data / 'bin'} missing; run: python -m fairseq_ext.tools.corpora prepare")
+        raise SystemExit(f"error: {args.data / 'bin'} missing; run: python -m fairseq_ext.tools.corpora.corpora prepare")
     names = [n for n in args.configs.split(",") if n]
     for n in names:
         bench_configs.get(n)

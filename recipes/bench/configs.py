@@ -148,7 +148,7 @@ CONFIGS["luong_arthur"] = {
     "train": ["--arch", "lstm_luong_arthur", "--encoder-embed-dim", "256", "--encoder-layers", "2",
               "--arthur-lexicon", "{run}/arthur_lexicon.pt", "--arthur-eps", "0.001"] + LUONG_OPTIM,
     "generate": GENERATE,
-    "prepare": [("{run}/arthur_lexicon.pt", ["-m", "fairseq_ext.tools.arthur_lexicon", "--data", "{bin}", "--src",
+    "prepare": [("{run}/arthur_lexicon.pt", ["-m", "fairseq_ext.tools.corpora.arthur_lexicon", "--data", "{bin}", "--src",
                                              "{src}", "--tgt", "{tgt}", "--out", "{run}/arthur_lexicon.pt"])]}
 
 # ch. 7: untied positional attention (Eq. 7.6) on the baseline model (PreNorm LayerNorm, same dims),

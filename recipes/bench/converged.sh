@@ -53,7 +53,7 @@ if [ "${DATA:-bible}" = tiny ]; then
 else
   ES=$(es_en_set low)
   TL_SIZE=${TL_SIZE:-10000}
-  $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src en_web --tgt tl \
+  $PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_multi --src en_web --tgt tl \
     --method sentencepiece --vocab-size 4000 --train-size "$TL_SIZE" >&2
   TL="data/bible_multi/en_web-tl/spm4000-train$TL_SIZE-seed1" SRC_TL=en_web TGT_TL=tl
   CURVE_EVERY=${CURVE_EVERY:-200} PATIENCE=${PATIENCE:-5} CAP_MIN=${CAP_MIN:-150}

@@ -18,7 +18,7 @@ plugin's fast path ``--quantize int8``, and CTranslate2 float32 / int8 (``fairse
   every system in this process (fairseq: ``task.inference_step`` on one-sentence batches of a model loaded
   and prepared exactly as fairseq-generate does it, so ``--quantize int8`` goes through the same hook),
   interleaved per round the same way.
-* **Quality**: sacreBLEU (``fairseq_ext.tools.score``) of each system's first-round output against the raw
+* **Quality**: sacreBLEU (``fairseq_ext.tools.evaluation.score``) of each system's first-round output against the raw
   reference, and paired bootstrap (sacreBLEU's, 1,000 resamples) of every system against fairseq float32.
 * ``--profile``: cProfile of one fast-path decode of two batches, top 30 by own time -> ``profile_fast.txt``.
 
@@ -42,9 +42,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from fairseq_ext.tools import score as ev
+from fairseq_ext.tools.evaluation import score as ev
 from fairseq_ext.tools.hypotheses import align_to_references, load_hypotheses
-from fairseq_ext.tools.runs import load_script, logger, post_process, raw_folder
+from fairseq_ext.tools.evaluation.runs import load_script, logger, post_process, raw_folder
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
 
     import fairseq_ext  # noqa: F401
     from fairseq_ext.tasks.translation_ext import native_cpu_bf16
-    from fairseq_ext.tools.export import export
+    from fairseq_ext.tools.export.export import export
 
     names = [s for s in a.systems.split(",") if s]
     unknown = [s for s in names if s not in FAIRSEQ_SYSTEMS and s not in CT2_SYSTEMS]

@@ -1,6 +1,6 @@
 """Diagnostics of the document-context mechanisms (Maruf 2019 ch. 3-4): each mechanism trained beside its
 sentence baseline on a synthetic task where the baseline is limited by construction
-(:mod:`fairseq_ext.tools.diagnostics`: ``antecedent``, ``cataphor``, ``consistency``), then scored by
+(:mod:`fairseq_ext.tools.analysis.diagnostics`: ``antecedent``, ``cataphor``, ``consistency``), then scored by
 contrastive accuracy (overall and by distance) with ``fairseq-ext-contrastive score``; the
 **Diagnostics** table of ``recipes/bench/RESULTS.md`` is rewritten from the results::
 
@@ -40,10 +40,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-from fairseq_ext.tools.diagnostics import (
+from fairseq_ext.tools.analysis.diagnostics import (
     AMB, AMB_TGT, BUCKETS, DEFAULTS, decoded_scores, generate, read_hypotheses,
 )
-from fairseq_ext.tools.runs import load_script
+from fairseq_ext.tools.evaluation.runs import load_script
 
 bench_configs = load_script(Path(__file__).resolve().parent / "configs.py")
 
@@ -174,7 +174,7 @@ def score(data: Path, ckpt: Path, flags: list, out_json: Path, name: str, thread
     context's effect where the thresholded accuracy hides a weak one."""
     details = out_json.with_suffix(".details.jsonl")
     if not out_json.exists():
-        cmd = [sys.executable, "-m", "fairseq_ext.tools.contrastive", "score", "--set", data / "test.contrastive.jsonl",
+        cmd = [sys.executable, "-m", "fairseq_ext.tools.evaluation.contrastive", "score", "--set", data / "test.contrastive.jsonl",
                "--segmented", "--instances-per-batch", "64", "--name", name, "--json", out_json, "--details", details,
                data, "--path", ckpt, *TASK_FLAGS, *flags, "--gen-subset", "test", "--cpu"]
         run(cmd, out_json.with_suffix(".log"), threads)

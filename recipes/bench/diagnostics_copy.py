@@ -1,6 +1,6 @@
 """Diagnostics of the copying and retrieval mechanisms (Gu 2019 ch. 3 CopyNet, ch. 4 SEG-NMT): each mechanism trained
 beside its plain rnnsearch baseline on a synthetic task where the baseline is limited by construction
-(:mod:`fairseq_ext.tools.diagnostics_copy`: ``copy``, ``retrieval``), then decoded greedily on the test set; the
+(:mod:`fairseq_ext.tools.analysis.diagnostics_copy`: ``copy``, ``retrieval``), then decoded greedily on the test set; the
 **copying and retrieval** table of ``recipes/bench/RESULTS.md`` is rewritten from the results::
 
     .venv/bin/python recipes/bench/diagnostics_copy.py [--tasks copy retrieval] [--systems NAME ...]
@@ -33,9 +33,9 @@ import json
 import sys
 from pathlib import Path
 
-from fairseq_ext.tools.diagnostics import read_hypotheses
-from fairseq_ext.tools.diagnostics_copy import generate, name_scores, value_scores
-from fairseq_ext.tools.runs import load_script
+from fairseq_ext.tools.analysis.diagnostics import read_hypotheses
+from fairseq_ext.tools.analysis.diagnostics_copy import generate, name_scores, value_scores
+from fairseq_ext.tools.evaluation.runs import load_script
 
 _doc_runner = load_script(Path(__file__).resolve().parent / "diagnostics.py")  # the document-context runner's helpers
 BIN, ROOT, cpu_name, run, write_table = (_doc_runner.BIN, _doc_runner.ROOT, _doc_runner.cpu_name, _doc_runner.run,

@@ -1,5 +1,5 @@
 """Diagnostics of the multilingual mechanisms of Gu (2019) ch. 5 (ULR, MoLE): each system trained on a synthetic
-task of :mod:`fairseq_ext.tools.diagnostics_multi` (``ulr_cipher``, ``mole_shared``) beside the baseline the task
+task of :mod:`fairseq_ext.tools.analysis.diagnostics_multi` (``ulr_cipher``, ``mole_shared``) beside the baseline the task
 limits by construction, then decoded greedily and scored by word accuracy; the **Diagnostics: multilingual**
 table of ``recipes/bench/RESULTS.md`` is rewritten from the results::
 
@@ -34,8 +34,8 @@ import json
 import sys
 from pathlib import Path
 
-from fairseq_ext.tools.diagnostics_multi import DEFAULTS, generate
-from fairseq_ext.tools.runs import load_script
+from fairseq_ext.tools.analysis.diagnostics_multi import DEFAULTS, generate
+from fairseq_ext.tools.evaluation.runs import load_script
 
 _doc_runner = load_script(Path(__file__).resolve().parent / "diagnostics.py")  # the document-context runner's helpers
 BIN, ROOT, cpu_name, fmt, run, write_table = (_doc_runner.BIN, _doc_runner.ROOT, _doc_runner.cpu_name, _doc_runner.fmt,

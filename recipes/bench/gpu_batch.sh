@@ -78,7 +78,7 @@ if [ -z "${DATA:-}" ]; then
     es_low) DATA=data/bible_es_en/spm4000-train${LOW_SIZE:-5000}-seed1
             [ -n "${DRY_RUN:-}" ] || [ -d "$DATA/bin" ] || DATA=$(es_en_set low) ;;
     tl)     DATA=data/bible_multi/en_web-tl/spm4000-train${TL_SIZE:-10000}-seed1
-            [ -n "${DRY_RUN:-}" ] || [ -d "$DATA/bin" ] || $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi \
+            [ -n "${DRY_RUN:-}" ] || [ -d "$DATA/bin" ] || $PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_multi \
               --src en_web --tgt tl --method sentencepiece --vocab-size 4000 --train-size "${TL_SIZE:-10000}" >&2 ;;
   esac
 fi

@@ -74,6 +74,6 @@ for s in "${SETTINGS[@]}"; do
 done
 base=${SETTINGS[0]}
 for s in "${SETTINGS[@]:1}"; do
-  $PY -m fairseq_ext.tools.score compare --ref "$REF" --baseline "$OUT/$base/generate.out" \
+  $PY -m fairseq_ext.tools.evaluation.score compare --ref "$REF" --baseline "$OUT/$base/generate.out" \
     --system "$OUT/$s/generate.out" --n-bootstrap 1000
 done

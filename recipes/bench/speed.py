@@ -36,7 +36,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from fairseq_ext.tools.runs import load_script, logger
+from fairseq_ext.tools.evaluation.runs import load_script, logger
 
 ROOT = Path(__file__).resolve().parents[2]
 bench_configs = load_script(Path(__file__).resolve().parent / "configs.py")
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     data = Path(args.data)
     bin_dir = data / "bin" if (data / "bin").is_dir() else data
     if not (bin_dir / "dict.en.txt").exists() and not any(bin_dir.glob("dict.*.txt")):
-        raise SystemExit(f"error: {bin_dir}: no fairseq dictionaries (run fairseq_ext.tools.corpora prepare)")
+        raise SystemExit(f"error: {bin_dir}: no fairseq dictionaries (run fairseq_ext.tools.corpora.corpora prepare)")
     names = [c for c in args.configs.split(",") if c]
     if args.baseline not in names:
         names.insert(0, args.baseline)

@@ -2,7 +2,7 @@
 
 The retrieval (``retrieve_split``: tokens, BM25 top-100, fuzzy re-rank of Eq. 4.1, Algorithm 1) is timed for
 
-* ``old``: ``fairseq_ext/tools/retrieval.py`` as committed at ``--old-rev`` (loaded from git), its engine;
+* ``old``: ``fairseq_ext/tools/tm/retrieval.py`` as committed at ``--old-rev`` (loaded from git), its engine;
 * ``new-<engine>``: the working tree's tool, once per engine of ``--engines``;
 
 on the same index, memory and queries, in one process and one thread. The queries are cut into chunks of
@@ -32,10 +32,10 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
 
-from fairseq_ext.tools import retrieval as new  # noqa: E402
+from fairseq_ext.tools.tm import retrieval as new  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOL = "fairseq_ext/tools/retrieval.py"
+TOOL = "fairseq_ext/tools/tm/retrieval.py"
 
 
 def old_module(rev: str) -> types.ModuleType:

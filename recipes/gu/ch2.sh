@@ -86,7 +86,7 @@ decode() {
 
 # bleu FILE REF: corpus BLEU of a fairseq-generate output
 bleu() {
-  $PY -m fairseq_ext.tools.score score --hyp "$1" --ref "$2" --json "$1.json" > /dev/null
+  $PY -m fairseq_ext.tools.evaluation.score score --hyp "$1" --ref "$2" --json "$1.json" > /dev/null
   $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['bleu'])" "$1.json"
 }
 
@@ -143,7 +143,7 @@ decoding_table() {
     done
     echo
     echo '```'
-    $PY -m fairseq_ext.tools.score compare --baseline "$DEC/greedy.out" "${systems[@]}" --ref "$raw/test.en" \
+    $PY -m fairseq_ext.tools.evaluation.score compare --baseline "$DEC/greedy.out" "${systems[@]}" --ref "$raw/test.en" \
       --n-bootstrap "${N_BOOTSTRAP:-1000}"
     echo '```'
   } > "$DEC/results.md"
@@ -154,9 +154,9 @@ if [ "${DATA:-bible}" = tiny ]; then
   # the committed tiny slice (209 training verses), sentencepiece 300, rnnsearch_tiny, a few updates
   OUT=runs/gu_ch2_tiny
   if [ ! -d $OUT/data/bin ]; then
-    $PY -m fairseq_ext.tools.corpora bpe tests/data/bible_tiny $OUT/data/seg --src es --tgt en \
+    $PY -m fairseq_ext.tools.corpora.corpora bpe tests/data/bible_tiny $OUT/data/seg --src es --tgt en \
       --method sentencepiece --vocab-size 300
-    $PY -m fairseq_ext.tools.corpora binarize $OUT/data/seg --out $OUT/data --src es --tgt en
+    $PY -m fairseq_ext.tools.corpora.corpora binarize $OUT/data/seg --out $OUT/data --src es --tgt en
   fi
   if [ ! -s $OUT/model/checkpoint_best.pt ] || [ -n "${FORCE:-}" ]; then
     # the bench's RNNSEARCH_OPTIM (recipes/bench/configs.py)

@@ -5,7 +5,7 @@
 # Spec: specs/004a-gu-data-efficient.md §3.  Code: model `copynet` (fairseq_ext/models/copynet.py), criterion
 # `copynet_cross_entropy`, task `copy_translation` (reads the raw text next to the binarized data for the OOV
 # words: --copy-raw-dir; every --decoding-algorithm of translation_decoding works), heatmap tool
-# `python -m fairseq_ext.tools.copy_heatmap` (Fig. 3.3: PNG + TSV of per-step copy vs generate probability).
+# `python -m fairseq_ext.tools.analysis.copy_heatmap` (Fig. 3.3: PNG + TSV of per-step copy vs generate probability).
 #
 #   bash recipes/gu/ch3.sh                  # CPU: synthetic rules at --scale 0.1, then Bible KJV -> WEB (budget below)
 #   PARTS=synthetic bash recipes/gu/ch3.sh  # only the synthetic part (PARTS=bible: only the Bible part;
@@ -58,12 +58,12 @@ if [ "$MODE" = thesis ]; then
   C=checkpoints/gu_ch3
   TRAIN=(--batch-size 20 --max-epoch 50 --patience 5 "${OPT[@]}")
   # Table 3.2 -- synthetic rules (full size) and Fig. 3.3
-  thesis $PY -m fairseq_ext.tools.synthetic_rules generate $D/rules
+  thesis $PY -m fairseq_ext.tools.corpora.synthetic_rules generate $D/rules
   thesis $FS/fairseq-preprocess --source-lang src --target-lang tgt --trainpref $D/rules/train --validpref $D/rules/valid \
     --testpref $D/rules/test --destdir $D/rules/bin --joined-dictionary
   # Table 3.5 -- dialogue DS-I / DS-II, characters
   for ds in ds1 ds2; do
-    thesis $PY -m fairseq_ext.tools.dialogue_patterns generate --protocol $ds --unit char $D/dialog_$ds
+    thesis $PY -m fairseq_ext.tools.corpora.dialogue_patterns generate --protocol $ds --unit char $D/dialog_$ds
     thesis $FS/fairseq-preprocess --source-lang src --target-lang tgt --trainpref $D/dialog_$ds/train \
       --validpref $D/dialog_$ds/valid --testpref $D/dialog_$ds/test --destdir $D/dialog_$ds/bin --joined-dictionary
   done
@@ -80,14 +80,14 @@ if [ "$MODE" = thesis ]; then
         --beam 10 --nbest 10 --max-len-b 60 --results-path $C/$set/$arch
     done
   done
-  thesis $PY -m fairseq_ext.tools.synthetic_rules accuracy $D/rules --hyp Enc-Dec=$C/rules/encdec_copynet_syn/generate-test.txt \
+  thesis $PY -m fairseq_ext.tools.corpora.synthetic_rules accuracy $D/rules --hyp Enc-Dec=$C/rules/encdec_copynet_syn/generate-test.txt \
     --hyp RNNSearch=$C/rules/rnnsearch_copynet_syn/generate-test.txt --hyp CopyNet=$C/rules/copynet_syn/generate-test.txt
-  thesis $PY -m fairseq_ext.tools.dialogue_patterns accuracy --data DS-I=$D/dialog_ds1 --data DS-II=$D/dialog_ds2 \
+  thesis $PY -m fairseq_ext.tools.corpora.dialogue_patterns accuracy --data DS-I=$D/dialog_ds1 --data DS-II=$D/dialog_ds2 \
     --topk 1 10 --hyp RNNSearch@DS-I=$C/dialog_ds1/rnnsearch_copynet_syn/generate-test.txt \
     --hyp CopyNet@DS-I=$C/dialog_ds1/copynet_syn/generate-test.txt \
     --hyp RNNSearch@DS-II=$C/dialog_ds2/rnnsearch_copynet_syn/generate-test.txt \
     --hyp CopyNet@DS-II=$C/dialog_ds2/copynet_syn/generate-test.txt
-  thesis $PY -m fairseq_ext.tools.copy_heatmap --path $C/rules/copynet_syn/checkpoint_best.pt --data $D/rules/bin \
+  thesis $PY -m fairseq_ext.tools.analysis.copy_heatmap --path $C/rules/copynet_syn/checkpoint_best.pt --data $D/rules/bin \
     --copy-raw-dir $D/rules --index 0 --out $C/rules/copynet_syn/fig3_3.png
   # Table 3.4 -- LCSTS (+C: --nwordssrc 3000, +W: --nwordssrc 10000), LCSTS_RAW provided by you
   L=${LCSTS_RAW:-data/lcsts_char}
@@ -106,7 +106,7 @@ mkdir -p $RUNS
 # ---- 1. synthetic rules at --scale 0.1 ------------------------------------------------------------------------
 if [[ " $PARTS " == *" synthetic "* ]]; then
   S=$RUNS/synthetic
-  $PY -m fairseq_ext.tools.synthetic_rules generate --scale 0.1 data/gu_ch3/rules_0.1
+  $PY -m fairseq_ext.tools.corpora.synthetic_rules generate --scale 0.1 data/gu_ch3/rules_0.1
   binarize data/gu_ch3/rules_0.1 data/gu_ch3/rules_0.1/bin
   for arch in encdec_copynet_syn rnnsearch_copynet_syn copynet_syn; do
     case $arch in
@@ -121,10 +121,10 @@ if [[ " $PARTS " == *" synthetic "* ]]; then
         --beam 10 --max-len-b 60 --batch-size 64 --results-path $S/$arch
     fi
   done
-  $PY -m fairseq_ext.tools.synthetic_rules accuracy data/gu_ch3/rules_0.1 --hyp Enc-Dec=$S/encdec_copynet_syn/generate-test.txt \
+  $PY -m fairseq_ext.tools.corpora.synthetic_rules accuracy data/gu_ch3/rules_0.1 --hyp Enc-Dec=$S/encdec_copynet_syn/generate-test.txt \
     --hyp RNNSearch=$S/rnnsearch_copynet_syn/generate-test.txt --hyp CopyNet=$S/copynet_syn/generate-test.txt \
     | tee $S/accuracy.md
-  $PY -m fairseq_ext.tools.copy_heatmap --path $S/copynet_syn/checkpoint_best.pt --data data/gu_ch3/rules_0.1/bin \
+  $PY -m fairseq_ext.tools.analysis.copy_heatmap --path $S/copynet_syn/checkpoint_best.pt --data data/gu_ch3/rules_0.1/bin \
     --copy-raw-dir data/gu_ch3/rules_0.1 --index 0 --out $S/heatmap.png
   # Gu ch. 2 decoders on the RNNSearch checkpoint (exact match per rule type; decode seconds from fairseq-generate,
   # batch 64, 1 thread): greedy, beam 10, shrinking beam 10, NPD N=4/8/16 at sigma0 = NPD_SIGMA (0.5)
@@ -146,7 +146,7 @@ if [[ " $PARTS " == *" synthetic "* ]]; then
     hyps+=(--hyp "$name=$D/$name/generate-test.txt")
   done
   {
-    $PY -m fairseq_ext.tools.synthetic_rules accuracy data/gu_ch3/rules_0.1 "${hyps[@]}"
+    $PY -m fairseq_ext.tools.corpora.synthetic_rules accuracy data/gu_ch3/rules_0.1 "${hyps[@]}"
     echo
     for h in "${hyps[@]}"; do
       [ "$h" = --hyp ] && continue
@@ -177,7 +177,7 @@ bible_pair() {
   bible_system rnnsearch_bench & p1=$!
   bible_system copynet_bench & p2=$!
   wait $p1 && wait $p2
-  $PY -m fairseq_ext.tools.score compare --baseline $B/rnnsearch_bench/generate-test.txt \
+  $PY -m fairseq_ext.tools.evaluation.score compare --baseline $B/rnnsearch_bench/generate-test.txt \
     --system $B/copynet_bench/generate-test.txt --ref data/bible_es_en/raw/test.en --remove-bpe sentencepiece \
     --json $B/compare.json | tee $B/results.md
 }
@@ -191,15 +191,15 @@ if [[ " $PARTS " == *" bible "* ]]; then
   # of the segmentation CLI that the coordinator adds (issue 11); the folder name is pinned with --name. The
   # binarized dictionary must keep only those 10k words (rarer words, e.g. most names, become <unk> there and
   # are copied from the raw text $SEG/{split}.kjv by task copy_translation).
-  $PY -m fairseq_ext.tools.corpora prepare --raw data/bible_es_en/raw --src kjv --tgt en --method word \
+  $PY -m fairseq_ext.tools.corpora.corpora prepare --raw data/bible_es_en/raw --src kjv --tgt en --method word \
     --vocab-size 10000 --name word10k --out data/bible_kjv_en
   SEG=data/bible_kjv_en/word10k
   BIN_DIR=$SEG/bin
   bible_pair
   # accuracy on the reference's OOV words (outside the 10k dictionary), and on those the source also has
-  $PY -m fairseq_ext.tools.score oov --hyp $B/rnnsearch_bench/generate-test.txt --hyp $B/copynet_bench/generate-test.txt \
+  $PY -m fairseq_ext.tools.evaluation.score oov --hyp $B/rnnsearch_bench/generate-test.txt --hyp $B/copynet_bench/generate-test.txt \
     --ref $SEG/test.en --src $SEG/test.kjv --dict $BIN_DIR/dict.en.txt --json $B/oov.json | tee -a $B/results.md
-  $PY -m fairseq_ext.tools.copy_heatmap --path $B/copynet_bench/checkpoint_best.pt --data $BIN_DIR \
+  $PY -m fairseq_ext.tools.analysis.copy_heatmap --path $B/copynet_bench/checkpoint_best.pt --data $BIN_DIR \
     --copy-raw-dir $SEG --index 0 --out $B/heatmap.png
 fi
 

@@ -5,13 +5,13 @@
 # RNNsearch as a key-value memory, Eqs. 4.2-4.3 and 4.6-4.7 with coverage, a gate zeta_t, shallow fusion Eq. 4.5 or
 # deep fusion Eq. 4.4), against the TM, NMT and COPYNET baselines of Table 4.2; Figs. 4.3 (BLEU per fuzzy bin),
 # 4.4 (BLEU vs the number of retrieved pairs, adaptive marked) and 4.5 (zeta_t per output token).
-# Spec: specs/004a-gu-data-efficient.md §4.  Code: retrieval tool `fairseq-ext-tm` (fairseq_ext/tools/retrieval.py:
+# Spec: specs/004a-gu-data-efficient.md §4.  Code: retrieval tool `fairseq-ext-tm` (fairseq_ext/tools/tm/retrieval.py:
 # build-index, retrieve -> {split}.tm.jsonl side files next to the binarized data, tm-baseline, stats), task
 # `seg_translation` (fairseq_ext/tasks/seg_translation.py: --tm-topk K, --tm-selection topk|adaptive, --tm-max-k,
 # --tm-export), model `seg_nmt` (fairseq_ext/models/seg_nmt.py: --fusion shallow|deep), criterion
 # `seg_nmt_cross_entropy`, baseline `seg_copynet` (criterion `copynet_cross_entropy`), NMT `rnnsearch`; analyses
-# `python -m fairseq_ext.tools.tm_analysis` (fuzzy-bins, k-sweep, gate, split-corpus); scores
-# fairseq_ext.tools.score; decode-time ratio recipes/bench/decode_speed.py.
+# `python -m fairseq_ext.tools.analysis.tm_analysis` (fuzzy-bins, k-sweep, gate, split-corpus); scores
+# fairseq_ext.tools.evaluation.score; decode-time ratio recipes/bench/decode_speed.py.
 #
 #   bash recipes/gu/ch4.sh                    # CPU: Bible es->en (budget below)
 #   STAGE1=ckpt.pt bash recipes/gu/ch4.sh     # ... warm-started from that rnnsearch_bench checkpoint (no stage 1),
@@ -104,9 +104,9 @@ if [ "$MODE" = thesis ]; then
     x=${pair#en-}
     R=$J/$pair
     echo "# ---- JRC-Acquis $pair: data, translation memory"
-    thesis $PY -m fairseq_ext.tools.tm_analysis split-corpus --prefix $R/all --langs en "$x" --out $R --dev 3000 \
+    thesis $PY -m fairseq_ext.tools.analysis.tm_analysis split-corpus --prefix $R/all --langs en "$x" --out $R --dev 3000 \
       --test 3000 --max-len-train 80 --max-len-test 100 --seed 1 --tokenize moses
-    thesis $PY -m fairseq_ext.tools.corpora bpe $R/tok $R/bpe20k --src en --tgt "$x" --method subword-nmt \
+    thesis $PY -m fairseq_ext.tools.corpora.corpora bpe $R/tok $R/bpe20k --src en --tgt "$x" --method subword-nmt \
       --vocab-size 20000 --no-joint
     for lang in en "$x"; do
       thesis $FS/fairseq-ext-tm build-index --memory-src $R/tok/train.$lang --index $R/tm_index.$lang
@@ -116,7 +116,7 @@ if [ "$MODE" = thesis ]; then
       D=$R/$dir/bin
       O=$C/$dir
       echo "# ---- $dir"
-      thesis $PY -m fairseq_ext.tools.corpora binarize $R/bpe20k --out $R/$dir --src "$s" --tgt "$t" \
+      thesis $PY -m fairseq_ext.tools.corpora.corpora binarize $R/bpe20k --out $R/$dir --src "$s" --tgt "$t" \
         --no-joined-dictionary --workers 8
       for split in train valid test; do
         mode=(); [ $split != train ] || mode=(--train-mode)
@@ -165,9 +165,9 @@ if [ "$MODE" = thesis ]; then
           hyps+=(--system $O/${sys%%|*}/$split/generate-$split.txt)
           detok+=(--system $O/${sys%%|*}/$split/generate-$split.txt)
         done
-        thesis $PY -m fairseq_ext.tools.score compare --tokenised --baseline $O/nmt/$split/generate-$split.txt \
+        thesis $PY -m fairseq_ext.tools.evaluation.score compare --tokenised --baseline $O/nmt/$split/generate-$split.txt \
           "${hyps[@]}" --ref $R/tok/$split.$t --json $O/bleu_tok_$split.json
-        thesis $PY -m fairseq_ext.tools.score compare --baseline $O/nmt/$split/generate-$split.txt "${detok[@]}" \
+        thesis $PY -m fairseq_ext.tools.evaluation.score compare --baseline $O/nmt/$split/generate-$split.txt "${detok[@]}" \
           --ref $R/raw/$split.$t --json $O/sacrebleu_$split.json
       done
       [[ " $FIG_DIRS " == *" $dir "* ]] || continue
@@ -180,14 +180,14 @@ if [ "$MODE" = thesis ]; then
             --path $O/seg_nmt_k2/checkpoint_best.pt "${GEN[@]}" --results-path $O/seg_nmt_k2/${split}_$k
           sweep+=(--hyp $k=$O/seg_nmt_k2/${split}_$k/generate-$split.txt)
         done
-        thesis $PY -m fairseq_ext.tools.tm_analysis k-sweep --side $D/$split.tm.jsonl --ref $R/tok/$split.$t \
+        thesis $PY -m fairseq_ext.tools.analysis.tm_analysis k-sweep --side $D/$split.tm.jsonl --ref $R/tok/$split.$t \
           --tokenised "${sweep[@]}" --baseline NMT=$O/nmt/$split/generate-$split.txt --json $O/fig4_4_$split.json \
           --md $O/fig4_4_$split.md --plot $O/fig4_4_$split.png
         bins=(--hyp NMT=$O/nmt/$split/generate-$split.txt --hyp SEG-NMT=$O/seg_nmt_k2/$split/generate-$split.txt)
-        thesis $PY -m fairseq_ext.tools.tm_analysis fuzzy-bins --side $D/$split.tm.jsonl --ref $R/tok/$split.$t \
+        thesis $PY -m fairseq_ext.tools.analysis.tm_analysis fuzzy-bins --side $D/$split.tm.jsonl --ref $R/tok/$split.$t \
           --tokenised "${bins[@]}" --json $O/fig4_3_$split.json --md $O/fig4_3_$split.md --plot $O/fig4_3_$split.png
       done
-      thesis $PY -m fairseq_ext.tools.tm_analysis gate --export $O/seg_nmt_k2/zeta_valid.jsonl --n 5 \
+      thesis $PY -m fairseq_ext.tools.analysis.tm_analysis gate --export $O/seg_nmt_k2/zeta_valid.jsonl --n 5 \
         --ref $R/tok/valid.$t --memory-tgt $R/tok/train.$t --md $O/fig4_5_valid.md
     done
   done
@@ -392,12 +392,12 @@ with a candidate; top-1 fuzzy mean {s['top1_mean']:.3f}, median {s['top1_median'
 } > $RES
 systems=(--system $OUT/tm/test.txt)
 for s in "${SYSTEMS[@]}"; do [ "$s" = nmt ] || systems+=(--system "$(hyp "$s")"); done
-$PY -m fairseq_ext.tools.score compare --baseline "$(hyp nmt)" "${systems[@]}" --ref $RAW/test.en \
+$PY -m fairseq_ext.tools.evaluation.score compare --baseline "$(hyp nmt)" "${systems[@]}" --ref $RAW/test.en \
   --n-bootstrap "$N_BOOTSTRAP" --json $OUT/compare.json 2> $OUT/compare.log | tee -a $RES
 printf '```\n\n## Fig. 4.3: BLEU per fuzzy score of the top-1 retrieved pair (fig4_3_fuzzy_bins.png)\n\n' >> $RES
 bins=(--hyp "NMT=$(hyp nmt)" --hyp TM=$OUT/tm/test.txt)
 for s in "${SYSTEMS[@]}"; do [ "$s" = nmt ] || bins+=(--hyp "${LABEL[$s]}=$(hyp "$s")"); done
-$PY -m fairseq_ext.tools.tm_analysis fuzzy-bins --side $BIN/test.tm.jsonl --ref $RAW/test.en "${bins[@]}" \
+$PY -m fairseq_ext.tools.analysis.tm_analysis fuzzy-bins --side $BIN/test.tm.jsonl --ref $RAW/test.en "${bins[@]}" \
   --json $OUT/fig4_3_fuzzy_bins.json --plot $OUT/fig4_3_fuzzy_bins.png --title "es->en test: BLEU by top-1 fuzzy score" \
   2>> $OUT/compare.log | tee -a $RES
 if has seg_nmt; then
@@ -407,11 +407,11 @@ if has seg_nmt; then
     tag=k$k; [ $k != adaptive ] || tag=adaptive
     sweep_args+=(--hyp "$k=$OUT/seg_nmt/$tag/generate-test.txt")
   done
-  $PY -m fairseq_ext.tools.tm_analysis k-sweep --side $BIN/test.tm.jsonl --ref $RAW/test.en "${sweep_args[@]}" \
+  $PY -m fairseq_ext.tools.analysis.tm_analysis k-sweep --side $BIN/test.tm.jsonl --ref $RAW/test.en "${sweep_args[@]}" \
     --baseline "NMT=$(hyp nmt)" --json $OUT/fig4_4_k_sweep.json --plot $OUT/fig4_4_k_sweep.png \
     --title "es->en test: BLEU vs retrieved pairs" 2>> $OUT/compare.log | tee -a $RES
   printf '\n## Fig. 4.5: the gate zeta_t of three test sentences (highest top-1 fuzzy; --tm-export)\n\n' >> $RES
-  $PY -m fairseq_ext.tools.tm_analysis gate --export $OUT/seg_nmt/zeta_test.jsonl --n 3 --ref $RAW/test.en \
+  $PY -m fairseq_ext.tools.analysis.tm_analysis gate --export $OUT/seg_nmt/zeta_test.jsonl --n 3 --ref $RAW/test.en \
     --memory-tgt $RAW/train.en --md $OUT/gate_examples.md 2>> $OUT/compare.log >> $RES
   printf '\n## Decoding time, SEG-NMT / NMT (%s rounds interleaved, %s split, beam %s, one thread)\n\n' \
     "$ROUNDS" "$SPEED_SUBSET" "$BEAM" >> $RES

@@ -5,8 +5,8 @@
 # tokens through monolingual embeddings projected by Procrustes, Eqs. 5.2-5.5) and the Mixture of Language Experts
 # (MoLE, Eqs. 5.6-5.7); Table 5.4's ablation ladder at one low-resource size and Fig. 5.5 (BLEU vs low-resource
 # size), Fig. 5.8 (MoLE gate activations per token).
-# Spec: specs/004a-gu-data-efficient.md §5. Code: data `fairseq-ext-data universal` (fairseq_ext/tools/universal_data.py),
-# ULR arrays `fairseq-ext-ulr embed | seed-dict | project | closest | gates` (fairseq_ext/tools/ulr.py), task
+# Spec: specs/004a-gu-data-efficient.md §5. Code: data `fairseq-ext-data universal` (fairseq_ext/tools/corpora/universal_data.py),
+# ULR arrays `fairseq-ext-ulr embed | seed-dict | project | closest | gates` (fairseq_ext/tools/corpora/ulr.py), task
 # `universal_translation` (--aux-langs, --lowres-lang, --lang-temperature, --bt-split), model `universal_rnn`
 # (--ulr, --ulr-fixed-A, --ulr-closest-only, --ulr-no-language-specific, --mole), criterion
 # `universal_mole_cross_entropy` (--gate-loss-weight); report recipes/gu/ch5_report.py.
@@ -99,7 +99,7 @@ if [ "$MODE" = thesis ]; then
     IFS=: read -r lo aux size <<< "$setting"
     D=$T/${lo}_${aux//,/}_$size
     echo "# ---- $lo ($size) with auxiliary $aux (Table 5.3)"
-    thesis $PY -m fairseq_ext.tools.corpora universal --multi $T/multi.tsv --aux "$aux" --lowres "$lo" --target en \
+    thesis $PY -m fairseq_ext.tools.corpora.corpora universal --multi $T/multi.tsv --aux "$aux" --lowres "$lo" --target en \
       --lowres-tokens "${THESIS_LOWRES_TOKENS:-160000}" --vocab-size 40000 --out $D
     thesis $FS/fairseq-ext-ulr embed --data $D --dim 300
     thesis $FS/fairseq-ext-ulr seed-dict --data $D
@@ -137,7 +137,7 @@ if [ "${DATA:-bible}" = tiny ]; then
   COST_ROUNDS=${COST_ROUNDS:-2} COST_STEPS=${COST_STEPS:-1} COST_TOKENS=${COST_TOKENS:-300}
 else
   MULTI=data/bible_multi/raw/multi.tsv
-  [ -s $MULTI ] || $PY -m fairseq_ext.tools.corpora multi --out data/bible_multi/raw
+  [ -s $MULTI ] || $PY -m fairseq_ext.tools.corpora.corpora multi --out data/bible_multi/raw
   OUT=$RUNS/gu_ch5/$LOWRES/${SYSTEM_MIN}min
   [ -z "${UPDATES:-}" ] || OUT=$RUNS/gu_ch5/$LOWRES/${UPDATES}upd
   DATA_ROOT=data/bible_universal
@@ -163,7 +163,7 @@ data_dir() {
   [ "${2:-}" != vanilla ] || { name=${name}_vanilla; aux=""; }
   [ "$size" != -1 ] || extra+=(--no-disjoint)
   d=$DATA_ROOT/$name
-  $PY -m fairseq_ext.tools.corpora universal --multi $MULTI --aux "$aux" --lowres "$LOWRES" --lowres-tokens "$size" \
+  $PY -m fairseq_ext.tools.corpora.corpora universal --multi $MULTI --aux "$aux" --lowres "$LOWRES" --lowres-tokens "$size" \
     "${DATA_ARGS[@]}" "${extra[@]}" --out "$d" >&2
   echo "$d"
 }
@@ -336,7 +336,7 @@ for tag in $(for j in "${jobs[@]}"; do tag_of "${j%%:*}"; done | sort -u); do
   sys=()
   for o in $OUT/$tag/*/test/generate-test.txt; do [ "$o" = $OUT/$tag/multi/test/generate-test.txt ] || sys+=(--system "$o"); done
   [ ${#sys[@]} -gt 0 ] || continue   # multi alone: nothing to compare yet
-  $PY -m fairseq_ext.tools.score compare --baseline $OUT/$tag/multi/test/generate-test.txt "${sys[@]}" \
+  $PY -m fairseq_ext.tools.evaluation.score compare --baseline $OUT/$tag/multi/test/generate-test.txt "${sys[@]}" \
     --ref $d/raw/test.en --n-bootstrap "$N_BOOTSTRAP" --json $OUT/$tag/scores.json > $OUT/$tag/scores.md
 done
 $PY recipes/gu/ch5_report.py --out $OUT --main "$(tag_of "$LOWRES_TOKENS")"

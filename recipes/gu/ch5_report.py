@@ -2,7 +2,7 @@
 
 Reads the recipe's output folder OUT (``runs/gu_ch5/<lowres>/<budget>min`` or ``runs/gu_ch5_tiny``)::
 
-    OUT/<tag>/scores.json            `python -m fairseq_ext.tools.score compare --json` of the tag's systems
+    OUT/<tag>/scores.json            `python -m fairseq_ext.tools.evaluation.score compare --json` of the tag's systems
                                      against multi (baseline; systems named by their generate-test.txt paths,
                                      OUT/<tag>/<system>/test/generate-test.txt)
     OUT/<tag>/<system>/data_dir      the data folder the system was trained on (its manifest.json gives the
@@ -21,7 +21,7 @@ Reads the recipe's output folder OUT (``runs/gu_ch5/<lowres>/<budget>min`` or ``
 * ``OUT/fig5_5.png`` + ``OUT/fig5_5.md``: BLEU against the low-resource size (English tokens of the low-resource
   training pairs, from each data folder's manifest) for vanilla / multi / ulr;
 * ``OUT/fig5_8_gates.png`` (+ ``.jsonl``, ``_summary.json``): when ``OUT/<main>/ulr_mole/checkpoint_best.pt``
-  exists, the MoLE gate of 3 test sentences (``python -m fairseq_ext.tools.ulr gates``) and its summary over the
+  exists, the MoLE gate of 3 test sentences (``python -m fairseq_ext.tools.corpora.ulr gates``) and its summary over the
   first GATE_SUMMARY_SENTENCES test sentences (mean gate per expert, saturated share, entropy); the same as
   ``fig5_8_gates_<system>.*`` for each MoLE diagnostic system (ulr_mole_res, ulr_mole_gw0) that was trained;
 * ``OUT/report.json``: every number above.
@@ -39,9 +39,9 @@ import re
 import subprocess
 import sys
 
-from fairseq_ext.tools import fairseq_log
+from fairseq_ext.tools.evaluation import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, run_cli
-from fairseq_ext.tools.runs import fmt
+from fairseq_ext.tools.evaluation.runs import fmt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -105,7 +105,7 @@ def read_scores(path: str) -> dict:
                         "signatures": res.get("signatures", {}), "n_bootstrap": res.get("n_bootstrap"),
                         "n_sentences": res.get("n_sentences"), "baseline": system_of(res["baseline"]["name"])}
     except (KeyError, ValueError, TypeError) as e:
-        raise ToolError(f"not the JSON of `fairseq_ext.tools.score compare --json` ({e!r})", path) from None
+        raise ToolError(f"not the JSON of `fairseq_ext.tools.evaluation.score compare --json` ({e!r})", path) from None
     return out
 
 
@@ -254,7 +254,7 @@ def plot_fig5_5(pts: dict, path: str, lowres: str) -> None:
 
 
 def run_gates(out: str, main_tag: str, n: int = GATE_SENTENCES, system: str = "ulr_mole"):
-    """``python -m fairseq_ext.tools.ulr gates`` on OUT/<main>/<system>'s best checkpoint -> OUT/fig5_8_gates.png
+    """``python -m fairseq_ext.tools.corpora.ulr gates`` on OUT/<main>/<system>'s best checkpoint -> OUT/fig5_8_gates.png
     (``fig5_8_gates_<system>.png`` for another system than ulr_mole; the first ``n`` sentences plotted, the summary
     over GATE_SUMMARY_SENTENCES); (PNG path, summary dict), or None when there is no such checkpoint."""
     sysdir = os.path.join(out, main_tag, system)
@@ -272,7 +272,7 @@ def run_gates(out: str, main_tag: str, n: int = GATE_SENTENCES, system: str = "u
         raise ToolError(f"{ckpt} exists but no data_dir file names its data folder", sysdir)
     stem = os.path.join(out, "fig5_8_gates" + ("" if system == "ulr_mole" else f"_{system}"))
     png, jsonl, summary = stem + ".png", stem + ".jsonl", stem + "_summary.json"
-    cmd = [sys.executable, "-m", "fairseq_ext.tools.ulr", "gates", "--path", ckpt, "--data", os.path.join(data, "bin"),
+    cmd = [sys.executable, "-m", "fairseq_ext.tools.corpora.ulr", "gates", "--path", ckpt, "--data", os.path.join(data, "bin"),
            "--split", "test", "--n", str(max(n, GATE_SUMMARY_SENTENCES)), "--plot-n", str(n), "--json", jsonl,
            "--plot", png, "--summary", summary]
     log("[ch5 report] " + " ".join(cmd))

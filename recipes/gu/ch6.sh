@@ -6,8 +6,8 @@
 # on the same sources, Eq. 6.11); then fine-tuning on the target language's small corpus with the three strategies
 # all / emb+enc / emb, 5 draws each, and zero-shot decoding (Table 6.2 / Fig. 6.3 layout), plus the cost of one
 # meta-iteration against one multilingual update.
-# Spec: specs/004a-gu-data-efficient.md §6.  Code: data `fairseq-ext-data universal` (fairseq_ext/tools/universal_data.py),
-# ULR arrays `fairseq-ext-ulr embed | seed-dict | project` (fairseq_ext/tools/ulr.py), tasks `meta_translation`
+# Spec: specs/004a-gu-data-efficient.md §6.  Code: data `fairseq-ext-data universal` (fairseq_ext/tools/corpora/universal_data.py),
+# ULR arrays `fairseq-ext-ulr embed | seed-dict | project` (fairseq_ext/tools/corpora/ulr.py), tasks `meta_translation`
 # (--meta-langs, --meta-valid-lang, --meta-valid-steps, --inner-steps, --meta-gradient) and `ulr_finetune_translation`
 # (--finetune-strategy, --target-token-budget, --subsample-seed) of fairseq_ext/tasks/meta_translation.py,
 # `universal_translation` (the transfer baseline's joint phase), model `ulr_transformer` (--ulr, --ulr-freeze-delta;
@@ -141,7 +141,7 @@ if [ "$MODE" = thesis ]; then
       vals=$(echo ro,lv | tr , '\n' | grep -vx "$tgt" | paste -sd,)   # both validation tasks but the target
       d=$T/${tag}_$tgt
       echo "# ---- meta-training $src, target $tgt (validation $vals in the folder)"
-      thesis $PY -m fairseq_ext.tools.corpora universal --multi $T/multi.tsv --aux "$src,$vals" --lowres $tgt \
+      thesis $PY -m fairseq_ext.tools.corpora.corpora universal --multi $T/multi.tsv --aux "$src,$vals" --lowres $tgt \
         --lowres-tokens -1 --no-disjoint --lowres-mono 0 --vocab-size 40000 --out $d
       thesis $FS/fairseq-ext-ulr embed --data $d --dim 300
       thesis $FS/fairseq-ext-ulr seed-dict --data $d
@@ -199,7 +199,7 @@ if [ "${DATA:-bible}" = tiny ]; then
   LOG_INTERVAL=1
 else
   MULTI=data/bible_multi/raw/multi.tsv
-  [ -s $MULTI ] || $PY -m fairseq_ext.tools.corpora multi --out data/bible_multi/raw
+  [ -s $MULTI ] || $PY -m fairseq_ext.tools.corpora.corpora multi --out data/bible_multi/raw
   OUT=$RUNS/gu_ch6/${TARGET}_${META_LANGS//,/}_$VALID_LANG
   DATA_ROOT=data/bible_metanmt
   DATA_ARGS=(--vocab-size 4000 --lowres-mono 0)
@@ -248,7 +248,7 @@ two_lanes() {
 }
 
 # ---- data: the universal folder (target = the low-resource language), ULR arrays, the MetaNMT splits
-$PY -m fairseq_ext.tools.corpora universal --multi $MULTI --aux "$META_LANGS,$V" --lowres "$TARGET" \
+$PY -m fairseq_ext.tools.corpora.corpora universal --multi $MULTI --aux "$META_LANGS,$V" --lowres "$TARGET" \
   --lowres-tokens "$POOL_TOKENS" "${DATA_ARGS[@]}" --out $D > $OUT/data.log 2>&1 || { tail -20 $OUT/data.log; exit 1; }
 FULL=("${ML[@]}" "$V")                     # the full-size languages; TARGET's pool aligns in no time
 NA=$(( ${#FULL[@]} / 3 ))
@@ -313,7 +313,7 @@ decode() {  # CKPT DIR -> DIR/test/generate-test.txt, DIR/score.json
     --batch-size 64 --post-process sentencepiece --cpu --seed 1 --results-path $2/test.tmp > $2/test.log 2>&1 \
     || { tail -20 $2/test.log; return 1; }
   rm -rf $2/test && mv $2/test.tmp $2/test
-  $PY -m fairseq_ext.tools.score score --hyp $2/test/generate-test.txt --ref $D/raw/test.en --json $2/score.json \
+  $PY -m fairseq_ext.tools.evaluation.score score --hyp $2/test/generate-test.txt --ref $D/raw/test.en --json $2/score.json \
     > $2/score.txt || return 1
 }
 FT_COMMON=(--arch $ARCH --ulr --criterion cross_entropy --optimizer adam --adam-betas "$BETAS" --adam-eps 1e-9
@@ -369,7 +369,7 @@ compare_columns() {
     c=$dir/$col
     $PY $REPORT concat --ref $D/raw/test.en --out $c/meta.txt --ref-out $c/ref.txt "${gm[@]}" 2> /dev/null
     $PY $REPORT concat --ref $D/raw/test.en --out $c/$base.txt --ref-out $c/ref.txt "${gb[@]}" 2> /dev/null
-    $PY -m fairseq_ext.tools.score compare --baseline $c/$base.txt --system $c/meta.txt --ref $c/ref.txt \
+    $PY -m fairseq_ext.tools.evaluation.score compare --baseline $c/$base.txt --system $c/meta.txt --ref $c/ref.txt \
       --format text --n-bootstrap $N_BOOTSTRAP --json $dir/$col.json > $dir/$col.md 2> $dir/$col.log \
       || { tail -5 $dir/$col.log; return 1; }
   done

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from fairseq_ext.tools.fairseq_log import parse_curve, plot_curves, write_curves_csv
+from fairseq_ext.tools.evaluation.fairseq_log import parse_curve, plot_curves, write_curves_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -37,7 +37,7 @@ def build_tiny(folder: Path, log: Path, meta_langs: str, valid_lang: str, target
     """The recipe's DATA=tiny folder (recipes/gu/ch6.sh's commands and settings)."""
     if not (folder / "bin_meta" / "splits.json").exists():
         py = sys.executable
-        sh([py, "-m", "fairseq_ext.tools.corpora", "universal", "--multi", TINY_MULTI, "--aux",
+        sh([py, "-m", "fairseq_ext.tools.corpora.corpora", "universal", "--multi", TINY_MULTI, "--aux",
             f"{meta_langs},{valid_lang}", "--lowres", target, "--lowres-tokens", 800, "--vocab-size", 150,
             "--lowres-mono", 0, "--out", folder], log)
         sh([BIN / "fairseq-ext-ulr", "embed", "--data", folder, "--dim", 16, "--epochs", 2, "--min-count", 1], log)

@@ -31,7 +31,7 @@ Three subcommands (``report`` is the default, so ``ch6_report.py --out OUT`` is 
     Reads the recipe's output folder::
 
         OUT/settings.json                       the recipe's settings (languages, budgets, decoding)
-        OUT/zero/<sys>/score.json               `fairseq_ext.tools.score score --json` of the zero-shot decode
+        OUT/zero/<sys>/score.json               `fairseq_ext.tools.evaluation.score score --json` of the zero-shot decode
         OUT/ft/<sys>/<strategy>/d<k>/score.json the same, fine-tuned with <strategy> on draw k
         OUT/ft/<sys>/<strategy>/d<k>/train.log  its fairseq-train log (pairs drawn, updates, best valid loss)
         OUT/compare/<col>.json                  `score compare --json` (baseline multi, system meta) per
@@ -55,9 +55,9 @@ import shutil
 import statistics
 import sys
 
-from fairseq_ext.tools import fairseq_log
+from fairseq_ext.tools.evaluation import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, read_json, read_lines, run_cli, sha256_file, stamp_ok, write_stamp
-from fairseq_ext.tools.runs import fmt
+from fairseq_ext.tools.evaluation.runs import fmt
 
 SPLIT_DIR = "bin_meta"
 SPLIT_VERSION = 1
@@ -99,7 +99,7 @@ def _write(path: str, lines) -> None:
 
 def _binarize(data: str, seg_prefix: str, split: str, out: str) -> None:
     """fairseq-preprocess of ``seg_prefix.{src,en}`` with DIR's dictionaries -> ``out/<split>.src-en.*``."""
-    from fairseq_ext.tools.universal_data import run_preprocess
+    from fairseq_ext.tools.corpora.universal_data import run_preprocess
 
     tmp = os.path.join(out, f"pp.{split}")
     run_preprocess(["--source-lang", "src", "--target-lang", "en", "--trainpref", seg_prefix, "--destdir", tmp,
@@ -114,8 +114,8 @@ def _binarize(data: str, seg_prefix: str, split: str, out: str) -> None:
 def build_splits(data: str, meta_langs: list[str], valid_langs: list[str], name: str = SPLIT_DIR,
                  force: bool = False) -> dict:
     """Write ``data/<name>`` (module doc); returns ``{split: {lang: lines}}``."""
-    from fairseq_ext.tools import universal_data as ud
-    from fairseq_ext.tools.segment import apply_sentencepiece
+    from fairseq_ext.tools.corpora.corpora import universal_data as ud
+    from fairseq_ext.tools.corpora.segment import apply_sentencepiece
 
     man_path = os.path.join(data, "manifest.json")
     if not os.path.isfile(man_path):
@@ -225,7 +225,7 @@ def read_score(path: str):
     try:
         return float(res["bleu"]), float(res["chrf"])
     except (KeyError, TypeError, ValueError):
-        raise ToolError("not the JSON of `fairseq_ext.tools.score score --json`", path) from None
+        raise ToolError("not the JSON of `fairseq_ext.tools.evaluation.score score --json`", path) from None
 
 
 def read_compare(path: str):
@@ -243,7 +243,7 @@ def read_compare(path: str):
                 "n_bootstrap": res.get("n_bootstrap"), "baseline": res["baseline"]["name"], "system": s["name"],
                 "signature": res.get("signatures", {}).get(bleu_m)}
     except (KeyError, IndexError, TypeError, ValueError):
-        raise ToolError("not the JSON of `fairseq_ext.tools.score compare --json`", path) from None
+        raise ToolError("not the JSON of `fairseq_ext.tools.evaluation.score compare --json`", path) from None
 
 
 def _read_text(path: str) -> str:

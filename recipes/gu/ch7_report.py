@@ -30,11 +30,11 @@ import torch
 
 import fairseq_ext  # noqa: F401  (registrations)
 from fairseq_ext.modules.checkpoint import load_ensemble
-from fairseq_ext.tools import fairseq_log
+from fairseq_ext.tools.evaluation import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, run_cli
 from fairseq_ext.tools.hypotheses import parse_generate_output, remove_bpe
 from fairseq_ext.tools.plots import pyplot
-from fairseq_ext.tools.score import load_references, paired_bootstrap
+from fairseq_ext.tools.evaluation.score import load_references, paired_bootstrap
 
 SEARCHES = ("greedy", "beam")
 

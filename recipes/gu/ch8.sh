@@ -89,7 +89,7 @@ if [ "$MODE" = thesis ]; then
       --lr-scheduler inverse_sqrt --warmup-init-lr 1e-7 "${OPT[@]}" --max-tokens $T_TOK \
       --validate-interval-updates 1000 --save-interval-updates 1000 --save-dir $C/teacher
     # 2. sequence-level distillation of the training set (greedy) + fertilities
-    thesis $PY -m fairseq_ext.tools.distill --path $C/teacher/checkpoint_best.pt --data "$D" --out "$D-kd" \
+    thesis $PY -m fairseq_ext.tools.corpora.distill --path $C/teacher/checkpoint_best.pt --data "$D" --out "$D-kd" \
       --splits train --beam 1 --gpu --fertility eflomal
     # 3. NAT (Eq. 8.9), encoder from the teacher
     thesis .venv/bin/fairseq-train "$D-kd" "${COMMON[@]}" --task translation_fertility "${N_ARCH[@]}" \
@@ -137,9 +137,9 @@ if [ "${DATA:-bible}" = tiny ]; then
   # the committed tiny slice (209 training verses), sentencepiece 300, tiny 2+2 d32 models, a few updates
   OUT=runs/gu_ch8_tiny
   if [ ! -d $OUT/data/bin ]; then
-    $PY -m fairseq_ext.tools.corpora bpe tests/data/bible_tiny $OUT/data/seg --src es --tgt en \
+    $PY -m fairseq_ext.tools.corpora.corpora bpe tests/data/bible_tiny $OUT/data/seg --src es --tgt en \
       --method sentencepiece --vocab-size 300
-    $PY -m fairseq_ext.tools.corpora binarize $OUT/data/seg --out $OUT/data --src es --tgt en
+    $PY -m fairseq_ext.tools.corpora.corpora binarize $OUT/data/seg --out $OUT/data --src es --tgt en
   fi
   $PY recipes/gu/nat_pipeline.py --data $OUT/data --out $OUT --size tiny \
     ${TEACHER:+--teacher "$TEACHER"} --teacher-max-update "${TEACHER_UPDATES:-30}" \

@@ -14,7 +14,7 @@
 # --target-ap, --target-cw, --delay-beta, --delay-alpha, --traj-per-sent, --reward-bpe), task `simul_rl_translation`
 # (--simul-decoding simul_greedy|simul_beam, --simul-beam, --simul-policy agent|wue|wos|wiw|wid|waitk,
 # --simul-waitk, --simul-actions-out), generators fairseq_ext/generators/simultaneous.py, latency scorer
-# `python -m fairseq_ext.tools.simul_latency`; report (and the < 50-subword test filter) recipes/gu/ch9_report.py.
+# `python -m fairseq_ext.tools.evaluation.simul_latency`; report (and the < 50-subword test filter) recipes/gu/ch9_report.py.
 #
 #   bash recipes/gu/ch9.sh                    # CPU: Bible es->en (budget below)
 #   PAIR=en-ru bash recipes/gu/ch9.sh         # en->ru (World English Bible -> Russian Synodal 1876; also ru-en,
@@ -184,7 +184,7 @@ if [ "$MODE" = thesis ]; then
         # shellcheck disable=SC2086
         thesis $FS/fairseq-generate $E/bin "${UD[@]}" "${GEN[@]}" --path "$path" --simul-policy $pol "${search[@]}" \
           --simul-actions-out $D/actions.jsonl --results-path $D
-        thesis $PY -m fairseq_ext.tools.simul_latency $D/actions.jsonl --json $D/latency.json
+        thesis $PY -m fairseq_ext.tools.evaluation.simul_latency $D/actions.jsonl --json $D/latency.json
       done
       args=()
       for name in "${agents[@]}"; do args+=(--agent "$name=$O/agents/$name.log"); done
@@ -227,7 +227,7 @@ else
     en-ru|ru-en)
       SEG=data/bible_multi/en_web-ru/spm8000; RAW=data/bible_multi/raw/en_web-ru
       if [ $PAIR = en-ru ]; then SRC=en_web TGT=ru; else SRC=ru TGT=en_web; fi
-      [ -s $SEG/bin/dict.ru.txt ] || $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src en_web \
+      [ -s $SEG/bin/dict.ru.txt ] || $PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_multi --src en_web \
         --tgt ru --method sentencepiece --vocab-size 8000 ;;
     *) echo "error: PAIR must be es-en, en-es, en-ru or ru-en, got '$PAIR'" >&2; exit 2 ;;
   esac

@@ -14,8 +14,8 @@ Two subcommands:
             merged with ``--remove-bpe`` and optionally Moses-detokenised (``--detok moses``), and ``actions.jsonl``
             of ``--simul-actions-out``): the learned agents (``--agent NAME[=TRAIN_LOG]``),
             the baselines ``wue``, ``wos``, ``wiw``, ``wid`` and the wait-k reading ``wait<k>`` of the same
-            environment. Per system: sacreBLEU BLEU / chrF (fairseq_ext.tools.score) and the corpus AP, CW, AL,
-            LAAL, DAL (fairseq_ext.tools.simul_latency: means over the sentences; CW = the mean length of the READ
+            environment. Per system: sacreBLEU BLEU / chrF (fairseq_ext.tools.evaluation.score) and the corpus AP, CW, AL,
+            LAAL, DAL (fairseq_ext.tools.evaluation.simul_latency: means over the sentences; CW = the mean length of the READ
             runs that end in a WRITE, spec §4.12.1; AL as Ma et al. 2019 define it, the rate from the hypothesis
             length; LAAL, Papi et al. 2022, the rate from max(hypothesis, reference) length, the reference
             length from the decode's T- lines in subwords + ⟨/s⟩, so an over-long output cannot lower it). Writes ``OUT/results.md`` + ``results.json`` and the plots
@@ -40,7 +40,7 @@ import re
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_ext.tools import fairseq_log
+from fairseq_ext.tools.evaluation import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, read_jsonl, read_lines, run_cli
 
 SEARCHES = ("greedy", "beam")
@@ -129,8 +129,8 @@ def score_system(folder: str, subset: str, ref: str, remove_bpe: Optional[str] =
     ``detok``) + the corpus latency of one decode. The decodes are written without fairseq's --post-process,
     which re-encodes every hypothesis into the target dictionary (growing it while decoding)."""
     from fairseq_ext.tools.hypotheses import load_hypotheses
-    from fairseq_ext.tools.score import load_references, score_corpus
-    from fairseq_ext.tools.simul_latency import corpus_latency, reference_lengths
+    from fairseq_ext.tools.evaluation.score import load_references, score_corpus
+    from fairseq_ext.tools.evaluation.simul_latency import corpus_latency, reference_lengths
 
     gen = os.path.join(folder, f"generate-{subset}.txt")
     acts = os.path.join(folder, "actions.jsonl")

@@ -45,7 +45,7 @@ ms/sentence and speed-up vs ``--reference`` (default ar_b4, the thesis' 1.00×) 
 size) and ``latency_vs_length.png`` (Fig. 8.6: batch-1 latency vs source length, a faint scatter of every
 sentence and the mean per length bin).  With ``--hyp-dir``, the translations of the largest batch size are
 written as ``{system}.out`` in fairseq-generate's format (S-/H-/D- lines, ``--post-process`` removed), for
-sacreBLEU (``fairseq_ext.tools.score``).
+sacreBLEU (``fairseq_ext.tools.evaluation.score``).
 """
 import argparse
 import json
@@ -62,7 +62,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from fairseq_ext.tools.runs import fmt, logger
+from fairseq_ext.tools.evaluation.runs import fmt, logger
 
 SYSTEM_RE = re.compile(r"^(?:(?P<ar2>ar2_)?(?:ar_b(?P<beam>\d+)|b(?P<beam2>\d+)|ct2_(?P<ct2>int8|fp32)_b(?P<ct2beam>\d+))"
                        r"|nat(?P<ft>_ft)?(?:_(?P<mode>avg|npd(?P<s>\d+)|epd(?P<k>\d+)))?)$")
@@ -174,7 +174,7 @@ def ct2_translators(systems: List[Dict], teacher: Optional[str], data: str, ct2_
         import ctranslate2
     except ImportError:
         raise SystemExit("error: ct2_* systems need CTranslate2: pip install 'fairseq_ext[ctranslate2]'") from None
-    from fairseq_ext.tools.export import export
+    from fairseq_ext.tools.export.export import export
 
     out = {}
     for role, q in wanted:

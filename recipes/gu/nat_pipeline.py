@@ -14,7 +14,7 @@ Stages (each skipped when its ``done.json`` / output exists, unless ``--force``)
 
 1. ``teacher/``   only without ``--teacher``: train the AR teacher with the bench's ``transformer`` flags
                   (``recipes/bench/configs.py``; ``--size tiny``: the tests' 2+2 d32 shape, same optimiser);
-2. ``kd/``        ``python -m fairseq_ext.tools.distill --splits train --beam 1 --fertility eflomal``:
+2. ``kd/``        ``python -m fairseq_ext.tools.corpora.distill --splits train --beam 1 --fertility eflomal``:
                   greedy sequence-level KD of the training set (thesis §8.4.1; ``--distill-beam 4`` for the
                   ablation), dev/test keep the real references; eflomal fertilities on every split;
 3. ``nat/``       ``fairseq-train --task translation_fertility --arch nat_fertility_{size}
@@ -50,8 +50,8 @@ import sys
 import time
 from pathlib import Path
 
-from fairseq_ext.tools import fairseq_log, runs
-from fairseq_ext.tools.runs import fmt, load_script, logger
+from fairseq_ext.tools.evaluation import fairseq_log, runs
+from fairseq_ext.tools.evaluation.runs import fmt, load_script, logger
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -152,7 +152,7 @@ def stage_distill(args, data_bin: Path, teacher: Path) -> Path:
     kd = args.out / "kd"
     if done(kd, args.force):
         return kd
-    cmd = [sys.executable, "-m", "fairseq_ext.tools.distill", "--path", teacher, "--data", data_bin, "--out", kd,
+    cmd = [sys.executable, "-m", "fairseq_ext.tools.corpora.distill", "--path", teacher, "--data", data_bin, "--out", kd,
            "--splits", "train", "--beam", str(args.distill_beam), "--max-len-a", "1.2", "--max-len-b", "10",
            "--max-tokens", "8000", "--fertility", "eflomal"]
     if args.force:
@@ -292,7 +292,7 @@ def row_name(system: str, ar2_name: str = "6+1") -> str:
 
 
 def stage_score(args, raw: Path, src: str, tgt: str, lat: dict, stages: dict) -> dict:
-    from fairseq_ext.tools import score as ev
+    from fairseq_ext.tools.evaluation import score as ev
     from fairseq_ext.tools.hypotheses import load_hypotheses
 
     hyp_dir = args.out / "decode" / "hyps"
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--data", type=Path, required=True,
-                    help="segmented folder with bin/ and segment.json (fairseq_ext.tools.corpora prepare), or bin/")
+                    help="segmented folder with bin/ and segment.json (fairseq_ext.tools.corpora.corpora prepare), or bin/")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--teacher", help="AR teacher checkpoint (e.g. the bench's transformer checkpoint_best.pt)")
     ap.add_argument("--teacher-budget-min", type=float, default=0.0, help="without --teacher: training minutes")
@@ -457,7 +457,7 @@ def main(argv=None) -> int:
     data_bin = args.data / "bin" if (args.data / "bin").is_dir() else args.data
     seg_file = next((p for p in (args.data / "segment.json", data_bin / "segment.json") if p.exists()), None)
     if seg_file is None:
-        raise SystemExit(f"error: no segment.json in {args.data} (prepare the data with fairseq_ext.tools.corpora)")
+        raise SystemExit(f"error: no segment.json in {args.data} (prepare the data with fairseq_ext.tools.corpora.corpora)")
     seg = json.loads(seg_file.read_text())
     raw = Path(seg.get("raw", args.data.parent / "raw"))
     src, tgt, post = seg.get("src", "es"), seg.get("tgt", "en"), seg.get("post_process", "sentencepiece")

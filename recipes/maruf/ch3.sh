@@ -11,7 +11,7 @@
 # memory math in fairseq_ext/modules/memnet.py), sentence model `rnnsearch` (fairseq_ext/models/rnnsearch.py),
 # warm start --finetune-from-model (fairseq_ext/modules/warm_start.py), task `doc_translation`
 # (fairseq_ext/tasks/doc_translation.py, fairseq_ext/data/documents.py), generator doc_bcd
-# (fairseq_ext/generators/doc_bcd.py), tools fairseq_ext.tools.{doc_context,score,contrastive,doc_consistency}.
+# (fairseq_ext/generators/doc_bcd.py), tools fairseq_ext.tools.corpora.doc_context, fairseq_ext.tools.evaluation.{score,contrastive,doc_consistency}.
 #
 #   bash recipes/maruf/ch3.sh                # CPU: Bible es->en chapters (budget below)
 #   PAIR=fr-en bash recipes/maruf/ch3.sh     # the same on French->English (bible_multi fr -> en_web)
@@ -35,7 +35,7 @@
 #   0.1 x4, 0.05, 0.025, ... (§10.41: "after epoch k" = --force-anneal k+1). One stage-1 checkpoint warm-starts
 #   every stage-2 model (docmem_* --zero-memory is the same sentence model bit for bit, but its checkpoint
 #   warm-starts only its own arch).
-#   Its greedy translations of train/valid/test -> --doc-generated-dir (python -m fairseq_ext.tools.doc_context).
+#   Its greedy translations of train/valid/test -> --doc-generated-dir (python -m fairseq_ext.tools.corpora.doc_context).
 # Stage 2: every docmem_{m2c,m2o}_{src,tgt,both} warm-started from stage 1 (--finetune-from-model: the sentence
 #   tensors copied, the memory ones initialised, all trained), SGD lr 0.08, x0.9 after the first epoch
 #   (--force-anneal 2 --lr-shrink 0.9), 15 epochs, best = minimum dev loss; dropout 0.2 (one memory) or 0.5
@@ -127,7 +127,7 @@ if [ "$MODE" = thesis ]; then
     for split in train valid "${TESTS[@]}"; do   # its translations: the target memory of training and dev
       thesis $FS/fairseq-generate "$D" "${UD[@]}" "${T0[@]}" --gen-subset $split --path $SENT \
         --decoding-algorithm greedy --beam 1 "${LEN[@]}" --batch-size 128 --results-path $C/s_nmt/gen_$split
-      thesis $PY -m fairseq_ext.tools.doc_context $C/s_nmt/gen_$split/generate-$split.txt --data "$D" --split $split \
+      thesis $PY -m fairseq_ext.tools.corpora.doc_context $C/s_nmt/gen_$split/generate-$split.txt --data "$D" --split $split \
         --out $C/generated
     done
     # stage 2: the memory models and the baselines, all warm-started from S-NMT
@@ -161,10 +161,10 @@ if [ "$MODE" = thesis ]; then
           --beam 1 "${LEN[@]}" --results-path $C/$m/gen_$split
         systems+=(--system $C/$m/gen_$split/generate-$split.txt)
       done
-      thesis $PY -m fairseq_ext.tools.score compare --tokenised --baseline $C/s_nmt/gen_$split/generate-$split.txt \
+      thesis $PY -m fairseq_ext.tools.evaluation.score compare --tokenised --baseline $C/s_nmt/gen_$split/generate-$split.txt \
         "${systems[@]}" --ref $R/$split.$T --json $C/bleu_$split.json
       for m in s_nmt "${models[@]}"; do
-        thesis $PY -m fairseq_ext.tools.score meteor --tokenised --hyp $C/$m/gen_$split/generate-$split.txt \
+        thesis $PY -m fairseq_ext.tools.evaluation.score meteor --tokenised --hyp $C/$m/gen_$split/generate-$split.txt \
           --ref $R/$split.$T --json $C/$m/meteor_$split.json
       done
     done
@@ -195,7 +195,7 @@ else
   case $PAIR in
     es-en) SEG=data/bible_es_en/spm8000; RAW=$SEG/../raw; [ -s $SEG/bin/dict.es.txt ] || bible_data ;;
     fr-en) SEG=data/bible_multi/fr-en_web/spm8000; RAW=data/bible_multi/raw/fr-en_web; SRC=fr; TGT=en_web
-           [ -s $SEG/bin/dict.fr.txt ] || $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src fr \
+           [ -s $SEG/bin/dict.fr.txt ] || $PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_multi --src fr \
              --tgt en_web --method sentencepiece --vocab-size 8000 ;;
     *) echo "error: PAIR must be es-en or fr-en" >&2; exit 2 ;;
   esac
@@ -240,7 +240,7 @@ for split in train valid test; do
       --decoding-algorithm greedy --beam 1 "${LEN[@]}" --batch-size 128 --cpu \
       > $OUT/stage1_gen/generate-$split.txt 2> $OUT/stage1_gen/generate-$split.log \
       || { tail -20 $OUT/stage1_gen/generate-$split.log; exit 1; }
-    $PY -m fairseq_ext.tools.doc_context $OUT/stage1_gen/generate-$split.txt --data $BIN --split $split --out $GEN
+    $PY -m fairseq_ext.tools.corpora.doc_context $OUT/stage1_gen/generate-$split.txt --data $BIN --split $split --out $GEN
   fi
 done
 CTX=(--doc-target-context generated --doc-generated-dir $GEN)
@@ -324,17 +324,17 @@ RES=$OUT/results.md
 } > $RES
 sys_args=()
 for s in "${SYSTEMS[@]}"; do [ "$s" = sentence ] || sys_args+=(--system $OUT/$s/generate-test.txt); done
-$PY -m fairseq_ext.tools.score compare --baseline $OUT/sentence/generate-test.txt "${sys_args[@]}" \
+$PY -m fairseq_ext.tools.evaluation.score compare --baseline $OUT/sentence/generate-test.txt "${sys_args[@]}" \
   --ref $RAW/test.$TGT --n-bootstrap "$N_BOOTSTRAP" --json $OUT/compare.json | tee -a $RES
 printf '```\n\n## METEOR (exact + stem)\n\n' >> $RES
 for s in "${SYSTEMS[@]}"; do
-  m=$($PY -m fairseq_ext.tools.score meteor --hyp $OUT/$s/generate-test.txt --ref $RAW/test.$TGT \
+  m=$($PY -m fairseq_ext.tools.evaluation.score meteor --hyp $OUT/$s/generate-test.txt --ref $RAW/test.$TGT \
     --json $OUT/$s.meteor.json)
   echo "$s: $m" | tee -a $RES
 done
 printf '\n## d-BLEU (whole chapters; Bao et al. 2021)\n\n' >> $RES
 for s in "${SYSTEMS[@]}"; do
-  d=$($PY -m fairseq_ext.tools.score dbleu --hyp $OUT/$s/generate-test.txt --ref $RAW/test.$TGT --ids $RAW/test.ids \
+  d=$($PY -m fairseq_ext.tools.evaluation.score dbleu --hyp $OUT/$s/generate-test.txt --ref $RAW/test.$TGT --ids $RAW/test.ids \
     --json $OUT/$s.dbleu.json)
   echo "$s: $d" | tee -a $RES
 done
@@ -342,12 +342,12 @@ done
 # contrastive pronoun test (Table 4.4 layout, built from the test split; target-memory models read the stage-1
 # translations of the test chapters) and chapter consistency
 printf '\n## Contrastive pronouns\n\n' >> $RES
-[ "$SRC" != es ] || [ -s $OUT/contrastive.test.jsonl ] || $PY -m fairseq_ext.tools.contrastive build --raw $RAW --split test \
+[ "$SRC" != es ] || [ -s $OUT/contrastive.test.jsonl ] || $PY -m fairseq_ext.tools.evaluation.contrastive build --raw $RAW --split test \
   --src $SRC --ref $TGT --out $OUT/contrastive.test.jsonl --stats-json $OUT/contrastive.stats.json
 if [ -s $OUT/contrastive.test.jsonl ]; then
   for s in "${SYSTEMS[@]}"; do
     # shellcheck disable=SC2046
-    $PY -m fairseq_ext.tools.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
+    $PY -m fairseq_ext.tools.evaluation.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
       --json $OUT/$s.contrastive.json $BIN --path $OUT/$s/checkpoint_last.pt "${T[@]}" $(ctx_flags "$s") \
       --gen-subset test --cpu | tee -a $RES
   done
@@ -357,7 +357,7 @@ fi
 printf '\n## Chapter consistency\n\n' >> $RES
 for s in "${SYSTEMS[@]}"; do
   echo "### $s" >> $RES
-  $PY -m fairseq_ext.tools.doc_consistency --raw $RAW --split test --src-lang $SRC --tgt-lang $TGT \
+  $PY -m fairseq_ext.tools.evaluation.doc_consistency --raw $RAW --split test --src-lang $SRC --tgt-lang $TGT \
     --hyp $OUT/$s/generate-test.txt --json $OUT/$s.consistency.json | tee -a $RES
 done
 printf '\n## Decoding time (valid, %s interleaved rounds, × sentence)\n\n' "$ROUNDS" >> $RES

@@ -7,8 +7,8 @@
 # baselines: Zhang et al. 2018 (frozen sentence parameters) and the concatenation "2-to-1" model.
 # Spec: specs/003-maruf.md §4, §10.  Code: task `doc_translation` (fairseq_ext/tasks/doc_translation.py, data
 # in fairseq_ext/data/documents.py), models `selattn_transformer`, `zhang2018_doc_transformer`
-# (fairseq_ext/models/selattn_transformer.py, zhang2018_doc_transformer.py), evaluation tools `fairseq_ext.tools.contrastive` (Bible pronoun
-# test, Table 4.4 layout), `fairseq_ext.tools.doc_consistency`, `fairseq_ext.tools.score meteor`.
+# (fairseq_ext/models/selattn_transformer.py, zhang2018_doc_transformer.py), evaluation tools `fairseq_ext.tools.evaluation.contrastive` (Bible pronoun
+# test, Table 4.4 layout), `fairseq_ext.tools.evaluation.doc_consistency`, `fairseq_ext.tools.evaluation.score meteor`.
 #
 #   bash recipes/maruf/ch4.sh                # CPU: Bible es->en chapters (budget below)
 #   PAIR=fr-en bash recipes/maruf/ch4.sh     # the same on French->English (data/bible_multi/fr-en_web)
@@ -77,7 +77,7 @@ if [ "$MODE" = thesis ]; then
   for split in train valid test; do
     thesis $FS/fairseq-generate "$D" "${UD[@]}" --task doc_translation --doc-ids-dir "$(dirname "$D")" --gen-subset $split \
       --path $C/sentence/checkpoint_best.pt --beam 1 --results-path $C/sentence/gen_$split
-    thesis $PY -m fairseq_ext.tools.doc_context $C/sentence/gen_$split/generate-$split.txt --data "$D" --split $split \
+    thesis $PY -m fairseq_ext.tools.corpora.doc_context $C/sentence/gen_$split/generate-$split.txt --data "$D" --split $split \
       --out $C/generated
   done
   for arch in selattn_dec_sent selattn_dec_word selattn_dec_hier_sparsesoft selattn_dec_hier_sparsesparse; do
@@ -98,7 +98,7 @@ fi
 case $PAIR in
   es-en) SEG=data/bible_es_en/spm8000; RAW=$SEG/../raw; [ -s $SEG/bin/dict.es.txt ] || bible_data ;;
   fr-en) SEG=data/bible_multi/fr-en_web/spm8000; RAW=data/bible_multi/raw/fr-en_web
-         [ -s $SEG/bin/dict.fr.txt ] || $PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src fr \
+         [ -s $SEG/bin/dict.fr.txt ] || $PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_multi --src fr \
            --tgt en_web --method sentencepiece --vocab-size 8000 ; TGT=en_web ;;
   *) echo "error: PAIR must be es-en or fr-en" >&2; exit 2 ;;
 esac
@@ -195,7 +195,7 @@ if [[ " ${SYSTEMS[*]} " == *" hatt_dec "* ]]; then
         --decoding-algorithm greedy --beam 1 "${LEN[@]}" --batch-size 128 --cpu \
         > $OUT/stage1_gen/generate-$split.txt 2> $OUT/stage1_gen/generate-$split.log \
         || { tail -20 $OUT/stage1_gen/generate-$split.log; exit 1; }
-      $PY -m fairseq_ext.tools.doc_context $OUT/stage1_gen/generate-$split.txt --data $SEG/bin --split $split --out $GEN \
+      $PY -m fairseq_ext.tools.corpora.doc_context $OUT/stage1_gen/generate-$split.txt --data $SEG/bin --split $split --out $GEN \
         || exit 1
     fi
   done
@@ -233,11 +233,11 @@ TAG=""
 [ "${SYSTEMS[*]}" = "sentence hatt_enc_off hatt_enc_on zhang_enc" ] || TAG=.$(IFS=_; echo "${SYSTEMS[*]}")
 RES=$OUT/results$TAG.md
 : > $RES
-[ ${#sys_args[@]} = 0 ] || $PY -m fairseq_ext.tools.score compare --baseline $OUT/sentence/generate-test.txt \
+[ ${#sys_args[@]} = 0 ] || $PY -m fairseq_ext.tools.evaluation.score compare --baseline $OUT/sentence/generate-test.txt \
   "${sys_args[@]}" --ref $RAW/test.${TGT} --json $OUT/compare$TAG.json | tee -a $RES
 SCORED=("${SYSTEMS[@]}")
 if [[ " ${SYSTEMS[*]} " == *" concat "* ]]; then  # the concatenation model against stage 1 (same updates)
-  $PY -m fairseq_ext.tools.score compare --baseline $OUT/stage1_greedy/generate-test.txt \
+  $PY -m fairseq_ext.tools.evaluation.score compare --baseline $OUT/stage1_greedy/generate-test.txt \
     --system $OUT/concat/generate-test.txt --ref $RAW/test.${TGT} --json $OUT/compare_concat$TAG.json \
     | tee -a $RES
   SCORED+=(stage1)
@@ -246,29 +246,29 @@ hyp_of() { if [ "$1" = stage1 ]; then echo $OUT/stage1_greedy/generate-test.txt;
 ckpt_of() { if [ "$1" = stage1 ]; then echo "$STAGE1"; else echo $OUT/$1/checkpoint_last.pt; fi; }
 hyps=()
 for s in "${SCORED[@]}"; do hyps+=(--hyp "$(hyp_of $s)"); done
-$PY -m fairseq_ext.tools.score meteor "${hyps[@]}" --ref $RAW/test.${TGT} --json $OUT/meteor$TAG.json \
+$PY -m fairseq_ext.tools.evaluation.score meteor "${hyps[@]}" --ref $RAW/test.${TGT} --json $OUT/meteor$TAG.json \
   | tee -a $RES
 for s in "${SCORED[@]}"; do  # d-BLEU: BLEU over whole chapters (Bao et al. 2021)
-  echo "d-BLEU ($s): $($PY -m fairseq_ext.tools.score dbleu --hyp "$(hyp_of $s)" --ref $RAW/test.${TGT} \
+  echo "d-BLEU ($s): $($PY -m fairseq_ext.tools.evaluation.score dbleu --hyp "$(hyp_of $s)" --ref $RAW/test.${TGT} \
     --ids $RAW/test.ids --json $OUT/$s.dbleu$TAG.json)" | tee -a $RES
 done
 
 # contrastive pronoun test (Table 4.4 layout; built from the test split; the ambiguous pronouns are Spanish ones,
 # so es-en only) and chapter consistency
-[ "$PAIR" != es-en ] || [ -s $OUT/contrastive.test.jsonl ] || $PY -m fairseq_ext.tools.contrastive build \
+[ "$PAIR" != es-en ] || [ -s $OUT/contrastive.test.jsonl ] || $PY -m fairseq_ext.tools.evaluation.contrastive build \
   --raw $RAW --split test --src $SRC --ref $TGT --out $OUT/contrastive.test.jsonl \
   --stats-json $OUT/contrastive.stats.json
 for s in "${SCORED[@]}"; do
   # shellcheck disable=SC2046
   if [ "$PAIR" = es-en ] && [ ! -s $OUT/$s.contrastive.json ]; then
-    $PY -m fairseq_ext.tools.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
+    $PY -m fairseq_ext.tools.evaluation.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
       --json $OUT/$s.contrastive.json $SEG/bin --path "$(ckpt_of $s)" "${T[@]}" $(ctx_flags "$s") \
       --gen-subset test --cpu | tee -a $RES
   elif [ "$PAIR" = es-en ]; then
     echo "contrastive ($s): $OUT/$s.contrastive.json (kept from an earlier run)" | tee -a $RES
   fi
   if [ ! -s $OUT/$s.consistency.json ]; then
-    $PY -m fairseq_ext.tools.doc_consistency --raw $RAW --split test --src-lang $SRC --tgt-lang $TGT \
+    $PY -m fairseq_ext.tools.evaluation.doc_consistency --raw $RAW --split test --src-lang $SRC --tgt-lang $TGT \
       --hyp "$(hyp_of $s)" --json $OUT/$s.consistency.json | tee -a $RES
   else
     echo "consistency ($s): $OUT/$s.consistency.json (kept from an earlier run)" | tee -a $RES

@@ -14,7 +14,7 @@
 # fairseq_ext/modules/bimsmt.py; archs bimsmt_rnn, bimsmt_rnn_base, bimsmt_rnn_bench, bimsmt_rnn_tiny),
 # criterion `conversation_cross_entropy` (loss per direction), generator `conversation_online`
 # (fairseq_ext/generators/conversation_online.py), corpus + Table 5.1 + per-direction BLEU
-# `python -m fairseq_ext.tools.conversations build|stats|lm-data|score`, report and Bi-MSMT release converter
+# `python -m fairseq_ext.tools.corpora.conversations build|stats|lm-data|score`, report and Bi-MSMT release converter
 # recipes/maruf/ch5_report.py, decode-time ratios recipes/bench/decode_speed.py.
 #
 #   bash recipes/maruf/ch5.sh                       # CPU: the Bible es<->en conversations (budget below)
@@ -53,7 +53,7 @@
 #   Dual Context Src-Tgt-Mix                38.8/39.5/37.4      21.7/19.6/27.7      26.4/23.3/29.5      19.3/14.9/23.0
 #
 # ---- CPU mode (default; 2 cores, THREADS=1) -----------------------------------------------------------------------
-# data/bible_conv_es_en (built by `python -m fairseq_ext.tools.conversations build` when missing: chapters of the
+# data/bible_conv_es_en (built by `python -m fairseq_ext.tools.corpora.conversations build` when missing: chapters of the
 # gospels / Acts / Revelation / Song of Songs in which Jesus or the Beloved speak English (en->es) and everyone else
 # Spanish (es->en); 75/6/15 conversations, 2,953/202/630 verses, test = Mark; the es-en Bible's sentencepiece 8k
 # and joint dictionary). Thesis sizes (bimsmt_rnn_base / bimsmt_rnn: 256/256/128, dropout 0.2), whole conversations
@@ -126,8 +126,8 @@ if [ "$MODE" = thesis ]; then
       thesis $PY recipes/maruf/ch5_report.py from-bimsmt --english $REL/concatenated_English_$rel.txt \
         --foreign $REL/concatenated_${FN}_$rel.txt --lang $F --out $W/raw/$split
     done
-    thesis $PY -m fairseq_ext.tools.conversations stats $W/raw --langs en,$F
-    thesis $PY -m fairseq_ext.tools.corpora bpe $W/raw $W/bpe --src src --tgt tgt --method subword-nmt \
+    thesis $PY -m fairseq_ext.tools.corpora.conversations stats $W/raw --langs en,$F
+    thesis $PY -m fairseq_ext.tools.corpora.corpora bpe $W/raw $W/bpe --src src --tgt tgt --method subword-nmt \
       --vocab-size 30000 --max-len 0
     thesis $FS/fairseq-preprocess --source-lang src --target-lang tgt --joined-dictionary --trainpref $W/bpe/train \
       --validpref $W/bpe/valid --testpref $W/bpe/test --destdir "$D" --workers 8
@@ -136,7 +136,7 @@ if [ "$MODE" = thesis ]; then
       thesis cp $W/raw/$split.conv $W/bpe/$split.conv
     done
     echo "# sentence vectors: forward and backward RNNLMs per language (frozen in the contextual models)"
-    thesis $PY -m fairseq_ext.tools.conversations lm-data $W/bpe $W/lm --langs en,$F
+    thesis $PY -m fairseq_ext.tools.corpora.conversations lm-data $W/bpe $W/lm --langs en,$F
     LMS=()
     for lang in en $F; do
       for dir in fwd bwd; do
@@ -157,7 +157,7 @@ if [ "$MODE" = thesis ]; then
     for split in train valid; do
       thesis $FS/fairseq-generate "$D" "${UD[@]}" "${T[@]}" --gen-subset $split --path $BASE --beam 1 "${LEN[@]}" \
         --batch-size 128 --results-path $C/base/gen_$split
-      thesis $PY -m fairseq_ext.tools.doc_context $C/base/gen_$split/generate-$split.txt --data "$D" --split $split \
+      thesis $PY -m fairseq_ext.tools.corpora.doc_context $C/base/gen_$split/generate-$split.txt --data "$D" --split $split \
         --out $C/generated
     done
     GEN=(--conv-target-history generated --conv-generated-dir $C/generated)
@@ -183,7 +183,7 @@ if [ "$MODE" = thesis ]; then
     for m in base "${models[@]}"; do
       thesis $FS/fairseq-generate "$D" "${UD[@]}" "${T[@]}" --gen-subset test --path $C/$m/checkpoint_best.pt \
         --beam 1 "${LEN[@]}" --batch-size 128 --remove-bpe --results-path $C/$m
-      thesis $PY -m fairseq_ext.tools.conversations score $C/$m/generate-test.txt "$D/test.conv" --langs en,$F \
+      thesis $PY -m fairseq_ext.tools.corpora.conversations score $C/$m/generate-test.txt "$D/test.conv" --langs en,$F \
         --tokenize none
       systems+=(--system $m=$C/$m/generate-test.txt)
     done
@@ -194,7 +194,7 @@ if [ "$MODE" = thesis ]; then
       thesis $FS/fairseq-generate "$D" "${UD[@]}" "${T[@]}" --conv-context $hist --gen-subset test \
         --path $C/src_lang_sent_attn/checkpoint_best.pt --beam 1 "${LEN[@]}" --batch-size 128 --remove-bpe \
         --results-path $C/src_lang_sent_attn/ctx_$hist
-      thesis $PY -m fairseq_ext.tools.conversations score $C/src_lang_sent_attn/ctx_$hist/generate-test.txt \
+      thesis $PY -m fairseq_ext.tools.corpora.conversations score $C/src_lang_sent_attn/ctx_$hist/generate-test.txt \
         "$D/test.conv" --langs en,$F --tokenize none
     done
   done
@@ -251,7 +251,7 @@ else
   BIN=data/bible_conv_es_en/bin
   if [ ! -s $BIN/test.conv ]; then
     [ -s data/bible_es_en/spm8000/bin/dict.en.txt ] || bible_data
-    $PY -m fairseq_ext.tools.conversations build --out data/bible_conv_es_en --spm data/bible_es_en/spm8000/spm.model \
+    $PY -m fairseq_ext.tools.corpora.conversations build --out data/bible_conv_es_en --spm data/bible_es_en/spm8000/spm.model \
       --dict data/bible_es_en/spm8000/bin/dict.en.txt
   fi
   OUT=$RUNS/maruf_ch5/es-en
@@ -297,7 +297,7 @@ if [ $need_gen = 1 ] && [ "$TGT_HISTORY" = generated ]; then
       $FS/fairseq-generate $BIN "${UD[@]}" "${T[@]}" --gen-subset $split --path "$STAGE1" "${GREEDY[@]}" \
         > $OUT/stage1_gen/generate-$split.txt 2> $OUT/stage1_gen/generate-$split.log \
         || { tail -20 $OUT/stage1_gen/generate-$split.log; exit 1; }
-      $PY -m fairseq_ext.tools.doc_context $OUT/stage1_gen/generate-$split.txt --data $BIN --split $split --out $GEN
+      $PY -m fairseq_ext.tools.corpora.doc_context $OUT/stage1_gen/generate-$split.txt --data $BIN --split $split --out $GEN
     fi
   done
   HIST=(--conv-target-history generated --conv-generated-dir $GEN)
@@ -374,12 +374,12 @@ $PY recipes/maruf/ch5_report.py report --out $OUT --conv $BIN/test.conv --ref $R
   printf '\n## conversations score (per system)\n\n```\n'
   for s in "${SYSTEMS[@]}"; do
     echo "$s:"
-    $PY -m fairseq_ext.tools.conversations score $OUT/decode/$s/generate-test.txt $BIN/test.conv --langs en,es
+    $PY -m fairseq_ext.tools.corpora.conversations score $OUT/decode/$s/generate-test.txt $BIN/test.conv --langs en,es
   done
   printf '```\n\n## score compare (overall, BLEU / chrF, paired bootstrap against `base`)\n\n```\n'
   sys_args=()
   for s in "${SYSTEMS[@]:1}"; do sys_args+=(--system $OUT/decode/$s/generate-test.txt); done
-  [ ${#sys_args[@]} = 0 ] || $PY -m fairseq_ext.tools.score compare --baseline $OUT/decode/base/generate-test.txt \
+  [ ${#sys_args[@]} = 0 ] || $PY -m fairseq_ext.tools.evaluation.score compare --baseline $OUT/decode/base/generate-test.txt \
     "${sys_args[@]}" --ref $RAW/test.tgt --n-bootstrap "$N_BOOTSTRAP" --json $OUT/compare.json
   printf '```\n\n## decode time (valid, %s interleaved rounds)\n\n' "$ROUNDS"
   cat $OUT/decode_speed.md

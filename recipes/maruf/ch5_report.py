@@ -28,7 +28,7 @@ import os
 import re
 import sys
 
-from fairseq_ext.tools import fairseq_log
+from fairseq_ext.tools.evaluation import fairseq_log
 
 # Thesis Table 5.3 (spec §8.6): reliable rows, (Overall, En->F, F->En); the Lang-Specific S-Attention source
 # context row has its Overall only (Table 5.4 "Our Model").
@@ -125,7 +125,7 @@ def read_hyps(path: str, field: str = "D") -> dict:
 
 
 def train_cost(log: str) -> dict:
-    """Seconds per update of the fairseq-train log ``log`` (:func:`fairseq_ext.tools.fairseq_log.train_cost`)."""
+    """Seconds per update of the fairseq-train log ``log`` (:func:`fairseq_ext.tools.evaluation.fairseq_log.train_cost`)."""
     with open(log, encoding="utf-8") as f:
         return fairseq_log.train_cost(f.read())
 
@@ -142,7 +142,7 @@ def directions(conv: str, langs: tuple) -> list:
 
 
 def report(a) -> dict:
-    from fairseq_ext.tools.score import paired_bootstrap
+    from fairseq_ext.tools.evaluation.score import paired_bootstrap
 
     langs = tuple(x.strip() for x in a.langs.split(","))
     names, paths = [], {}

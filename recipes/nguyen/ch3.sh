@@ -78,20 +78,20 @@ if [ "$MODE" = thesis ]; then
   GEN=(--beam 12 --gnmt-alpha 0.8 --max-len-a 3 --max-len-b 0 --model-overrides "$NOLIMIT" --remove-bpe)
   # BPE systems: transliterate the child (Uyghur only), one joint BPE, parent, then child rows
   if [ "$CSRC" = ug ]; then
-    thesis $PY -m fairseq_ext.tools.transliterate folder "$THESIS_DATA/child" "$OUT/child_latn" --lang ug --scheme uyghur
+    thesis $PY -m fairseq_ext.tools.corpora.transliterate folder "$THESIS_DATA/child" "$OUT/child_latn" --lang ug --scheme uyghur
     CHILD="$OUT/child_latn"
   else CHILD="$THESIS_DATA/child"; fi
-  thesis $PY -m fairseq_ext.tools.transfer joint-bpe --parent "$THESIS_DATA/parent" --parent-src "$PSRC" \
+  thesis $PY -m fairseq_ext.tools.corpora.transfer joint-bpe --parent "$THESIS_DATA/parent" --parent-src "$PSRC" \
     --parent-tgt "$TGT" --child "$CHILD" --child-src "$CSRC" --merges "$K" --out "$OUT/bpe$K"
-  thesis $PY -m fairseq_ext.tools.transfer overlap --child-train "$OUT/bpe$K/child/train.$CSRC" \
+  thesis $PY -m fairseq_ext.tools.corpora.transfer overlap --child-train "$OUT/bpe$K/child/train.$CSRC" \
     --child-dev "$OUT/bpe$K/child/valid.$CSRC" --parent-dict "$OUT/bpe$K/dict.txt"          # Table 3.3
   # UNK copy [T §3.3]: + a copy with the types seen < 5 times (per side, own training set) as <unk>,
   # binarized with the joint dictionary; the BPE systems then train for half the epochs
   for side in parent child; do
     lang=$PSRC; [ $side = child ] && lang=$CSRC
-    thesis $PY -m fairseq_ext.tools.unk_copy "$OUT/bpe$K/$side" "$OUT/bpe$K/${side}_unk" --src "$lang" --tgt "$TGT" \
+    thesis $PY -m fairseq_ext.tools.corpora.unk_copy "$OUT/bpe$K/$side" "$OUT/bpe$K/${side}_unk" --src "$lang" --tgt "$TGT" \
       --min-freq "${UNK_MIN_FREQ:-5}"
-    thesis $PY -m fairseq_ext.tools.corpora binarize "$OUT/bpe$K/${side}_unk" --src "$lang" --tgt "$TGT" \
+    thesis $PY -m fairseq_ext.tools.corpora.corpora binarize "$OUT/bpe$K/${side}_unk" --src "$lang" --tgt "$TGT" \
       --fairseq-args "--srcdict $OUT/bpe$K/dict.txt"
   done
   thesis .venv/bin/fairseq-train "$OUT/bpe$K/parent_unk/bin" --user-dir fairseq_ext --task transfer_translation \
@@ -107,7 +107,7 @@ if [ "$MODE" = thesis ]; then
       --path "$OUT/bpe$K/${sys}_ck/checkpoint_best.pt" --gen-subset test "${GEN[@]}" --results-path "$OUT/bpe$K/${sys}_gen"
   done
   # (the thesis detokenizes (sacremoses) and recases the D- lines before this case-sensitive BLEU)
-  thesis $PY -m fairseq_ext.tools.score compare --baseline "$OUT/bpe$K/baseline_gen/generate-test.txt" \
+  thesis $PY -m fairseq_ext.tools.evaluation.score compare --baseline "$OUT/bpe$K/baseline_gen/generate-test.txt" \
     --system "$OUT/bpe$K/transfer_gen/generate-test.txt" --ref "$THESIS_DATA/child/test.$TGT"
   # Word-based rows (original script): separate word vocabularies (size N, tuned 10k..45k), parent rows
   # re-assigned to child types by index (Zoph et al.), +freeze = frozen target embeddings. Raw-text
@@ -121,7 +121,7 @@ if [ "$MODE" = thesis ]; then
   done
   thesis .venv/bin/fairseq-train "$OUT/word/parent" --user-dir fairseq_ext --task transfer_translation "${LSTM[@]}" --dataset-impl raw \
     --max-source-positions 51 --max-target-positions 51 --max-epoch "$PARENT_EPOCHS" --save-dir "$OUT/word/parent_ck"
-  thesis $PY -m fairseq_ext.tools.transfer remap --parent-ckpt "$OUT/word/parent_ck/checkpoint_best.pt" \
+  thesis $PY -m fairseq_ext.tools.corpora.transfer remap --parent-ckpt "$OUT/word/parent_ck/checkpoint_best.pt" \
     --parent-src-dict "$OUT/word/parent/dict.$PSRC.txt" --parent-tgt-dict "$OUT/word/parent/dict.$TGT.txt" \
     --child-src-dict "$OUT/word/child/dict.$CSRC.txt" --child-tgt-dict "$OUT/word/child/dict.$TGT.txt" \
     --source-map index --target-map identity --allow-size-mismatch --out "$OUT/word/remapped.pt"
@@ -136,7 +136,7 @@ if [ "$MODE" = thesis ]; then
       --max-len-a 3 --max-len-b 0 --model-overrides "$NOLIMIT" --replace-unk /dev/null --results-path "$OUT/word/${sys}_gen"
   done
   # Fig. 3.1: repeat with MERGES in 5k..60k (or WORD_VOCAB) and collect system<TAB>size<TAB>bleu rows
-  thesis $PY -m fairseq_ext.tools.transfer plot "$OUT/sweep.tsv" --out "$OUT/bleu_vs_vocab.png"
+  thesis $PY -m fairseq_ext.tools.corpora.transfer plot "$OUT/sweep.tsv" --out "$OUT/bleu_vs_vocab.png"
   exit 0
 fi
 

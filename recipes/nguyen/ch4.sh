@@ -93,11 +93,11 @@ if [ "$MODE" = thesis ]; then
     done
   done
   for sys in consec rand; do   # Table 4.2: tokenized BLEU + bootstrap vs the baseline
-    thesis $PY -m fairseq_ext.tools.score compare --baseline "$OUT/baseline/test/generate-test.txt" \
+    thesis $PY -m fairseq_ext.tools.evaluation.score compare --baseline "$OUT/baseline/test/generate-test.txt" \
       --system "$OUT/$sys/test/generate-test.txt" --ref "${THESIS_REF:-$THESIS_DATA/../test.en}" --tokenised
   done
   # Fig. 4.1: BLEU by source-length bucket (and the training length percentiles)
-  thesis $PY -m fairseq_ext.tools.score score --hyp "$OUT/rand/test/generate-test.txt" --tokenised \
+  thesis $PY -m fairseq_ext.tools.evaluation.score score --hyp "$OUT/rand/test/generate-test.txt" --tokenised \
     --ref "${THESIS_REF:-$THESIS_DATA/../test.en}" --src "${THESIS_SRC:-$THESIS_DATA/../test.gl}" \
     --buckets 0,10,20,30,40,50,60,inf --plot "$OUT/rand/bleu_by_length.png"
   exit 0
@@ -113,7 +113,7 @@ if [ "${DATA:-bible}" = tiny ]; then
 fi
 
 bash scripts/setup_env.sh
-$PY -m fairseq_ext.tools.corpora prepare --corpus bible_multi --src en_web --tgt tl \
+$PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_multi --src en_web --tgt tl \
   --method sentencepiece --vocab-size "$VOCAB" --train-size "$TRAIN_SIZE"
 seg="data/bible_multi/en_web-tl/spm$VOCAB-train$TRAIN_SIZE-seed1"
 CONFIGS=${CONFIGS:-transformer,concat_consec,concat_rand}

@@ -31,7 +31,7 @@
 # Arthur et al. baseline (Table 5.4 "Arthur", thesis §5.5.2): lstm_luong_arthur = tied +
 # --arthur-lexicon lex.pt --arthur-eps 0.001, i.e. softmax(W h~ + b + log(L_f a_t + eps)) with a_t the
 # Luong attention (transformer_lex archs take the same flags). lex.pt comes first from
-# `python -m fairseq_ext.tools.arthur_lexicon --data DATA --src S --tgt T --out lex.pt [--topk 100]`:
+# `python -m fairseq_ext.tools.corpora.arthur_lexicon --data DATA --src S --tgt T --out lex.pt [--topk 100]`:
 # p_l(e|f) = relative frequency of the alignment links of the training data, top 100 per source type,
 # </s> linked to </s>. Deviation: eflomal alignments (or --links FILE, e.g. GIZA++ output) instead of
 # GIZA++ "auto"; eps and the pruning come from Arthur et al., not the thesis. The lexicon is saved in
@@ -82,7 +82,7 @@ if [ "$MODE" = thesis ]; then
          --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --no-epoch-checkpoints)
   GEN=(--task translation_ext --dataset-impl raw --gen-subset test --beam 12 --gnmt-alpha 0.8 --max-len-a 3 --max-len-b 0 --model-overrides "$NOLIMIT" --replace-unk /dev/null)
   # Table 5.4 (and 5.1: lstm_luong_fixnorm --no-fixnorm-hidden; 5.7: --fixnorm-radius 3/5/7, lex 2/3.5/5)
-  thesis $PY -m fairseq_ext.tools.arthur_lexicon --data "$THESIS_DATA" --src "$SRC" --tgt "$TGT" --out "$LEX" \
+  thesis $PY -m fairseq_ext.tools.corpora.arthur_lexicon --data "$THESIS_DATA" --src "$SRC" --tgt "$TGT" --out "$LEX" \
     --topk 100
   for arch in lstm_luong lstm_luong_tied lstm_luong_fixnorm lstm_luong_fixnorm_lex lstm_luong_arthur; do
     extra=()
@@ -93,15 +93,15 @@ if [ "$MODE" = thesis ]; then
       "${GEN[@]}" --results-path "$OUT/$arch/test"
   done
   # detokenized BLEU into English (sacremoses-detokenize the D- lines first), --tokenised for en-vi/en-ja
-  thesis $PY -m fairseq_ext.tools.score compare --baseline "$OUT/lstm_luong_tied/test/generate-test.txt" \
+  thesis $PY -m fairseq_ext.tools.evaluation.score compare --baseline "$OUT/lstm_luong_tied/test/generate-test.txt" \
     --system "$OUT/lstm_luong/test/generate-test.txt" --system "$OUT/lstm_luong_fixnorm/test/generate-test.txt" \
     --system "$OUT/lstm_luong_fixnorm_lex/test/generate-test.txt" \
     --system "$OUT/lstm_luong_arthur/test/generate-test.txt" --ref "${THESIS_REF:-$THESIS_DATA/../test.$TGT}" --tokenised
   # Table 5.8: lexicon extracted from the lex module
-  thesis $PY -m fairseq_ext.tools.lexicon --path "$OUT/lstm_luong_fixnorm_lex/checkpoint_best.pt" --data "$THESIS_DATA" \
+  thesis $PY -m fairseq_ext.tools.analysis.lexicon --path "$OUT/lstm_luong_fixnorm_lex/checkpoint_best.pt" --data "$THESIS_DATA" \
     --limit 50 --topk 5
   # Table 5.9 (BPE): the same commands on a BPE-segmented folder, --max-*-positions 61 and --remove-bpe
-  # at decoding (UNK copy of hapaxes: fairseq_ext.tools.unk_copy --min-freq 2). The en-de shape (2+2 bidirectional encoder,
+  # at decoding (UNK copy of hapaxes: fairseq_ext.tools.corpora.unk_copy --min-freq 2). The en-de shape (2+2 bidirectional encoder,
   # 4-layer decoder) is refused by lstm_luong, whose decoder starts from the encoder's final states.
   exit 0
 fi
@@ -113,13 +113,13 @@ analyse() {  # analyse SEGMENTED_FOLDER JOB CONFIGS: LSTM rows vs luong_tied; le
     if [[ ",$3," == *",$c,"* && -f "$job/$c/generate.out" ]]; then sys+=(--system "$job/$c/generate.out"); fi
   done
   if [ -f "$job/luong_tied/generate.out" ] && [ ${#sys[@]} -gt 0 ]; then
-    $PY -m fairseq_ext.tools.score compare --baseline "$job/luong_tied/generate.out" "${sys[@]}" \
+    $PY -m fairseq_ext.tools.evaluation.score compare --baseline "$job/luong_tied/generate.out" "${sys[@]}" \
       --ref "$raw/test.en" --n-bootstrap "$N_BOOTSTRAP" | tee "$job/luong_vs_tied.txt"
   fi
   for c in ${3//,/ }; do
     case $c in *lex*) ;; *) continue ;; esac
     [ -f "$job/$c/checkpoint_best.pt" ] || continue
-    $PY -m fairseq_ext.tools.lexicon --path "$job/$c/checkpoint_best.pt" --data "$seg/bin" --limit 30 --topk 3 \
+    $PY -m fairseq_ext.tools.analysis.lexicon --path "$job/$c/checkpoint_best.pt" --data "$seg/bin" --limit 30 --topk 3 \
       --output "$job/lexicon_$c.txt"
     echo "== Table 5.8 lexicon of $c: $job/lexicon_$c.txt"; head -5 "$job/lexicon_$c.txt"
   done

@@ -47,7 +47,7 @@ import sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from fairseq_ext.tools.lexicon import load_model
+from fairseq_ext.tools.analysis.lexicon import load_model
 
 ckpt, data, png = sys.argv[1:4]
 model, _ = load_model(ckpt, data)
@@ -93,7 +93,7 @@ if [ "$MODE" = thesis ]; then
       --path "$OUT/$arch/checkpoint_best.pt" --gen-subset test --beam 4 --gnmt-alpha 0.6 --max-len-a 1 \
       --max-len-b 50 --remove-bpe --results-path "$OUT/$arch/test"
   done
-  thesis $PY -m fairseq_ext.tools.score compare \
+  thesis $PY -m fairseq_ext.tools.evaluation.score compare \
     --baseline "$OUT/twt_prenorm_fixnorm_scalenorm/test/generate-test.txt" \
     --system "$OUT/twt_untied_pos/test/generate-test.txt" --system "$OUT/twt_random_untied_pos/test/generate-test.txt" \
     --ref "${THESIS_REF:-$THESIS_DATA/../test.en}" --tokenised

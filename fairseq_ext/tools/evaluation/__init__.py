@@ -1,0 +1,26 @@
+"""fairseq_ext.tools.evaluation: score translations (``python -m fairseq_ext.tools.evaluation.<name>``).
+
+=======================  =====================================  ===============================================
+module                   console script                         what
+=======================  =====================================  ===============================================
+``score``                ``fairseq-ext-score``                  sacreBLEU BLEU/chrF, bootstrap, length buckets,
+                                                                METEOR, d-BLEU (``dbleu``)
+``bleu``                 —                                      the corpus BLEU/chrF core ``score`` and
+                                                                ``doc_metrics`` share
+``doc_metrics``          (``fairseq-ext-score dbleu``)          document-level BLEU over joined documents
+``contrastive``          ``fairseq-ext-contrastive``            Maruf ch. 4: the Bible pronoun set; scores any
+                                                                contrastive set with any model
+``contrastive_sets``     (``fairseq-ext-contrastive score       ContraPro (Mueller et al. 2018) and Bawden et al.
+                         --format``)                            2018 sets in their own formats
+``contrastive_scoring``  —                                      scoring candidates with a fairseq model (teacher
+                                                                forcing), distance buckets
+``doc_consistency``      ``fairseq-ext-doc-consistency``        Maruf ch. 4: chapter consistency
+``simul_latency``        ``fairseq-ext-simul-latency``          Gu ch. 9: AP / CW / AL (both) / LAAL / DAL / AL_CA
+                                                                of READ/WRITE actions
+``fairseq_log``          —                                      reading fairseq-train / fairseq-generate logs
+``runs``                 —                                      what the recipe drivers share to run fairseq's
+                                                                command lines and report on them
+=======================  =====================================  ===============================================
+
+``data/`` holds the gendered nouns of ``contrastive`` and the stopwords of ``doc_consistency``.
+"""
