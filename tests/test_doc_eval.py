@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_ext.tools.evaluation import contrastive as C
+from fairseq_ext.tools.evaluation import contrastive_scoring as CSC
 from fairseq_ext.tools.evaluation import doc_consistency as D
 from fairseq_ext.tools.evaluation import score
 from fairseq_ext.tools.common import ToolError, cli_status, read_jsonl
@@ -239,13 +240,13 @@ def test_score_instances_maps_rows_back(per_batch):
     seen = []
 
     def is_ref(sample, r):
-        return (int(sample["id"][r]), C._strip(sample["target"][r], d.pad())) in refs
+        return (int(sample["id"][r]), CSC._strip(sample["target"][r], d.pad())) in refs
 
     def prefers_reference(sample):
         seen.append(sample["id"].tolist())
         return [0.0 if is_ref(sample, r) else -1.0 - r for r in range(len(sample["target"]))]
 
-    scores, mismatched = C.score_instances(xs, ds, cands, prefers_reference, d.pad(), per_batch=per_batch)
+    scores, mismatched = CSC.score_instances(xs, ds, cands, prefers_reference, d.pad(), per_batch=per_batch)
     assert mismatched == 0
     assert [s[0] for s in scores] == [0.0] * 4 and all(v < 0 for s in scores for v in s[1:])
     assert C.contrastive_accuracy(xs, scores)["overall"]["accuracy"] == 1.0
@@ -255,11 +256,11 @@ def test_score_instances_maps_rows_back(per_batch):
     def prefers_variants(sample):
         return [-5.0 if is_ref(sample, r) else 0.0 for r in range(len(sample["target"]))]
 
-    scores, _ = C.score_instances(xs, ds, cands, prefers_variants, d.pad(), per_batch=per_batch)
+    scores, _ = CSC.score_instances(xs, ds, cands, prefers_variants, d.pad(), per_batch=per_batch)
     assert C.contrastive_accuracy(xs, scores)["overall"]["accuracy"] == 0.0
     # a set built on another split: every reference differs from the dataset's target
     other = [[d.encode_line("a a", add_if_not_exist=False).long()] + c[1:] for c in cands]
-    _, mismatched = C.score_instances(xs, ds, other, prefers_variants, d.pad())
+    _, mismatched = CSC.score_instances(xs, ds, other, prefers_variants, d.pad())
     assert mismatched == 4
 
 
@@ -273,8 +274,8 @@ def test_forward_inputs_drop_context_keys():
             pass
 
     net = {"src_tokens": 1, "src_lengths": 2, "prev_output_tokens": 3, "ctx_index": 4}
-    assert set(C._forward_inputs(Sentence(), net)) == {"src_tokens", "src_lengths", "prev_output_tokens"}
-    assert C._forward_inputs(Document(), net) == net
+    assert set(CSC._forward_inputs(Sentence(), net)) == {"src_tokens", "src_lengths", "prev_output_tokens"}
+    assert CSC._forward_inputs(Document(), net) == net
 
 
 def test_score_end_to_end_matches_fairseq_score_reference(tiny_bin, tmp_path):
