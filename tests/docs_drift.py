@@ -8,11 +8,15 @@
   module: importable with ``python -m``; recipe, file: in the repository);
 * every ``--option`` written in a code block or a backticked span is an option some code defines: a string literal
   ``"--x-y"`` or a field / argument ``x_y`` (``x_y: ... = field(...)``, ``args.x_y``, ``getattr(args, "x_y")``) in
-  fairseq_ext/, recipes/, scripts/, tests/conftest.py, the installed fairseq and fairseq_cli, or the CLIs the
+  fairseq_ext/, recipes/, scripts/, examples/, tests/conftest.py, the installed fairseq and fairseq_cli, or the CLIs the
   documents call (pip, torchrun, pytest, sacrebleu);
 * every repository path (``recipes/...``, ``fairseq_ext/...``, ``examples/...``, ``tests/...``, ``scripts/...``)
   in a code block or a backticked span, and every relative Markdown link, exists;
-* every ``fairseq-ext-*`` console script is one of setup.py's, and every ``python -m fairseq_ext...`` module can run.
+* every ``fairseq-ext-*`` console script is one of setup.py's, and every ``python -m fairseq_ext...`` module can run;
+* in commands, the value of ``--arch``/``--task``/``--criterion``/``--optimizer``/``--lr-scheduler`` is registered as
+  that kind; in backticked prose, every snake_case name (``selattn_{enc,dec}_sent[_bench]`` expanded) is registered,
+  a module of the plugin, or defined in the code (``def``/``class``, an assignment, a quoted string, a recipe's
+  choice, a job of the results).
 
 The tests that use it are tests/test_examples.py (the committed documents, and the checker on a modified copy) and
 tests/test_examples_own_data.py (the ``bash own-data`` block of each example, run on the tiny slice).
@@ -149,6 +153,7 @@ def known_names():
 
     ours = registrations()  # imports fairseq_ext and registers every plugin module
     from fairseq.criterions import CRITERION_REGISTRY
+    from fairseq.data import encoders
     from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
     from fairseq.optim import OPTIMIZER_REGISTRY
     from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
@@ -157,7 +162,11 @@ def known_names():
 
     generators = set(ours["generators"]) | set(DECODING_ALGORITHMS) | {"doc_bcd"} | {
         p.stem for p in (ROOT / "fairseq_ext" / "generators").glob("*.py") if not p.stem.startswith("_")}
+    registered = set().union(ARCH_MODEL_REGISTRY, MODEL_REGISTRY, CRITERION_REGISTRY, TASK_REGISTRY,
+                             LR_SCHEDULER_REGISTRY, OPTIMIZER_REGISTRY, encoders.TOKENIZER_REGISTRY,
+                             encoders.BPE_REGISTRY, generators)
     return {
+        "identifier": registered | defined_identifiers(),
         "architecture": set(ARCH_MODEL_REGISTRY), "model": set(MODEL_REGISTRY), "criterion": set(CRITERION_REGISTRY),
         "task": set(TASK_REGISTRY), "lr-scheduler": set(LR_SCHEDULER_REGISTRY), "optimizer": set(OPTIMIZER_REGISTRY),
         "generator": generators, "option": defined_options(), "console script": console_scripts() | fairseq_scripts(),
@@ -167,7 +176,7 @@ def known_names():
 
 def option_sources():
     """The Python files whose option literals and fields count as defined options."""
-    files = [p for d in ("fairseq_ext", "recipes", "scripts") for p in (ROOT / d).rglob("*.py")]
+    files = [p for d in ("fairseq_ext", "recipes", "scripts", "examples") for p in (ROOT / d).rglob("*.py")]
     files.append(ROOT / "tests" / "conftest.py")
     if SITE is not None:
         for d in ("fairseq", "fairseq_cli", "sacrebleu", "_pytest"):
@@ -191,6 +200,39 @@ def defined_options(files=None) -> set:
         opts.update("--" + n.replace("_", "-") for n in names)
         opts.update("--" + n for n in names)  # torchrun/spm style underscores
     return opts
+
+
+IDENTIFIER = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+DEFINED = re.compile(r"\b(?:def|class)\s+(\w+)|\b(\w+)\s*=|[\"'`](\w+)[\"'`]")
+CASE_LABELS = re.compile(r"^\s*([\w|-]+)\)", re.M)  # a shell recipe's choices: `m2c_src|m2c_both)`
+# names of other software that a document mentions (not this code's)
+FOREIGN = {"en_core_web_sm"}
+# an option whose value is a registered name of that kind (checked in commands)
+VALUE_KIND = {"--arch": "architecture", "--task": "task", "--criterion": "criterion", "--optimizer": "optimizer",
+              "--lr-scheduler": "lr-scheduler"}
+
+
+def defined_identifiers() -> set:
+    """snake_case names the code defines: modules, ``def``/``class`` names, assignments, quoted strings (choices,
+    JSON keys), and the job and configuration names of the benchmark's results."""
+    files = option_sources() + [p for d in ("recipes", "scripts", "examples") for p in (ROOT / d).rglob("*.sh")]
+    files += [ROOT / "recipes" / "bench" / "RESULTS.md"] + list((ROOT / "examples").glob("*/results.md"))
+    names = {p.stem for p in (ROOT / "fairseq_ext").rglob("*.py")} | {"fairseq_ext"}
+    for f in files:
+        text = f.read_text(errors="replace")
+        for groups in DEFINED.findall(text):
+            names.update(g for g in groups if g)
+        if f.suffix == ".sh":
+            names.update(n for labels in CASE_LABELS.findall(text) for n in labels.split("|"))
+    return {n for n in names if IDENTIFIER.fullmatch(n)}
+
+
+def expand(token: str):
+    """``a_{x,y}[_b]`` -> a_x, a_y, a_x_b, a_y_b: a name or path written with its variants (shell braces)."""
+    parts = re.split(r"(\{[^{}]*\}|\[[^\[\]]*\])", token)
+    choices = [p[1:-1].split(",") if p[:1] == "{" and p[-1:] == "}" else
+               ["", p[1:-1]] if p[:1] == "[" and p[-1:] == "]" else [p] for p in parts]
+    return ["".join(c) for c in itertools.product(*choices)]
 
 
 def console_scripts() -> set:
@@ -224,13 +266,6 @@ def module_problem(name: str):
 
 # ----------------------------------------------------------------------------------------------------- checking
 
-def expand_braces(path: str):
-    """``a{b,c}d`` -> ``[abd, acd]`` (shell brace expansion, every group)."""
-    parts = re.split(r"(\{[^{}]*\})", path)
-    choices = [p[1:-1].split(",") if p.startswith("{") and p.endswith("}") else [p] for p in parts]
-    return ["".join(c) for c in itertools.product(*choices)]
-
-
 def path_exists(path: str, base: Path) -> bool:
     if any(ch in path for ch in "*?["):
         return any(base.glob(path))
@@ -239,9 +274,8 @@ def path_exists(path: str, base: Path) -> bool:
 
 def clean_path(token: str):
     """The repository path a token names, or None when it is a pattern (``<topic>``, ``$WORK``, ``...``)."""
-    token = token.split("::")[0]
-    token = re.sub(r":\d+(?:-\d+)?$", "", token)
-    token = token.rstrip(".:,;)'\"")
+    token = token.split("::")[0].rstrip(".:,;)'\"")
+    token = re.sub(r":\d+(?:-\d+)?$", "", token).rstrip(".:,;)'\"")
     if not token or any(s in token for s in ("<", ">", "$", "…", "...")):
         return None
     return token
@@ -281,9 +315,22 @@ def check_text(text: str, relpath: str, known=None, root: Path = ROOT):
             path = clean_path(m.group(1))
             if path is None:
                 continue
-            missing = [p for p in expand_braces(path) if not path_exists(p, root)]
+            missing = [p for p in expand(path) if not path_exists(p, root)]
             if missing:
                 add(at(m), f"path {', '.join(missing)} does not exist in the repository", m.group(1))
+        if in_block:  # in a command, the values of --arch, --task, ... are registered names of that kind
+            for m in re.finditer(r"(--arch|--task|--criterion|--optimizer|--lr-scheduler)[ =]([\w-]+)", seg):
+                kind = VALUE_KIND[m.group(1)]
+                if m.group(2) not in known[kind]:
+                    add(at(m), f"{m.group(1)} {m.group(2)}: not a registered {kind}", m.group(2))
+            continue
+        for m in re.finditer(r"\S+", seg):  # in prose, every snake_case name is registered or defined
+            word = m.group(0).strip(",.;:()'\"")
+            if any(c in word for c in "<>$/*=") or word.startswith("-"):
+                continue
+            for name in expand(word):
+                if IDENTIFIER.fullmatch(name) and name not in known["identifier"] | FOREIGN:
+                    add(at(m), f"name {name} is neither registered nor defined in the code", word)
     code_lines = {line for line, _, in_block, _ in code_segments(text) if in_block}
     for i, text_line in enumerate(text.split("\n"), 1):
         if i in code_lines:

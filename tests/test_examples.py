@@ -1,8 +1,8 @@
 """The documentation names only what exists: examples/*/README.md and README.md against the code (no training).
 
 Every name in an example's ``## Names`` table is registered (or is a console script, a runnable module, a file),
-every ``--option``, repository path, ``fairseq-ext-*`` console script and ``python -m fairseq_ext...`` module
-written in a code block or backticks exists (tests/docs_drift.py), every thesis chapter has its folder and README
+every ``--option``, repository path, relative link, ``fairseq-ext-*`` console script, ``python -m fairseq_ext...``
+module and snake_case name written in a code block or backticks exists (tests/docs_drift.py), every thesis chapter has its folder and README
 links it, and each example has the sections of the convention and one runnable ``bash own-data`` block (run on
 the tiny slice by tests/test_examples_own_data.py). A failure lists every problem as FILE:LINE.
 """
@@ -105,9 +105,11 @@ DRIFT_BLOCK = """
 .venv/bin/fairseq-ext-no-such-tool --raw x
 .venv/bin/python -m fairseq_ext.tools.no_such_tool
 bash recipes/no_such_folder/ch1.sh
+fairseq-train DATA --task translation_ext --arch transformer_no_such_arch --criterion cross_entropy
 ```
 
-See [the recipe](recipes/no_such_link.md) and `tests/data/bible_tiny`, `recipes/<author>/chN.sh`, `$WORK/gen.out`.
+See [the recipe](recipes/no_such_link.md) and `tests/data/bible_tiny`, `recipes/<author>/chN.sh`, `$WORK/gen.out`,
+`transformer_jas_m11_bench`, `copynet_{bench,syn}`, `doc_translation_no_such_name`.
 """
 
 
@@ -143,6 +145,10 @@ def test_checker_fails_on_a_renamed_option_and_a_missing_name_or_path(known):
         f"{doc}:{line_of(modified, 'python -m fairseq_ext.tools.no_such')}: python -m fairseq_ext.tools.no_such_tool: ",
         f"{doc}:{line_of(modified, 'bash recipes/no_such_folder')}: path recipes/no_such_folder/ch1.sh does not exist",
         f"{doc}:{line_of(modified, 'See [the recipe]')}: link target recipes/no_such_link.md does not exist",
+        f"{doc}:{line_of(modified, '--arch transformer_no_such')}: --arch transformer_no_such_arch: not a registered "
+        "architecture",
+        f"{doc}:{line_of(modified, '`doc_translation_no_such')}: name doc_translation_no_such_name is neither "
+        "registered nor defined",
     ]
     missing = [e for e in expected if not any(p.startswith(e) for p in new)]
     assert not missing, "the checker did not report:\n" + "\n".join(missing) + "\n\nit reported:\n" + "\n".join(new)
