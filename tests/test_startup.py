@@ -22,9 +22,9 @@ def loaded(stderr: str) -> str:
     return [ln for ln in stderr.splitlines() if ln.startswith("LOADED")][-1]
 
 
-@pytest.mark.parametrize("module,script", [("tm.retrieval", "fairseq-ext-tm"), ("evaluation.score", "fairseq-ext-score"),
-                                           ("corpora.corpora", "fairseq-ext-data"), ("export.export", "fairseq-ext-export"),
-                                           ("export.translate", "fairseq-ext-translate")])
+@pytest.mark.parametrize("module,script", [
+    ("tm.retrieval", "fairseq-ext-tm"), ("evaluation.score", "fairseq-ext-score"), ("corpora.corpora", "fairseq-ext-data"),
+    ("export.export", "fairseq-ext-export"), ("export.translate", "fairseq-ext-translate")])
 def test_help_of_a_light_tool_loads_neither_torch_nor_fairseq(module, script):
     code = (f"import sys\nfrom fairseq_ext.tools.{module} import cli_main\n"
             f"try:\n    cli_main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n" + LOADED)

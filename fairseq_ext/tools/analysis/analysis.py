@@ -1,4 +1,5 @@
-"""``python -m fairseq_ext.tools.analysis.analysis SUBCOMMAND --path CKPT --data BIN [options]`` (``fairseq-ext-analysis``)
+"""``python -m fairseq_ext.tools.analysis.analysis SUBCOMMAND --path CKPT --data BIN [options]``
+(``fairseq-ext-analysis``)
 
 Analysis tools for Ampomah's thesis (attention distance/entropy, AIF dependency KL, DC JS divergence,
 attention export); the math is in :mod:`fairseq_ext.tools.analysis.attention_stats`.
@@ -38,8 +39,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from fairseq_ext.modules.checkpoint import load_ensemble
-from fairseq_ext.tools.analysis.attention_stats import (AIFDependency, AttentionRecorder, DCDivergence, SelfAttentionStats,
-                                               attention_modules, layer_index)
+from fairseq_ext.tools.analysis.attention_stats import (AIFDependency, AttentionRecorder, DCDivergence,
+                                                        SelfAttentionStats, attention_modules, layer_index)
 from fairseq_ext.tools.common import ArgumentParser, ToolError, atomic_write, run_cli, write_json, write_jsonl
 from fairseq_ext.tools.plots import pyplot
 

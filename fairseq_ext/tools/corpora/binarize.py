@@ -14,7 +14,8 @@ import logging
 import os
 import shutil
 
-from fairseq_ext.tools.common import DEFAULT_MAX_LEN, ToolError, Timer, log, read_json, resolve_pair, stamp_ok, write_stamp
+from fairseq_ext.tools.common import (DEFAULT_MAX_LEN, Timer, ToolError, log, read_json, resolve_pair, stamp_ok,
+                                      write_stamp)
 from fairseq_ext.tools.corpora.segment import fingerprint, validate_inputs
 
 __all__ = ["binarize"]

@@ -55,8 +55,8 @@ counts; ids must be unique and must not occur in two splits; docs must match the
 limit is in subword tokens, the unit fairseq sees: ``bpe`` checks it on its output (so ``binarize``, which
 checks the same limit on the same tokens, never refuses what ``bpe`` wrote), or, with ``--clean``, drops
 the training pairs that break it (or ``--clean-max-len``/``--clean-ratio``, or are empty) and lists them in
-``clean.tsv`` (:mod:`fairseq_ext.tools.corpora.segment`). A violation is one :class:`~fairseq_ext.tools.common.ToolError`
-naming the file and line; the CLI prints ``error: FILE:LINE: message`` and exits with status 2. Outputs
+``clean.tsv`` (:mod:`fairseq_ext.tools.corpora.segment`). A violation is one
+:class:`~fairseq_ext.tools.common.ToolError` naming the file and line; the CLI prints ``error: FILE:LINE: message`` and exits with status 2. Outputs
 are written to temporary names and renamed when complete.
 
 This module imports neither torch nor fairseq at import time; only ``binarize`` imports fairseq.
@@ -64,14 +64,12 @@ This module imports neither torch nor fairseq at import time; only ``binarize`` 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
-import shutil
 
 from fairseq_ext.tools.common import (DEFAULT_MAX_LEN, SPLITS, ArgumentParser, CorpusError, OutputSet, Timer,
-                                      ToolError, check_folder, count_lines, log, positive_int, read_json,
-                                      read_jsonl, read_lines, resolve_pair, run_cli, stamp_ok, write_stamp)
+                                      ToolError, check_folder, count_lines, log, positive_int, read_jsonl,
+                                      read_lines, run_cli, stamp_ok, write_stamp)
 from fairseq_ext.tools.corpora.binarize import binarize
 from fairseq_ext.tools.corpora.segment import (CLEAN_MAX_LEN, CLEAN_RATIO, METHODS, fingerprint, present_splits,
                                                segment)

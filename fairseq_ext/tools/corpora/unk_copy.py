@@ -1,5 +1,6 @@
 """UNK-copy augmentation (Nguyen 2021 [T §3.3, §5.6.6]):
-``python -m fairseq_ext.tools.corpora.unk_copy IN_DIR OUT_DIR --src SRC --tgt TGT --min-freq K`` (``fairseq-ext-unk-copy``).
+``python -m fairseq_ext.tools.corpora.unk_copy IN_DIR OUT_DIR --src SRC --tgt TGT --min-freq K``
+(``fairseq-ext-unk-copy``).
 
 BPE systems use the full vocabulary; "to ensure the model still learns how to deal with unknown
 words, we trained on two copies of the training data: one unchanged, and one in which all rare words

@@ -126,7 +126,8 @@ from fairseq_ext.tools.common import (
     ArgumentParser, ToolError, log, positive_int, read_jsonl, read_lines, require_file, run_cli, write_json,
     write_jsonl,
 )
-from fairseq_ext.tools.evaluation.contrastive_scoring import BUCKETS, distance_bucket, load_for_scoring, score_candidates
+from fairseq_ext.tools.evaluation.contrastive_scoring import (BUCKETS, distance_bucket, load_for_scoring,
+                                                              score_candidates)
 
 __all__ = [
     "ES_AMBIGUOUS", "ES_GENDERED", "EN_PRONOUNS", "BUCKETS", "DEFAULT_LEXICON",

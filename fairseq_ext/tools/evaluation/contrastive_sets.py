@@ -39,8 +39,9 @@ scratch copy of the data folder (the other files linked) with an ids file naming
 and loaded by the task exactly as ``fairseq-generate`` loads a split (``doc_translation`` gives a document model,
 one whose class sets ``uses_document_context``, the context sentences and, with ``--doc-target-context gold``,
 their translations; a sentence model sees the sentence alone). Each candidate translation of an instance is
-then scored by :func:`fairseq_ext.tools.evaluation.contrastive_scoring.score_instances` (log-probability, teacher forcing, the
-models loaded and prepared for inference as ``fairseq-generate`` does, so ``--quantize int8`` applies).
+then scored by :func:`fairseq_ext.tools.evaluation.contrastive_scoring.score_instances` (log-probability,
+teacher forcing, the models loaded and prepared for inference as ``fairseq-generate`` does, so ``--quantize int8``
+applies).
 
 An instance is correct when the reference scores strictly higher than every contrastive translation (as
 ContraPro's ``evaluate.py`` and Bawden et al.'s ``evaluate.py`` decide). Accuracy is reported overall, by

@@ -57,8 +57,8 @@ from contextlib import contextmanager
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from fairseq_ext.tools.common import ArgumentParser, ToolError, read_lines, run_cli, write_json
-from fairseq_ext.tools.evaluation.bleu import (TOKENISED_LABEL, Refs, load_references, reference_streams, sacrebleu_metrics,
-                                               score_corpus)
+from fairseq_ext.tools.evaluation.bleu import (TOKENISED_LABEL, Refs, load_references, reference_streams,
+                                               sacrebleu_metrics, score_corpus)
 from fairseq_ext.tools.hypotheses import (
     REMOVE_BPE_CHOICES,
     ScoringError,

@@ -14,7 +14,8 @@ feeds the subword ids to :class:`fairseq_ext.modules.simultaneous.streaming.Stre
 environment and policy as ``fairseq-generate --task simul_rl_translation``: a READ of the environment is one
 subword, so a SimulEval READ is asked for only when the buffered subwords are used up) and writes complete
 words (sentencepiece ``▁`` boundaries; the last word when ⟨/s⟩ is written). SimulEval then measures latency
-in *words*, whereas ``--simul-actions-out`` / :mod:`fairseq_ext.tools.evaluation.simul_latency` count subwords with ⟨/s⟩.
+in *words*, whereas ``--simul-actions-out`` / :mod:`fairseq_ext.tools.evaluation.simul_latency` count subwords
+with ⟨/s⟩.
 
 SimulEval is not installed in the plugin's test environment: ``tests/test_simultaneous.py`` runs this adapter
 on a stub of the SimulEval v1.1 API it imports (``GenericAgent.__init__`` calling :meth:`reset`, ``pushpop``,
