@@ -288,7 +288,7 @@ FAMILY_CASES = {
     "rnnsearch": ("rnnsearch_tiny", {}, "sentence"),
     "seg_copynet": ("seg_copynet_tiny", dict(RNN_SIZES, gate_hidden_dim=16), "memory"),
     "seg_nmt": ("seg_nmt_tiny", dict(RNN_SIZES, gate_hidden_dim=16), "memory"),
-    "selattn_transformer": ("selattn_enc_hier_sparsesoft", TRANSFORMER_SIZES, "document"),
+    "transformer_selattn": ("transformer_selattn_enc_hier_sparsesoft", TRANSFORMER_SIZES, "document"),
     "simul_agent": ("simul_agent_tiny", {}, "frozen_nmt"),
     "trainable_greedy": ("trainable_greedy_tiny", {}, "frozen_nmt"),
     "transformer_dc": ("transformer_enc_dc_bench", TRANSFORMER_SIZES, "sentence"),
@@ -299,7 +299,7 @@ FAMILY_CASES = {
     "transformer_untied_pos": ("transformer_untied_pos", TRANSFORMER_SIZES, "sentence"),
     "transformer_ulr": ("transformer_ulr_tiny", dict(ulr=True), "marked"),
     "universal": ("universal_tiny", dict(ulr=True, mole=True), "marked"),
-    "zhang2018_doc_transformer": ("zhang2018_doc_transformer", TRANSFORMER_SIZES, "document"),
+    "transformer_zhang2018": ("transformer_zhang2018", TRANSFORMER_SIZES, "document"),
 }
 
 

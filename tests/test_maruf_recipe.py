@@ -119,9 +119,9 @@ def test_ch4_thesis_mode_prints_parsable_commands():
         if tool == "fairseq-train":
             assert args.arch in ARCH_MODEL_REGISTRY, args.arch
             archs.append(args.arch)
-    assert "transformer_maruf_base" in archs and "zhang2018_doc_transformer" in archs
-    assert {a for a in archs if a.startswith("selattn_")} == {
-        f"selattn_{side}_{kind}" for side in ("enc", "dec")
+    assert "transformer_maruf_base" in archs and "transformer_zhang2018" in archs
+    assert {a for a in archs if a.startswith("transformer_selattn_")} == {
+        f"transformer_selattn_{side}_{kind}" for side in ("enc", "dec")
         for kind in ("sent", "word", "hier_sparsesoft", "hier_sparsesparse")}
 
 

@@ -58,8 +58,8 @@ DOCMEM_FAMILY = ["docmem", "docmem_jean2017", "docmem_jean2017_bench",
                  "docmem_m2c_tgt", "docmem_m2c_tgt_bench", "docmem_m2o", "docmem_m2o_both", "docmem_m2o_both_bench",
                  "docmem_m2o_src", "docmem_m2o_src_bench", "docmem_m2o_tgt", "docmem_m2o_tgt_bench",
                  "docmem_prevtgt", "docmem_prevtgt_bench", "docmem_tiny"]
-SELATTN_FAMILY = ["selattn_transformer", "zhang2018_doc_transformer", "zhang2018_doc_transformer_bench"] + [
-    f"selattn_{side}_{attn}{size}" for side in ("enc", "dec")
+SELATTN_FAMILY = ["transformer_selattn", "transformer_zhang2018", "transformer_zhang2018_bench"] + [
+    f"transformer_selattn_{side}_{attn}{size}" for side in ("enc", "dec")
     for attn in ("hier_sparsesoft", "hier_sparsesparse", "sent", "word") for size in ("", "_bench")]
 MARUF_SENTENCE = ["transformer_maruf_base", "transformer_maruf_base_bench"]
 # Gu ch. 7: actor + critic around a frozen rnnsearch checkpoint (--nmt-path); built and trained in test_trainable_greedy
@@ -104,13 +104,15 @@ OLD_NAMES = {
     "universal_rnn_bench": "universal_bench", "universal_rnn_tiny": "universal_tiny",
     "ulr_transformer": "transformer_ulr", "ulr_transformer_base": "transformer_ulr_base",
     "ulr_transformer_bench": "transformer_ulr_bench", "ulr_transformer_tiny": "transformer_ulr_tiny",
+    "selattn_transformer": "transformer_selattn",
+    **{f"selattn_{side}_{attn}{size}": f"transformer_selattn_{side}_{attn}{size}" for side in ("enc", "dec")
+       for attn in ("hier_sparsesoft", "hier_sparsesparse", "sent", "word") for size in ("", "_bench")},
+    "zhang2018_doc_transformer": "transformer_zhang2018",
+    "zhang2018_doc_transformer_bench": "transformer_zhang2018_bench",
 }
 OLD_CRITERION_NAMES = {"actor_critic": "trainable_greedy_actor_critic",
                        "multi_supervision_label_smoothed": "multi_supervision_label_smoothed_cross_entropy",
                        "nat_fertility_loss": "nat_fertility_label_smoothed_cross_entropy"}
-# Names the rule would change in files being reorganised (models/selattn_transformer.py,
-# models/zhang2018_doc_transformer.py): the base comes last, or the architecture does not start with its model.
-NOT_YET_RENAMED = {"selattn_transformer", "zhang2018_doc_transformer"}
 
 NARROW = dict(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64,
               decoder_ffn_embed_dim=64, encoder_attention_heads=4, decoder_attention_heads=4)
@@ -252,10 +254,10 @@ def test_every_registered_name_follows_the_naming_rule():
 
     regs = registrations()
     base = re.compile(r"(^|_)(transformer|rnn|lstm)(_|$)")
-    bad = [m for m in regs["models"] if m not in NOT_YET_RENAMED and base.search(m) and base.search(m).start() > 0]
+    bad = [m for m in regs["models"] if base.search(m) and base.search(m).start() > 0]
     for arch in regs["architectures"]:
         model = ARCH_MODEL_NAME_REGISTRY[arch]
-        if arch in OLD_NAMES or model in NOT_YET_RENAMED:
+        if arch in OLD_NAMES:
             continue
         hit = base.search(arch)
         if not (arch == model or arch.startswith(model + "_")) or (hit and hit.start() > 0):
@@ -287,6 +289,28 @@ def test_a_checkpoint_trained_under_an_old_architecture_name_loads_and_decodes(t
     models, _, _ = load_ensemble([str(ckpt)], arg_overrides={"data": str(tiny_bin)}, frozen=True)
     new = build_model("transformer_untied_pos_random_prenorm_fixnorm_scalenorm", vocab=60, device="meta", **NARROW)
     assert type(models[0]) is type(new)
+
+
+@pytest.mark.parametrize("old,new,extra", [
+    ("selattn_enc_hier_sparsesoft_bench", "transformer_selattn_enc_hier_sparsesoft_bench", []),
+    ("zhang2018_doc_transformer_bench", "transformer_zhang2018_bench", ["--ctx-encoder-layers", "1"])])
+def test_a_document_checkpoint_trained_under_an_old_architecture_name_loads_and_decodes(old, new, extra, tiny_bin,
+                                                                                        tmp_path):
+    """The document models' earlier names (Maruf ch. 4: ``selattn_*``, ``zhang2018_doc_transformer*``): a
+    checkpoint trained under one decodes with fairseq-generate (doc_translation) and loads as its new name's model."""
+    from harness import generate, hypotheses, n_lines, train
+
+    from fairseq_ext.modules.checkpoint import load_ensemble, load_state
+
+    shape = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim",
+             "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
+             "--decoder-attention-heads", "4"]
+    ckpt = train(tiny_bin, tmp_path, ["--arch", old, *shape, *extra], task="doc_translation", max_update=2,
+                 extra=["--disable-validation"])
+    assert load_state(str(ckpt))["cfg"]["model"].arch == old
+    assert len(hypotheses(generate(tiny_bin, ckpt, task="doc_translation"))) == n_lines(tiny_bin / "test.ids")
+    models, _, _ = load_ensemble([str(ckpt)], arg_overrides={"data": str(tiny_bin)}, frozen=True)
+    assert type(models[0]) is type(build_model(new, vocab=60, device="meta", **NARROW))
 
 
 # ----------------------------------------------------------------------------- criterions' metrics

@@ -1,6 +1,6 @@
 """Maruf (2019) ch. 4: sparsemax, hierarchical / flat context attention, the Document-level Context
-Layer and gate, ``selattn_transformer`` (encoder and decoder integration), the warm start from a
-sentence checkpoint, and the Zhang et al. (2018) baseline ``zhang2018_doc_transformer``."""
+Layer and gate, ``transformer_selattn`` (encoder and decoder integration), the warm start from a
+sentence checkpoint, and the Zhang et al. (2018) baseline ``transformer_zhang2018``."""
 import logging
 
 import pytest
@@ -215,14 +215,14 @@ def test_context_layer_gives_zero_without_context_and_gate_is_eq_4_7():
 
 
 # ----------------------------------------------------------------------------- the model
-ENC_ARCHS = ["selattn_enc_hier_sparsesoft_bench", "selattn_enc_hier_sparsesparse_bench",
-             "selattn_enc_sent_bench", "selattn_enc_word_bench"]
-DEC_ARCHS = ["selattn_dec_hier_sparsesoft_bench", "selattn_dec_hier_sparsesparse_bench",
-             "selattn_dec_sent_bench", "selattn_dec_word_bench"]
+ENC_ARCHS = ["transformer_selattn_enc_hier_sparsesoft_bench", "transformer_selattn_enc_hier_sparsesparse_bench",
+             "transformer_selattn_enc_sent_bench", "transformer_selattn_enc_word_bench"]
+DEC_ARCHS = ["transformer_selattn_dec_hier_sparsesoft_bench", "transformer_selattn_dec_hier_sparsesparse_bench",
+             "transformer_selattn_dec_sent_bench", "transformer_selattn_dec_word_bench"]
 
 
-@pytest.mark.parametrize("model_name,arch", [("selattn_transformer", "selattn_enc_hier_sparsesoft_bench"),
-                                             ("zhang2018_doc_transformer", "zhang2018_doc_transformer_bench")])
+@pytest.mark.parametrize("model_name,arch", [("transformer_selattn", "transformer_selattn_enc_hier_sparsesoft_bench"),
+                                             ("transformer_zhang2018", "transformer_zhang2018_bench")])
 def test_ctx_integration_is_encoder_or_decoder_never_both(model_name, arch, tiny_bin, capsys):
     """Footnote 8 (the context enters the encoder (Fig. 4.3) or the decoder (Fig. 4.4), never both): one
     ``--ctx-integration`` option whose only choices are encoder and decoder; fairseq-train's parser accepts each and
@@ -275,8 +275,8 @@ def test_context_outside_ctx_index_does_not_matter(arch, rep):
     assert not torch.allclose(out[0], out2[0], atol=1e-4)
 
 
-@pytest.mark.parametrize("arch", ["selattn_enc_hier_sparsesoft_bench", "selattn_dec_hier_sparsesparse_bench",
-                                  "selattn_enc_word_bench", "selattn_dec_sent_bench"])
+@pytest.mark.parametrize("arch", ["transformer_selattn_enc_hier_sparsesoft_bench", "transformer_selattn_dec_hier_sparsesparse_bench",
+                                  "transformer_selattn_enc_word_bench", "transformer_selattn_dec_sent_bench"])
 def test_output_invariant_to_batch_permutation(arch):
     model = small(arch)
     src, lengths, prev, ctx = doc_batch()
@@ -310,7 +310,7 @@ def incremental(model, src, lengths, prev, ctx):
     return torch.cat(outs, 1), rows
 
 
-@pytest.mark.parametrize("arch", DEC_ARCHS + ["selattn_enc_hier_sparsesoft_bench"])
+@pytest.mark.parametrize("arch", DEC_ARCHS + ["transformer_selattn_enc_hier_sparsesoft_bench"])
 @pytest.mark.parametrize("rep", ["pretrained", "current"])
 @pytest.mark.parametrize("prenorm", [True, False])
 def test_incremental_decoding_equals_full(arch, rep, prenorm):
@@ -324,7 +324,7 @@ def test_incremental_decoding_equals_full(arch, rep, prenorm):
 def test_decoder_queries_and_keys_are_source_attention_outputs():
     """Decoder integration: the tap is the last layer's source-attention sub-layer output
     (post-residual, post-LayerNorm under PostNorm)."""
-    model = small("selattn_dec_hier_sparsesoft_bench", encoder_normalize_before=False,
+    model = small("transformer_selattn_dec_hier_sparsesoft_bench", encoder_normalize_before=False,
                   decoder_normalize_before=False)
     layer = model.decoder.layers[-1]
     seen = {}
@@ -343,7 +343,7 @@ def sentence_and_doc(arch, **kw):
     return sent, doc
 
 
-@pytest.mark.parametrize("arch", ["selattn_enc_hier_sparsesoft_bench", "selattn_dec_word_bench"])
+@pytest.mark.parametrize("arch", ["transformer_selattn_enc_hier_sparsesoft_bench", "transformer_selattn_dec_word_bench"])
 def test_warm_start_copies_reports_and_fills_the_frozen_copy(arch, caplog):
     sent, doc = sentence_and_doc(arch)
     before = {k: v.clone() for k, v in doc.state_dict().items() if ".ctx_layer." in k or ".ctx_gate." in k}
@@ -378,7 +378,7 @@ def test_warm_start_copies_reports_and_fills_the_frozen_copy(arch, caplog):
 
 
 def test_warm_start_rejects_other_mismatches():
-    sent, doc = sentence_and_doc("selattn_enc_sent_bench")
+    sent, doc = sentence_and_doc("transformer_selattn_enc_sent_bench")
     state = sent.state_dict()
     state["encoder.some_new_thing"] = torch.zeros(1)
     with pytest.raises(RuntimeError, match="unexpected"):
@@ -388,7 +388,7 @@ def test_warm_start_rejects_other_mismatches():
         doc.load_state_dict(wrong.state_dict())
 
 
-@pytest.mark.parametrize("arch", ["selattn_enc_hier_sparsesparse_bench", "selattn_dec_hier_sparsesoft_bench"])
+@pytest.mark.parametrize("arch", ["transformer_selattn_enc_hier_sparsesparse_bench", "transformer_selattn_dec_hier_sparsesoft_bench"])
 def test_no_context_reduces_to_the_sentence_model(arch):
     """With --empty-context identity and no context (K=0, or every entry -1) a warm-started model is
     exactly its sentence model; with the default (zero) the gate sees c = 0: r~ = sigmoid(W_r r) r."""
@@ -423,7 +423,7 @@ def test_context_vectors_come_from_the_frozen_pretrained_copy():
     (only the queries change); current: they follow the model."""
     src, lengths, _, ctx = doc_batch()
     for rep, same in (("pretrained", True), ("current", False)):
-        model = small("selattn_enc_hier_sparsesoft_bench", ctx_rep_model=rep)
+        model = small("transformer_selattn_enc_hier_sparsesoft_bench", ctx_rep_model=rep)
         enc = model.encoder
 
         def memory():
@@ -449,9 +449,9 @@ def test_parameter_overhead_matches_table_4_5():
     base = n_params(build_model("transformer_maruf_base", vocab=vocab, device="meta"))
     assert 49.5e6 < base < 50.5e6
     flat = 4 * d * d + (2 * d * f + f + d) + 2 * (2 * d) + 2 * d * d
-    for arch, extra, table in [("selattn_enc_sent", flat, 53.7e6), ("selattn_enc_word", flat, 53.7e6),
-                               ("selattn_enc_hier_sparsesoft", flat + 2 * d * d, 54.2e6),
-                               ("selattn_dec_hier_sparsesparse", flat + 2 * d * d, 54.2e6)]:
+    for arch, extra, table in [("transformer_selattn_enc_sent", flat, 53.7e6), ("transformer_selattn_enc_word", flat, 53.7e6),
+                               ("transformer_selattn_enc_hier_sparsesoft", flat + 2 * d * d, 54.2e6),
+                               ("transformer_selattn_dec_hier_sparsesparse", flat + 2 * d * d, 54.2e6)]:
         model = build_model(arch, vocab=vocab, device="meta")
         assert model.new_parameter_count() == extra, arch
         assert count_trainable(model) == base + extra, arch
@@ -465,7 +465,7 @@ def test_zhang2018_warm_start_freeze_and_incremental(integration, prenorm):
     kw = dict(ctx_integration=integration, encoder_normalize_before=prenorm, decoder_normalize_before=prenorm)
     sent = small("transformer_maruf_base_bench", seed=3, encoder_normalize_before=prenorm,
                  decoder_normalize_before=prenorm)
-    model = small("zhang2018_doc_transformer_bench", seed=4, **kw)
+    model = small("transformer_zhang2018_bench", seed=4, **kw)
     model.load_state_dict(sent.state_dict())
     # shared word embeddings: the context encoder reads the checkpoint's
     assert model.encoder.ctx_encoder.embed_tokens is model.encoder.embed_tokens
@@ -475,7 +475,7 @@ def test_zhang2018_warm_start_freeze_and_incremental(integration, prenorm):
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert set(frozen) == {n for n, _ in sent.named_parameters()}
     assert trainable and all(model.is_doc_key(n) for n in trainable)
-    assert all(p.requires_grad for p in small("zhang2018_doc_transformer_bench",
+    assert all(p.requires_grad for p in small("transformer_zhang2018_bench",
                                               freeze_sentence_params=False).parameters())
     src, lengths, prev, ctx = doc_batch()
     full = logits(model, src, lengths, prev, ctx)
@@ -496,7 +496,7 @@ def test_zhang2018_postnorm_copy_runs_its_own_context_sublayer():
     import copy
 
     for integration in ("encoder", "decoder"):
-        model = small("zhang2018_doc_transformer_bench", seed=4, ctx_integration=integration,
+        model = small("transformer_zhang2018_bench", seed=4, ctx_integration=integration,
                       encoder_normalize_before=False, decoder_normalize_before=False).eval()
         src, lengths, prev, ctx = doc_batch()
         full = logits(model, src, lengths, prev, ctx)
@@ -512,7 +512,7 @@ def test_zhang2018_postnorm_copy_runs_its_own_context_sublayer():
 
 
 def test_zhang2018_previous_sentences_input():
-    model = small("zhang2018_doc_transformer_bench")
+    model = small("transformer_zhang2018_bench")
     src, _, _, ctx = doc_batch()
     tokens = model.encoder.previous_sentences(src, ctx["ctx_src_tokens"], ctx["ctx_index"], ctx["ctx_distance"])
     strip = [t[t.ne(PAD)] for t in tokens]
@@ -532,8 +532,8 @@ def test_cli_warm_start_train_and_generate(tiny_bin, tmp_path):
              "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
     sent = train(tiny_bin, tmp_path / "sent", ["--arch", "transformer_maruf_base_bench", *shape],
                  task="doc_translation", max_update=4)
-    for arch, extra in (("selattn_enc_hier_sparsesoft_bench", []),
-                        ("selattn_dec_hier_sparsesparse_bench", ["--doc-target-context", "gold"])):
+    for arch, extra in (("transformer_selattn_enc_hier_sparsesoft_bench", []),
+                        ("transformer_selattn_dec_hier_sparsesparse_bench", ["--doc-target-context", "gold"])):
         p = fairseq("train", tiny_bin, "--task", "doc_translation", "--arch", arch, *shape, *extra,
                     "--finetune-from-model", sent, "--criterion", "label_smoothed_cross_entropy",
                     "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
@@ -547,14 +547,14 @@ def test_cli_warm_start_train_and_generate(tiny_bin, tmp_path):
 
 def test_cli_zhang2018_decoder_integration_trains_and_generates(tiny_bin, tmp_path):
     """The Zhang et al. (2018) baseline (§4.8, footnote 17) through the real command lines: ``fairseq-train --user-dir
-    fairseq_ext --task doc_translation --arch zhang2018_doc_transformer_bench`` at a 2+2-layer d=32 shape with
+    fairseq_ext --task doc_translation --arch transformer_zhang2018_bench`` at a 2+2-layer d=32 shape with
     ``--ctx-integration decoder`` and a one-layer context encoder, then ``fairseq-generate`` (beam 2: the decoder's
     context sub-layers are reordered with the beam) gives exactly one hypothesis per test sentence; the checkpoint
     has the context sub-layers in the decoder layers only."""
     shape = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
              "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
              "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
-    ckpt = train(tiny_bin, tmp_path / "zhang", ["--arch", "zhang2018_doc_transformer_bench", *shape,
+    ckpt = train(tiny_bin, tmp_path / "zhang", ["--arch", "transformer_zhang2018_bench", *shape,
                                                 "--ctx-integration", "decoder", "--ctx-encoder-layers", "1"],
                  task="doc_translation", max_update=2, extra=["--disable-validation"])
     keys = torch.load(ckpt, map_location="cpu", weights_only=False)["model"].keys()

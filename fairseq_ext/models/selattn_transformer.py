@@ -1,4 +1,4 @@
-"""``selattn_transformer``: the context-aware Transformer of Maruf (2019) ch. 4 — hierarchical selective
+"""``transformer_selattn``: the context-aware Transformer of Maruf (2019) ch. 4 — hierarchical selective
 attention (Maruf, Martins & Haffari, NAACL 2019) — and the ``transformer_maruf_base`` sentence model it
 is warm-started from.
 
@@ -36,12 +36,13 @@ and a context gate (Eq. 4.6–4.7) are added to the encoder **or** the decoder (
 Which sentences are the context (offline / online, size) is decided by the dataset (``ctx_index`` of
 the batch contract, ``doc_translation``); the model uses what it is given.
 
-Architectures (thesis system → arch; Table 4.2–4.5): ``selattn_{enc,dec}_{sent,word,hier_sparsesoft,
+Architectures (thesis system → arch; Table 4.2–4.5): ``transformer_selattn_{enc,dec}_{sent,word,hier_sparsesoft,
 hier_sparsesparse}`` at the thesis size (4+4 layers, 512/2048/8, separate source/target embeddings,
 decoder input/output tied, all dropouts 0.2 in stage 2), each also ``..._bench`` (the bench shape of
 :mod:`fairseq_ext.modules.arch_utils`); ``transformer_maruf_base`` (+ ``_bench``) is the stage-1 sentence
 model (fairseq ``transformer``, dropout 0.1). The Zhang et al. (2018) baseline of ch. 4 is
-``zhang2018_doc_transformer`` (:mod:`fairseq_ext.models.zhang2018_doc_transformer`).
+``transformer_zhang2018`` (:mod:`fairseq_ext.models.zhang2018_doc_transformer`). The earlier names
+(``selattn_transformer``, ``selattn_*``) stay registered as aliases (``arch_utils.ARCH_ALIASES``).
 
 Parameters (``new_parameter_count``; the frozen copies of ``pretrained`` are not trainable and not
 counted): +ATTENTION = 4d² (bias-free Q, K, V, O) + 2·d·d_ff + d_ff + d (FFN) + 4d (two LayerNorms) +
@@ -68,7 +69,7 @@ from fairseq.models.transformer import (
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
-from fairseq_ext.modules.arch_utils import register_shaped, set_default, wrap_layer
+from fairseq_ext.modules.arch_utils import register_presets, register_shaped, set_default, wrap_layer
 from fairseq_ext.modules.doc_attention import (
     DOC_ATTENTION_TYPES,
     WORD_NORMS,
@@ -376,7 +377,7 @@ class SelAttnDecoder(TapDecoder):
             self.set_incremental_state(incremental_state, "doc_ctx", reorder_prepared(prepared, new_order))
 
 
-@register_model("selattn_transformer")
+@register_model("transformer_selattn")
 class SelAttnTransformerModel(DocTransformerModel):
     """Transformer + Document-level Context Layer + context gate (Maruf 2019 ch. 4; module doc)."""
 
@@ -467,7 +468,7 @@ def selattn_transformer(args):
     set_default(args, "ctx_activation_dropout", args.activation_dropout)
 
 
-register_model_architecture("selattn_transformer", "selattn_transformer")(selattn_transformer)
+register_model_architecture("transformer_selattn", "transformer_selattn")(selattn_transformer)
 
 
 @register_model_architecture("transformer", "transformer_maruf_base")
@@ -498,15 +499,15 @@ def selattn_preset(integration: str, doc_attn: str, word_norm: str, thesis_size:
 
 # Thesis system → arch (Tables 4.2–4.5): (integration, --doc-attn, --word-norm)
 SELATTN_PRESETS = {
-    "selattn_enc_sent": ("encoder", "sentence", "softmax"),                  # +Attention, sentence
-    "selattn_enc_word": ("encoder", "word", "softmax"),                      # +Attention, word
-    "selattn_enc_hier_sparsesoft": ("encoder", "hierarchical", "softmax"),   # +H-Attention sparse-soft
-    "selattn_enc_hier_sparsesparse": ("encoder", "hierarchical", "sparsemax"),  # sparse-sparse
-    "selattn_dec_sent": ("decoder", "sentence", "softmax"),
-    "selattn_dec_word": ("decoder", "word", "softmax"),
-    "selattn_dec_hier_sparsesoft": ("decoder", "hierarchical", "softmax"),
-    "selattn_dec_hier_sparsesparse": ("decoder", "hierarchical", "sparsemax"),
+    "transformer_selattn_enc_sent": ("encoder", "sentence", "softmax"),                  # +Attention, sentence
+    "transformer_selattn_enc_word": ("encoder", "word", "softmax"),                      # +Attention, word
+    "transformer_selattn_enc_hier_sparsesoft": ("encoder", "hierarchical", "softmax"),   # +H-Attention sparse-soft
+    "transformer_selattn_enc_hier_sparsesparse": ("encoder", "hierarchical", "sparsemax"),  # sparse-sparse
+    "transformer_selattn_dec_sent": ("decoder", "sentence", "softmax"),
+    "transformer_selattn_dec_word": ("decoder", "word", "softmax"),
+    "transformer_selattn_dec_hier_sparsesoft": ("decoder", "hierarchical", "softmax"),
+    "transformer_selattn_dec_hier_sparsesparse": ("decoder", "hierarchical", "sparsemax"),
 }
+register_presets("transformer_selattn", selattn_preset, {name: (*spec, True) for name, spec in SELATTN_PRESETS.items()})
 for _name, _spec in SELATTN_PRESETS.items():
-    register_model_architecture("selattn_transformer", _name)(selattn_preset(*_spec, thesis_size=True))
-    register_shaped("selattn_transformer", _name, selattn_preset(*_spec, thesis_size=False))
+    register_shaped("transformer_selattn", _name, selattn_preset(*_spec, thesis_size=False))

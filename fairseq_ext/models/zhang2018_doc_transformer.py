@@ -1,4 +1,4 @@
-"""``zhang2018_doc_transformer``: the document Transformer of Zhang et al. (2018), the online baseline of
+"""``transformer_zhang2018``: the document Transformer of Zhang et al. (2018), the online baseline of
 Maruf (2019) ch. 4 (§4.8, footnote 17; details not in the thesis, our choice).
 
 * A context encoder (``--ctx-encoder-layers``, default: as deep as the encoder) over the previous
@@ -9,10 +9,11 @@ Maruf (2019) ch. 4 (§4.8, footnote 17; details not in the thesis, our choice).
   or every decoder layer (``decoder``).
 * ``--freeze-sentence-params`` (default on: stage 2 trains only the new parameters).
 
-Architectures: ``zhang2018_doc_transformer`` at the size of Maruf's ch. 4 Transformer (4+4 layers,
+Architectures: ``transformer_zhang2018`` at the size of Maruf's ch. 4 Transformer (4+4 layers,
 512/2048/8, dropout 0.2; :func:`~fairseq_ext.modules.doc_transformer.maruf_sizes`) and
-``zhang2018_doc_transformer_bench`` (the bench shape of :mod:`fairseq_ext.modules.arch_utils`). Which
-sentences are the context (offline / online) is decided by the dataset (``doc_translation``).
+``transformer_zhang2018_bench`` (the bench shape of :mod:`fairseq_ext.modules.arch_utils`); the earlier
+names ``zhang2018_doc_transformer[_bench]`` stay registered as aliases. Which sentences are the context
+(offline / online) is decided by the dataset (``doc_translation``).
 
 References: J. Zhang et al., "Improving the Transformer Translation Model with Document-Level Context",
 EMNLP 2018; S. Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash University, 2019
@@ -211,7 +212,7 @@ class ZhangDecoder(TransformerDecoderBase):
             set_context_memory(self.layers, None)
 
 
-@register_model("zhang2018_doc_transformer")
+@register_model("transformer_zhang2018")
 class Zhang2018DocTransformerModel(DocTransformerModel):
     """The Zhang et al. (2018) document Transformer, the online baseline of Maruf (2019) ch. 4 (§4.8,
     footnote 17; details not in the thesis, our choice): a context encoder (``--ctx-encoder-layers``,
@@ -282,11 +283,11 @@ def zhang2018_defaults(args):
     set_default(args, "ctx_encoder_layers", args.encoder_layers)
 
 
-@register_model_architecture("zhang2018_doc_transformer", "zhang2018_doc_transformer")
+@register_model_architecture("transformer_zhang2018", "transformer_zhang2018")
 def zhang2018_doc_transformer(args):
     """Zhang et al. (2018) at the size of Maruf's ch. 4 Transformer (4+4, 512/2048/8, dropout 0.2)."""
     maruf_sizes(args, 0.2)
     zhang2018_defaults(args)
 
 
-register_shaped("zhang2018_doc_transformer", "zhang2018_doc_transformer", zhang2018_defaults)
+register_shaped("transformer_zhang2018", "transformer_zhang2018", zhang2018_defaults)

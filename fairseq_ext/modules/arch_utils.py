@@ -132,6 +132,11 @@ ARCH_ALIASES: Dict[str, str] = {
     "universal_rnn_tiny": "universal_tiny",
     "ulr_transformer": "transformer_ulr", "ulr_transformer_base": "transformer_ulr_base",
     "ulr_transformer_bench": "transformer_ulr_bench", "ulr_transformer_tiny": "transformer_ulr_tiny",
+    "selattn_transformer": "transformer_selattn",
+    **{f"selattn_{side}_{attn}{size}": f"transformer_selattn_{side}_{attn}{size}" for side in ("enc", "dec")
+       for attn in ("sent", "word", "hier_sparsesoft", "hier_sparsesparse") for size in ("", "_bench")},
+    "zhang2018_doc_transformer": "transformer_zhang2018",
+    "zhang2018_doc_transformer_bench": "transformer_zhang2018_bench",
 }
 # old criterion name -> criterion name
 CRITERION_ALIASES: Dict[str, str] = {

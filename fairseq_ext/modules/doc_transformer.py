@@ -4,8 +4,8 @@ the integrating side.
 
 * :class:`DocTransformerModel` -- fairseq's ``TransformerModel`` + :class:`~fairseq_ext.modules.warm_start.
   SentenceWarmStartMixin`; its forward passes the ``ctx_*`` keys of ``net_input`` (the batch contract of
-  ``doc_translation``) to the encoder. Subclasses: ``selattn_transformer`` (H-attention, ch. 4) and
-  ``zhang2018_doc_transformer`` (the Zhang et al. 2018 baseline).
+  ``doc_translation``) to the encoder. Subclasses: ``transformer_selattn`` (H-attention, ch. 4) and
+  ``transformer_zhang2018`` (the Zhang et al. 2018 baseline).
 * :func:`maruf_sizes` -- 4+4 layers, 512/2048, 8 heads, separate source/target embeddings, decoder
   input/output tied (§4.4.1).
 * :data:`CTX_INTEGRATIONS` -- where the context enters: ``encoder`` or ``decoder`` (footnote 8).

@@ -197,14 +197,14 @@ for _name, _desc, _flags in [
         ("maruf_sentence", "Maruf ch.4 stage-2 baseline: the sentence transformer on document batches",
          ["--arch", "transformer_maruf_base_bench"]),
         ("maruf_hatt_enc_off", "Maruf ch.4 H-attention sparse-soft, encoder, offline (whole chapter)",
-         ["--arch", "selattn_enc_hier_sparsesoft_bench", "--doc-context-mode", "offline"]),
+         ["--arch", "transformer_selattn_enc_hier_sparsesoft_bench", "--doc-context-mode", "offline"]),
         ("maruf_hatt_enc_on", "Maruf ch.4 H-attention sparse-soft, encoder, online (earlier verses)",
-         ["--arch", "selattn_enc_hier_sparsesoft_bench", "--doc-context-mode", "online"]),
+         ["--arch", "transformer_selattn_enc_hier_sparsesoft_bench", "--doc-context-mode", "online"]),
         ("maruf_hatt_dec", "Maruf ch.4 H-attention sparse-soft, decoder (target context = stage-1 translations; "
          "the recipe adds --doc-generated-dir)",
-         ["--arch", "selattn_dec_hier_sparsesoft_bench", "--doc-target-context", "generated"]),
+         ["--arch", "transformer_selattn_dec_hier_sparsesoft_bench", "--doc-target-context", "generated"]),
         ("maruf_zhang_enc", "Zhang et al. 2018 (2 previous verses, sentence parameters frozen), encoder",
-         ["--arch", "zhang2018_doc_transformer_bench", "--ctx-integration", "encoder", "--doc-context-mode",
+         ["--arch", "transformer_zhang2018_bench", "--ctx-integration", "encoder", "--doc-context-mode",
           "online"]),
         ("maruf_concat_warm", "concatenation 2-to-1 (previous verse + <brk>), warm-started: <brk> row added",
          ["--arch", "transformer_maruf_base_bench", "--doc-concat-prev", "1"])]:

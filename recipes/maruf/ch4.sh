@@ -6,7 +6,7 @@
 # the decoder (never both), offline or online; the two-stage procedure (stage 2 trains ALL parameters); and the
 # baselines: Zhang et al. 2018 (frozen sentence parameters) and the concatenation "2-to-1" model.
 # Spec: specs/003-maruf.md §4, §10.  Code: task `doc_translation` (fairseq_ext/tasks/doc_translation.py, data
-# in fairseq_ext/data/documents.py), models `selattn_transformer`, `zhang2018_doc_transformer`
+# in fairseq_ext/data/documents.py), models `transformer_selattn`, `transformer_zhang2018`
 # (fairseq_ext/models/selattn_transformer.py, zhang2018_doc_transformer.py), evaluation tools `fairseq_ext.tools.evaluation.contrastive` (Bible pronoun
 # test, Table 4.4 layout), `fairseq_ext.tools.evaluation.doc_consistency`, `fairseq_ext.tools.evaluation.score meteor`.
 #
@@ -20,7 +20,7 @@
 # tokenisation + truecasing, joint BPE 30k, separate source/target embeddings (Table 4.1).
 # Stage 1: transformer_maruf_base (4+4, 512/2048/8, dropout 0.1, label smoothing 0.1), Adam lr 1e-4,
 # ~1000-token batches, early stopping on dev perplexity (patience 10), clip 5.
-# Stage 2: every selattn_* arch (dropout 0.2) warm-started from the stage-1 checkpoint with
+# Stage 2: every transformer_selattn_* arch (dropout 0.2) warm-started from the stage-1 checkpoint with
 # --finetune-from-model (the sentence parameters are copied, the new ones initialised, all trained),
 # one document per batch (--doc-batching document), --doc-context-mode offline|online; decoder integration
 # needs the stage-1 model's translations of every split as target context (--doc-target-context generated)
@@ -35,12 +35,13 @@
 # maruf_<system> of recipes/bench/configs.py: Adam lr 3e-4, inverse-sqrt warm-up 100), each warm-started from
 # stage 1:
 #   sentence        the sentence model trained on (the same updates: the fair baseline of stage 2)
-#   hatt_enc_off    selattn_enc_hier_sparsesoft_bench, offline context (the whole chapter)
-#   hatt_enc_on     selattn_enc_hier_sparsesoft_bench, online context (earlier verses)
-#   zhang_enc       zhang2018_doc_transformer_bench (2 previous verses, sentence parameters frozen)
-#   hatt_dec        (in SYSTEMS only when named) selattn_dec_hier_sparsesoft_bench: the decoder integration (the
-#                   context = the other verses' target side: stage 1's greedy translations of every split, written
-#                   once to runs/maruf_ch4/PAIR/generated, ~30k verses); decoded with doc_bcd K = 1 (pass 0 = stage 1)
+#   hatt_enc_off    transformer_selattn_enc_hier_sparsesoft_bench, offline context (the whole chapter)
+#   hatt_enc_on     transformer_selattn_enc_hier_sparsesoft_bench, online context (earlier verses)
+#   zhang_enc       transformer_zhang2018_bench (2 previous verses, sentence parameters frozen)
+#   hatt_dec        (in SYSTEMS only when named) transformer_selattn_dec_hier_sparsesoft_bench: the decoder
+#                   integration (the context = the other verses' target side: stage 1's greedy translations of
+#                   every split, written once to runs/maruf_ch4/PAIR/generated, ~30k verses); decoded with doc_bcd
+#                   K = 1 (pass 0 = stage 1)
 #   concat_warm     (in SYSTEMS only when named) the 2-to-1 concatenation model (the previous verse + <brk>
 #                   prepended to the source), warm-started like the others (the <brk> embedding row added)
 #   concat          (in SYSTEMS only when named) the same model trained from scratch like stage 1 for as many
@@ -65,7 +66,8 @@ if [ "$MODE" = thesis ]; then
   TRAIN=(--optimizer adam --adam-betas '(0.9,0.98)' --lr 1e-4 --clip-norm 5 --criterion label_smoothed_cross_entropy
          --label-smoothing 0.1 --max-tokens 1000 --max-epoch 35 --patience 10)
   thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --arch transformer_maruf_base "${TRAIN[@]}" --save-dir $C/sentence
-  for arch in selattn_enc_sent selattn_enc_word selattn_enc_hier_sparsesoft selattn_enc_hier_sparsesparse; do
+  for arch in transformer_selattn_enc_sent transformer_selattn_enc_word transformer_selattn_enc_hier_sparsesoft \
+      transformer_selattn_enc_hier_sparsesparse; do
     for mode in offline online; do
       thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-context-mode $mode --arch $arch "${TRAIN[@]}" \
         --finetune-from-model $C/sentence/checkpoint_best.pt --save-dir $C/$arch.$mode
@@ -80,14 +82,15 @@ if [ "$MODE" = thesis ]; then
     thesis $PY -m fairseq_ext.tools.corpora.doc_context $C/sentence/gen_$split/generate-$split.txt --data "$D" --split $split \
       --out $C/generated
   done
-  for arch in selattn_dec_sent selattn_dec_word selattn_dec_hier_sparsesoft selattn_dec_hier_sparsesparse; do
+  for arch in transformer_selattn_dec_sent transformer_selattn_dec_word transformer_selattn_dec_hier_sparsesoft \
+      transformer_selattn_dec_hier_sparsesparse; do
     thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-target-context generated --doc-generated-dir $C/generated \
       --arch $arch "${TRAIN[@]}" --finetune-from-model $C/sentence/checkpoint_best.pt --save-dir $C/$arch
     thesis $FS/fairseq-generate "$D" "${UD[@]}" "${T[@]}" --doc-target-context generated --doc-generated-dir $C/generated \
       --decoding-algorithm doc_bcd --doc-iterations 1 --path $C/$arch/checkpoint_best.pt:$C/sentence/checkpoint_best.pt \
       --remove-bpe --results-path $C/$arch
   done
-  thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-context-mode online --arch zhang2018_doc_transformer \
+  thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-context-mode online --arch transformer_zhang2018 \
     --ctx-integration encoder "${TRAIN[@]}" --finetune-from-model $C/sentence/checkpoint_best.pt --save-dir $C/zhang
   thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-concat-prev 1 --arch transformer_maruf_base "${TRAIN[@]}" \
     --save-dir $C/concat
