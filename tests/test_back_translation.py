@@ -6,8 +6,8 @@ import pytest
 
 from harness import fairseq, n_lines
 
-from fairseq_ext.tools.corpora.corpora import back_translation as bt
-from fairseq_ext.tools.corpora.corpora import universal_data
+from fairseq_ext.tools.corpora import back_translation as bt
+from fairseq_ext.tools.corpora import universal_data
 from fairseq_ext.tools.common import ToolError, cli_status, read_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -17,7 +17,7 @@ from fairseq_ext.data.conversations import (
     conversation_batches,
     segment_turns,
 )
-from fairseq_ext.tools.corpora.corpora import conversations as tool
+from fairseq_ext.tools.corpora import conversations as tool
 from harness import ROOT, make_dictionary
 
 FIXTURE = ROOT / "tests" / "data" / "conversations"

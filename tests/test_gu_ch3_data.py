@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_ext.tools.corpora.corpora import dialogue_patterns as dp
-from fairseq_ext.tools.corpora.corpora import synthetic_rules as sr
+from fairseq_ext.tools.corpora import dialogue_patterns as dp
+from fairseq_ext.tools.corpora import synthetic_rules as sr
 from fairseq_ext.tools.common import ToolError, cli_status, read_lines
 
 ROOT = Path(__file__).resolve().parents[1]

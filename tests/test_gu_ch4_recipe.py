@@ -12,7 +12,7 @@ import pytest
 import sacrebleu
 
 from fairseq_ext.data.translation_memory import TMEntry, write_tm
-from fairseq_ext.tools.analysis.analysis import tm_analysis as ta
+from fairseq_ext.tools.analysis import tm_analysis as ta
 from fairseq_ext.tools.common import ToolError
 
 from harness import ROOT, n_lines, run
@@ -216,7 +216,7 @@ def parse_line(line):
     """(tool, parsed args) with the tool's own parser."""
     from fairseq import options
 
-    from fairseq_ext.tools.corpora.corpora import corpora
+    from fairseq_ext.tools.corpora import corpora
 
     from fairseq_ext.tools.tm import retrieval
 

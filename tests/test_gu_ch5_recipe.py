@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from fairseq_ext.tools.corpora.corpora import corpora, ulr
+from fairseq_ext.tools.corpora import corpora, ulr
 
 from harness import ROOT, fairseq, n_lines, parse_fairseq_command, recipe_script, run, thesis_commands
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from fairseq_ext.tools.corpora.corpora import corpora, ulr
+from fairseq_ext.tools.corpora import corpora, ulr
 
 from fairseq_ext.tools.evaluation import score
 

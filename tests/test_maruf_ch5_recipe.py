@@ -26,7 +26,7 @@ def thesis_lines(**env):
 
 def parse_line(line):
     """(tool, parsed args) of one printed command, with the parser of its tool (None: cp)."""
-    from fairseq_ext.tools.corpora.corpora import conversations, corpora
+    from fairseq_ext.tools.corpora import conversations, corpora
 
     parsed = parse_fairseq_command(line)
     if parsed is not None:

@@ -16,7 +16,7 @@ import torch
 from fairseq.data import LanguagePairDataset
 
 import fairseq_ext  # noqa: F401  (registers the tasks)
-from fairseq_ext.tools.corpora.corpora import unk_copy as uc
+from fairseq_ext.tools.corpora import unk_copy as uc
 from fairseq_ext.data.batching import VirtualEpochs, chunked_batches, sort_chunk
 from fairseq_ext.tools.common import CorpusError, read_lines
 from fairseq_ext.tasks.concat_translation import ConcatTranslationConfig, ConcatTranslationTask
@@ -283,7 +283,7 @@ def test_ch3_driver_unk_copy_binarizes_with_the_joint_dictionary(tmp_path):
     spec.loader.exec_module(driver)
     raw = tmp_path / "raw"
     shutil.copytree(ROOT / "tests" / "data" / "bible_tiny", raw)
-    from fairseq_ext.tools.corpora.corpora import transfer
+    from fairseq_ext.tools.corpora import transfer
     rep = transfer.joint_bpe(str(raw), "es", "en", str(raw), "kjv", "en", str(tmp_path / "jb"), 200, binarize=False)
     out = driver.unk_copy_binarized(tmp_path / "jb" / "child", tmp_path / "jb" / "child_unk5", "kjv", "en", 5,
                                     rep["dict"])

@@ -45,7 +45,7 @@ def _parse_thesis_lines(lines):
     """Every printed fairseq-train/-generate/-preprocess command and every plugin CLI call parses."""
     from fairseq import options
 
-    from fairseq_ext.tools.corpora.corpora import arthur_lexicon, transfer, transliterate
+    from fairseq_ext.tools.corpora import arthur_lexicon, transfer, transliterate
     from fairseq_ext.tools.evaluation import score
     n = 0
     for line in lines:

@@ -11,7 +11,7 @@ import torch
 from fairseq.data import Dictionary
 
 import fairseq_ext  # noqa: F401  (registers the tasks; checkpoint allow-list)
-from fairseq_ext.tools.corpora.corpora import corpora, transfer
+from fairseq_ext.tools.corpora import corpora, transfer
 from fairseq_ext.tools.corpora.transliterate import (
     UYGHUR_LETTERS, UYGHUR_TABLE, Transliterator, dump_table, load_table, reverse_uyghur, transliterate)
 from fairseq_ext.tools.common import CorpusError, read_lines

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fairseq_ext.modules.ulr import MoLE, ULREmbedding, alpha_with_missing, mole_gate_loss, procrustes
-from fairseq_ext.tools.corpora.corpora import ulr as tool
+from fairseq_ext.tools.corpora import ulr as tool
 from fairseq_ext.tools.common import ToolError, read_lines
 
 W = "\u2581"

