@@ -22,14 +22,28 @@ USER_DIR = ROOT / "fairseq_ext"
 TINY = ROOT / "tests" / "data" / "bible_tiny"
 BIN = Path(sys.executable).parent
 
-# A 2+2-layer d=32 transformer: trains a step in a few ms on the tiny slice.
-TINY_TRANSFORMER = [
-    "--arch", "transformer", "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-    "--share-all-embeddings",
-]
+# The tests' transformer shape: 2+2 layers, d 32, FFN 64, 4 heads (keyword arguments of build_model; a test
+# changes a size with ``dict(TINY_SHAPE, encoder_layers=4)``). It trains a step in a few ms on the tiny slice.
+TINY_SHAPE = dict(encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
+                  encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
+                  decoder_attention_heads=4)
+
+
+def as_flags(options: dict) -> list:
+    """Keyword options as fairseq command-line flags (``encoder_layers=2`` -> ``--encoder-layers 2``; True: the
+    flag alone; False or None: left out)."""
+    flags = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif value is not False and value is not None:
+            flags += [flag, str(value)]
+    return flags
+
+
+TINY_SHAPE_FLAGS = as_flags(TINY_SHAPE)
+TINY_TRANSFORMER = ["--arch", "transformer", *TINY_SHAPE_FLAGS, "--share-all-embeddings"]
 
 
 def env(**extra) -> dict:
@@ -88,6 +102,35 @@ def train(data_bin, save_dir, model_args=None, *, task="translation_ext",
     return ckpt
 
 
+def task_batch(task, n: int = 6, split: str = "test", start: int = 0) -> dict:
+    """The task's own batch of the sentences ``start .. start + n - 1`` of ``split`` (loaded here)."""
+    task.load_dataset(split)
+    ds = task.dataset(split)
+    return ds.collater([ds[i] for i in range(start, start + n)])
+
+
+def nmt_state(model) -> dict:
+    """A copy of the frozen NMT's tensors (``encoder.*``, ``decoder.*``) of a head trained on top of one."""
+    return {k: v.clone() for k, v in model.state_dict().items() if k.startswith(("encoder.", "decoder."))}
+
+
+def randomise_parameters(module, seed: int = 0, scale: float = 1.0) -> None:
+    """Every parameter of ``module`` drawn from N(0, scale²) (a fixed generator: the same draw every time)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+
+def train_nmt(data_bin, save_dir, *arch_flags, max_update=20) -> Path:
+    """The tiny NMT that the heads trained on a frozen one (``--nmt-path``) and the decoding tests start from:
+    ``rnnsearch_tiny arch_flags``, ``max_update`` MLE updates (translation_decoding, cross_entropy)."""
+    return train(data_bin, save_dir, ["--arch", "rnnsearch_tiny", *arch_flags], task="translation_decoding",
+                 criterion="cross_entropy", max_update=max_update)
+
+
 def generate(data_bin, ckpt, *args, task="translation_ext", **kw) -> str:
     """``fairseq-generate`` on the test split; returns stdout (S/T/H/D/P lines)."""
     p = fairseq("generate", data_bin, "--task", task, "--path", ckpt, "--cpu",
@@ -129,25 +172,110 @@ def make_dictionary(vocab_size: int = 60):
     return d
 
 
-def build_model(arch: str, vocab: int = 60, seed: int = 0, device=None, **kw):
-    """Build a registered architecture (in eval mode) the way fairseq-train would, from keyword args.
+def toy_task(vocab: int = 60, tgt_vocab=None, **attrs):
+    """The attributes of a translation task a model's ``build_model`` reads: :func:`make_dictionary` on both
+    sides (``tgt_vocab`` symbols on the target side if given), plus ``attrs`` (e.g. ``cfg``)."""
+    import types
 
-    ``device="meta"`` builds without memory or initialisation: enough to count the parameters of a
-    thesis-size model."""
+    d = make_dictionary(vocab)
+    return types.SimpleNamespace(source_dictionary=d,
+                                 target_dictionary=d if tgt_vocab is None else make_dictionary(tgt_vocab), **attrs)
+
+
+def arch_args(arch: str, /, **kw):
+    """``kw`` completed by the architecture function of the registered ``arch`` (what fairseq-train applies after
+    parsing). The namespace holds only ``kw`` and the defaults: pass ``arch=`` to record the name too."""
     import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    import fairseq_ext  # noqa: F401  (registers the plugin)
+
+    args = argparse.Namespace(**kw)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    return args
+
+
+def model_and_args(arch: str, vocab: int = 60, seed=0, device=None, task=None, **kw):
+    """``(model, args)``: the registered architecture ``arch`` built the way fairseq-train builds it, from keyword
+    args (:func:`arch_args`, then the model class's ``build_model``), in training mode.
+
+    ``task``: what ``build_model`` reads (default :func:`toy_task` of ``vocab``). ``seed``: ``torch.manual_seed``
+    first (None: the random state as it is). ``device="meta"`` builds without memory or initialisation: enough to
+    count the parameters of a thesis-size model."""
     import contextlib
+
+    import torch
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    args = arch_args(arch, arch=arch, **kw)
+    task = toy_task(vocab) if task is None else task
+    with torch.device(device) if device else contextlib.nullcontext():
+        return ARCH_MODEL_REGISTRY[arch].build_model(args, task), args
+
+
+def build_model(arch: str, vocab: int = 60, seed=0, device=None, task=None, **kw):
+    """:func:`model_and_args`'s model, in eval mode."""
+    return model_and_args(arch, vocab=vocab, seed=seed, device=device, task=task, **kw)[0].eval()
+
+
+def train_parse(*argv):
+    """``argv`` parsed by fairseq-train's parser with the architecture's defaults (``parse_args_and_arch``)."""
+    from fairseq import options
+
+    import fairseq_ext  # noqa: F401  (registers the plugin; a --user-dir in argv loads the same package)
+
+    return options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in argv])
+
+
+def build_parsed(arch: str, *flags, vocab: int = 60, seed: int = 0, task=None):
+    """The registered architecture ``arch`` built from command-line ``flags`` parsed exactly as fairseq-train parses
+    them (every option's default, then the architecture's: :func:`train_parse`), ``torch.manual_seed(seed)`` just
+    before it is built; ``task`` as in :func:`model_and_args`. In eval mode."""
+    import torch
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    args = train_parse("/nonexistent", "--arch", arch, *flags)
+    torch.manual_seed(seed)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, toy_task(vocab) if task is None else task).eval()
+
+
+def train_objects(*argv, seed=None):
+    """``(cfg, task, model, criterion)`` of ``fairseq-train argv`` exactly as fairseq-train builds them (parse, the
+    omegaconf config, ``setup_task``, ``task.build_model``, ``task.build_criterion``), in process. ``seed``:
+    ``torch.manual_seed`` just before the model is built."""
+    import torch
+    from fairseq import tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    cfg = convert_namespace_to_omegaconf(train_parse(*argv))
+    task = tasks.setup_task(cfg.task)
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = task.build_model(cfg.model)
+    return cfg, task, model, task.build_criterion(cfg.criterion)
+
+
+def lstm_lm_checkpoint(path, dictionary, seed: int, emb: int = 8, hidden: int = 6, layers: int = 1):
+    """A stock fairseq ``lstm_lm`` (untrained, ``seed``) on ``dictionary`` saved as a checkpoint at ``path`` (the
+    sentence-vector language models of the document models); returns the model, in eval mode."""
+    import argparse
     import types
 
     import torch
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+    from fairseq.models.lstm_lm import LSTMLanguageModel, base_architecture
 
     torch.manual_seed(seed)
-    args = argparse.Namespace(arch=arch, **kw)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    d = make_dictionary(vocab)
-    task = types.SimpleNamespace(source_dictionary=d, target_dictionary=d)
-    with torch.device(device) if device else contextlib.nullcontext():
-        return ARCH_MODEL_REGISTRY[arch].build_model(args, task).eval()
+    args = argparse.Namespace(decoder_embed_dim=emb, decoder_hidden_size=hidden, decoder_layers=layers,
+                              decoder_out_embed_dim=hidden, dropout=0.0, criterion="cross_entropy",
+                              max_target_positions=64, tokens_per_sample=64)
+    base_architecture(args)
+    lm = LSTMLanguageModel.build_model(args, types.SimpleNamespace(dictionary=dictionary,
+                                                                   target_dictionary=dictionary)).eval()
+    torch.save({"model": lm.state_dict(), "args": args, "cfg": None}, path)
+    return lm
 
 
 def n_params(model) -> int:
@@ -225,7 +353,7 @@ def parse_fairseq_command(line: str):
     tool = os.path.basename(toks[0])
     args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
     if tool == "fairseq-train":
-        return tool, options.parse_args_and_arch(options.get_training_parser(), args)
+        return tool, train_parse(*args)
     if tool == "fairseq-generate":
         return tool, options.parse_args_and_arch(options.get_generation_parser(), args)
     if tool == "fairseq-preprocess":

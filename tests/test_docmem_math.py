@@ -1,18 +1,17 @@
 """Document-context NMT with memory networks (Maruf 2019 ch. 3; fairseq_ext/models/docmem.py,
-modules/memnet.py, generators/doc_bcd.py): the MemNet read, the memories and their integration, the
-baselines, the parameter arithmetic of Table 3.3, and block-coordinate-descent decoding. Document batches
-are built by hand following the batch contract of the ``doc_translation`` task (``ctx_*`` keys)."""
-import argparse
+modules/memnet.py), the math in process: the MemNet read, the memories and their integration, the pseudo-likelihood
+(Eq. 3.2), the warm start and the parameter arithmetic of Table 3.3. Decoding is in ``test_docmem_decoding.py``,
+the command lines in ``test_docmem_cli.py``; the toys in ``docmem_batches.py``."""
 import types
 
 import pytest
 import torch
 from fairseq.data import data_utils
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY
 
-from harness import build_model, make_dictionary, n_params, toy_batch
-from fairseq_ext.generators.decoding import GreedyGenerator
-from fairseq_ext.generators.doc_bcd import DocBCDGenerator
+from docmem_batches import (BATCH, EOS, PAD, TINY_VARIANTS, V, corpus, logits_of, make_sample, per_sentence,
+                            rnnsearch_twin, sentence, step_by_step, tiny)
+from harness import arch_args, build_model, lstm_lm_checkpoint, make_dictionary, n_params
 from fairseq_ext.models.docmem import DOC_PARAM_PREFIXES, extra_parameters
 from fairseq_ext.modules.memnet import (
     LMSentenceEncoder,
@@ -23,93 +22,8 @@ from fairseq_ext.modules.memnet import (
 )
 from fairseq_ext.modules.warm_start import SentenceWarmStartMixin
 
-V = 40
-PAD, EOS = 1, 2
+
 ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "DocMemModel")
-TINY_VARIANTS = {  # (kwargs of docmem_tiny)
-    "m2c_src": dict(doc_memories="src"),
-    "m2c_tgt": dict(doc_memories="tgt"),
-    "m2c_both": dict(doc_memories="both"),
-    "m2o_both": dict(doc_memories="both", memory_integration="m2o"),
-    "m2o_src": dict(doc_memories="src", memory_integration="m2o"),
-    "m2c_both_conditional": dict(doc_memories="both", decoder_variant="conditional", decoder_layers=1),
-    "prev_tgt": dict(doc_context="prev_tgt"),
-    "jean2017": dict(doc_context="jean2017"),
-}
-
-
-def tiny(variant="m2c_both", seed=0, **kw):
-    return build_model("docmem_tiny", vocab=V, seed=seed, **{**TINY_VARIANTS[variant], **kw})
-
-
-# ------------------------------------------------------------------------------------------ document batches
-def sentence(g, n):
-    return torch.cat([torch.randint(4, V, (n,), generator=g), torch.tensor([EOS])])
-
-
-def corpus(doc_lengths=(4, 2, 1), seed=3):
-    """Documents as lists of (source, target) token tensors (fairseq formats, ending in EOS)."""
-    g = torch.Generator().manual_seed(seed)
-    return [[(sentence(g, 3 + (i + d) % 4), sentence(g, 2 + (i * 3 + d) % 5)) for i in range(n)]
-            for d, n in enumerate(doc_lengths)]
-
-
-def make_sample(docs, batch, context_size=0, with_tgt=True):
-    """The contract's sample for the batch sentences ``batch`` [(doc, position)] in that order: offline
-    context (every other sentence of the document, the ``context_size`` nearest if > 0), the other
-    sentences of the batch's documents as extra rows."""
-    in_batch = set(batch)
-    extras = [(d, p) for d in sorted({d for d, _ in batch}) for p in range(len(docs[d])) if (d, p) not in in_batch]
-    nset = list(batch) + extras
-    row = {key: i for i, key in enumerate(nset)}
-    ctx = []
-    for d, p in batch:
-        others = [q for q in range(len(docs[d])) if q != p]
-        if context_size:
-            others = sorted(sorted(others, key=lambda q: (abs(q - p), q))[:context_size])
-        ctx.append([(row[(d, q)], q - p) for q in others])
-    K = max((len(c) for c in ctx), default=0)
-    index = torch.full((len(batch), K), -1, dtype=torch.long)
-    distance = torch.zeros((len(batch), K), dtype=torch.long)
-    for b, c in enumerate(ctx):
-        for k, (r, dist) in enumerate(c):
-            index[b, k], distance[b, k] = r, dist
-    src = [docs[d][p][0] for d, p in batch]
-    tgt = [docs[d][p][1] for d, p in batch]
-    extra_src = [docs[d][p][0] for d, p in extras]
-    net_input = {
-        "src_tokens": data_utils.collate_tokens(src, PAD, left_pad=True),
-        "src_lengths": torch.tensor([s.numel() for s in src]),
-        "prev_output_tokens": data_utils.collate_tokens(tgt, PAD, EOS, move_eos_to_beginning=True),
-        "ctx_src_tokens": (data_utils.collate_tokens(extra_src, PAD, left_pad=True) if extras
-                           else torch.full((0, 1), PAD)),
-        "ctx_src_lengths": torch.tensor([s.numel() for s in extra_src], dtype=torch.long),
-        "ctx_index": index,
-        "ctx_distance": distance,
-    }
-    if with_tgt:
-        all_tgt = [docs[d][p][1] for d, p in nset]
-        net_input["ctx_tgt_tokens"] = data_utils.collate_tokens(all_tgt, PAD)
-        net_input["ctx_tgt_lengths"] = torch.tensor([t.numel() for t in all_tgt])
-    return {"id": torch.arange(len(batch)), "net_input": net_input,
-            "target": data_utils.collate_tokens(tgt, PAD),
-            "doc_index": torch.tensor([d for d, _ in batch]), "doc_pos": torch.tensor([p for _, p in batch])}
-
-
-# doc 0 has 4 sentences (3 in the batch, one extra row), doc 1 two, doc 2 one (empty memory)
-BATCH = [(0, 1), (1, 0), (0, 0), (2, 0), (0, 3), (1, 1)]
-
-
-def logits_of(model, sample):
-    with torch.no_grad():
-        return model(**sample["net_input"])[0]
-
-
-def per_sentence(logits, sample):
-    """{(doc, pos): logits over its real target positions}."""
-    keys = list(zip(sample["doc_index"].tolist(), sample["doc_pos"].tolist()))
-    lengths = sample["target"].ne(PAD).sum(1).tolist()
-    return {k: logits[b, : lengths[b]] for b, k in enumerate(keys)}
 
 
 # ------------------------------------------------------------------------------------------ registry
@@ -124,16 +38,12 @@ def test_archs_registered():
 def test_thesis_archs_are_rnnsearch_maruf_and_bench_archs_rnnsearch_bench():
     for arch, base in [("docmem_m2c_src", "rnnsearch_maruf"), ("docmem_m2o_tgt_bench", "rnnsearch_bench"),
                        ("ctx_jean2017_rnn", "rnnsearch_maruf")]:
-        a, b = argparse.Namespace(), argparse.Namespace()
-        ARCH_CONFIG_REGISTRY[arch](a)
-        ARCH_CONFIG_REGISTRY[base](b)
+        a, b = arch_args(arch), arch_args(base)
         shared = {k: v for k, v in vars(b).items() if k != "dropout"}
         assert {k: vars(a)[k] for k in shared} == shared, arch
-    a = argparse.Namespace()
-    ARCH_CONFIG_REGISTRY["docmem_m2c_both"](a)  # dual memory: 0.5 encoder/decoder, 0.2 document RNN (§3.5.1)
+    a = arch_args("docmem_m2c_both")  # dual memory: 0.5 encoder/decoder, 0.2 document RNN (§3.5.1)
     assert (a.dropout, a.doc_rnn_dropout, a.doc_memories, a.memory_integration) == (0.5, 0.2, "both", "m2c")
-    a = argparse.Namespace()
-    ARCH_CONFIG_REGISTRY["docmem_m2o_src"](a)
+    a = arch_args("docmem_m2o_src")
     assert (a.dropout, a.doc_memories, a.memory_integration) == (0.2, "src", "m2o")
 
 
@@ -284,36 +194,6 @@ def test_target_memory_reads_the_sentence_paths_last_states():
             assert torch.allclose(memory[b], w @ last[rows], atol=1e-5), b
 
 
-def step_by_step(model, sample, permute_at=None, order=None):
-    """Logits one step at a time with an incremental state; at ``permute_at`` the batch is reordered as
-    beam search does (encoder output, incremental state)."""
-    net = sample["net_input"]
-    prev = net["prev_output_tokens"]
-    enc = model.encoder(**{k: v for k, v in net.items() if k != "prev_output_tokens"})
-    state, outs = {}, []
-    for t in range(prev.size(1)):
-        if t == permute_at:
-            enc = model.encoder.reorder_encoder_out(enc, order)
-            model.decoder.reorder_incremental_state_scripting(state, order)
-            prev = prev.index_select(0, order)
-            outs = [o.index_select(0, order) for o in outs]
-        outs.append(model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0])
-    return torch.cat(outs, 1)
-
-
-@pytest.mark.parametrize("variant", sorted(TINY_VARIANTS))
-def test_incremental_decoding_equals_the_full_pass_with_memories(variant):
-    model = tiny(variant)
-    sample = make_sample(corpus(), BATCH)
-    order = torch.tensor([3, 3, 0, 5, 1, 2])  # beam-like: repeats and drops
-    with torch.no_grad():
-        full = model(**sample["net_input"])[0]
-        inc = step_by_step(model, sample)
-        reordered = step_by_step(model, sample, permute_at=2, order=order)
-    assert torch.allclose(full, inc, atol=1e-5)
-    assert torch.allclose(full.index_select(0, order), reordered, atol=1e-5)
-
-
 def test_training_step_reaches_the_memory_parameters():
     model = tiny("m2o_both", dropout=0.1).train()
     sample = make_sample(corpus(), BATCH)
@@ -459,10 +339,6 @@ def test_pseudo_likelihood_conditions_on_the_other_sentences_translations_only(v
 
 
 # ------------------------------------------------------------------------------------------ stage 1 / warm start
-def rnnsearch_twin(model_kwargs, seed=1):
-    """The rnnsearch sentence model with docmem_tiny's sizes."""
-    kw = {"encoder_embed_dim": 16, "encoder_hidden_size": 16, "decoder_layers": 2, "dropout": 0.0, **model_kwargs}
-    return build_model("rnnsearch", vocab=V, seed=seed, **kw)
 
 
 @pytest.mark.parametrize("variant", ["m2c_both", "m2o_both", "m2c_both_conditional", "jean2017", "prev_tgt"])
@@ -552,24 +428,14 @@ def test_bench_and_baseline_parameter_counts(arch, base):
 
 
 # ------------------------------------------------------------------------------------------ RNNLM sentence vectors
-def lstm_lm_checkpoint(path, seed, vocab=V, emb=8, hidden=6, layers=2):
-    """A fairseq lstm_lm (stock) checkpoint; returns the model."""
-    from fairseq.models.lstm_lm import LSTMLanguageModel, base_architecture
-
-    torch.manual_seed(seed)
-    args = argparse.Namespace(decoder_embed_dim=emb, decoder_hidden_size=hidden, decoder_layers=layers,
-                              decoder_out_embed_dim=hidden, dropout=0.0, criterion="cross_entropy",
-                              max_target_positions=64, tokens_per_sample=64)
-    base_architecture(args)
-    task = types.SimpleNamespace(dictionary=make_dictionary(vocab), target_dictionary=make_dictionary(vocab))
-    lm = LSTMLanguageModel.build_model(args, task).eval()
-    torch.save({"model": lm.state_dict(), "args": args, "cfg": None}, path)
-    return lm
+def lm_checkpoint(path, seed):
+    """A 2-layer lstm_lm checkpoint on the toy dictionary; returns the model."""
+    return lstm_lm_checkpoint(path, make_dictionary(V), seed, layers=2)
 
 
 def test_rnnlm_sentence_vectors_are_the_two_lms_last_states(tmp_path):
-    fwd = lstm_lm_checkpoint(tmp_path / "fwd.pt", 1)
-    bwd = lstm_lm_checkpoint(tmp_path / "bwd.pt", 2)
+    fwd = lm_checkpoint(tmp_path / "fwd.pt", 1)
+    bwd = lm_checkpoint(tmp_path / "bwd.pt", 2)
     enc = LMSentenceEncoder.from_checkpoints(str(tmp_path / "fwd.pt"), str(tmp_path / "bwd.pt"), make_dictionary(V))
     assert all(not p.requires_grad for p in enc.parameters())
     words = [torch.tensor([5, 9, 7]), torch.tensor([11, 4, 6, 8, 30])]
@@ -583,8 +449,8 @@ def test_rnnlm_sentence_vectors_are_the_two_lms_last_states(tmp_path):
 
 
 def test_rnnlm_source_memory_model(tmp_path):
-    lstm_lm_checkpoint(tmp_path / "fwd.pt", 1)
-    lstm_lm_checkpoint(tmp_path / "bwd.pt", 2)
+    lm_checkpoint(tmp_path / "fwd.pt", 1)
+    lm_checkpoint(tmp_path / "bwd.pt", 2)
     spec = f"{tmp_path / 'fwd.pt'},{tmp_path / 'bwd.pt'}"
     model = tiny("m2c_src", src_mem_encoder="rnnlm", src_mem_lm=spec)
     assert model.encoder.doc_rnn.rnn.rnn.input_size == 12  # 2 x the LM hidden size
@@ -596,272 +462,8 @@ def test_rnnlm_source_memory_model(tmp_path):
         full = model(**sample["net_input"])[0]
         assert torch.allclose(full, step_by_step(model, sample), atol=1e-5)
     # a trained model loads without the LM files (sizes kept in its args)
-    args = argparse.Namespace(arch="docmem_tiny", doc_memories="src", src_mem_encoder="rnnlm",
-                              src_mem_lm="/nonexistent/f.pt,/nonexistent/b.pt", src_mem_lm_dims="8,6,2")
-    ARCH_CONFIG_REGISTRY["docmem_tiny"](args)
-    d = make_dictionary(V)
-    again = ARCH_MODEL_REGISTRY["docmem_tiny"].build_model(args, types.SimpleNamespace(source_dictionary=d,
-                                                                                         target_dictionary=d))
+    again = build_model("docmem_tiny", vocab=V, seed=None, doc_memories="src", src_mem_encoder="rnnlm",
+                        src_mem_lm="/nonexistent/f.pt,/nonexistent/b.pt", src_mem_lm_dims="8,6,2")
     again.load_state_dict(model.state_dict())
     with torch.no_grad():
         assert torch.equal(again.eval()(**sample["net_input"])[0], full)
-
-
-# ------------------------------------------------------------------------------------------ decoding
-def test_fairseq_beam_search_with_memories_matches_greedy_bcd_pass():
-    """fairseq's SequenceGenerator (what fairseq-generate runs) reorders the encoder output of a document
-    batch correctly: its beam-1 output is doc_bcd's Jacobi pass given the same target context."""
-    from fairseq.sequence_generator import SequenceGenerator
-
-    model = tiny("m2c_both", seed=4)
-    sample = make_sample(corpus(), BATCH)
-    d = make_dictionary(V)
-    hyps = SequenceGenerator([model], d, beam_size=1, max_len_b=12).generate([model], sample)
-    bcd = DocBCDGenerator([model], d, iterations=1, max_len_b=12)
-    ours = bcd.decode("doc", sample)
-    for b in range(len(BATCH)):
-        assert torch.equal(hyps[b][0]["tokens"], ours[b]["tokens"]), b
-    beam = SequenceGenerator([model], d, beam_size=3, max_len_b=12).generate([model], sample)
-    assert len(beam) == len(BATCH)
-
-
-@pytest.mark.parametrize("init", ["base_model", "zero_context"])
-def test_bcd_with_zero_iterations_is_greedy_of_the_sentence_model(init):
-    model = tiny("m2c_both", seed=5)
-    sent = rnnsearch_twin({"decoder_variant": "plain"}, seed=6)
-    model.load_state_dict(sent.state_dict())
-    d = make_dictionary(V)
-    sample = make_sample(corpus(), BATCH)
-    greedy = GreedyGenerator([sent], d, max_len_b=12).generate([sent], sample)
-    models = [model, sent] if init == "base_model" else [model]
-    bcd = DocBCDGenerator(models, d, iterations=0, init=init, max_len_b=12).generate(models, sample)
-    for b in range(len(BATCH)):
-        assert torch.equal(bcd[b][0]["tokens"], greedy[b][0]["tokens"])
-        assert torch.equal(bcd[b][0]["positional_scores"], greedy[b][0]["positional_scores"])
-
-
-def test_bcd_jacobi_pass_is_the_doc_model_on_pass_zero_translations():
-    model = tiny("m2c_both", seed=5)
-    d = make_dictionary(V)
-    sample = make_sample(corpus(), BATCH)
-    bcd = DocBCDGenerator([model], d, iterations=1, init="zero_context", max_len_b=12)
-    out = bcd.generate([model], sample)
-    with model.memory_disabled():
-        first = bcd.doc_greedy.decode(sample)
-    given = sample["net_input"]["ctx_tgt_tokens"]
-    current = [h["tokens"] for h in first] + [given[len(BATCH)][given[len(BATCH)].ne(PAD)]]
-    expect = bcd.doc_greedy.decode(bcd.with_targets(sample, current))
-    for b in range(len(BATCH)):
-        assert torch.equal(out[b][0]["tokens"], expect[b]["tokens"])
-
-
-def test_bcd_gauss_seidel_runs_and_its_first_wave_is_jacobis():
-    model = tiny("m2c_tgt", seed=7)
-    d = make_dictionary(V)
-    sample = make_sample(corpus(), BATCH)
-    jac = DocBCDGenerator([model], d, iterations=1, update="jacobi", max_len_b=12).generate([model], sample)
-    gs = DocBCDGenerator([model], d, iterations=1, update="gauss_seidel", max_len_b=12).generate([model], sample)
-    first = [b for b, (_, p) in enumerate(BATCH) if p == 0]
-    for b in first:  # the first sentence of each document sees only pass-0 translations in both schemes
-        assert torch.equal(jac[b][0]["tokens"], gs[b][0]["tokens"])
-
-
-def test_bcd_without_given_extra_targets_translates_them_in_pass_zero():
-    model = tiny("m2c_tgt", seed=7)
-    d = make_dictionary(V)
-    sample = make_sample(corpus(), BATCH, with_tgt=False)
-    out = DocBCDGenerator([model], d, iterations=1, max_len_b=12).generate([model], sample)
-    assert len(out) == len(BATCH) and all(h[0]["tokens"][-1] == EOS for h in out)
-
-
-class MockBCD(DocBCDGenerator):
-    """decode() records the target context each sentence saw and answers [id, 10·pass + 10, EOS] where id is
-    the sentence's first source token (unique per sentence)."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.calls = []  # (stage, {sentence id: {context sentence id: its translation's pass}})
-        self.passes = {}
-
-    def decode(self, stage, sample):
-        net = sample["net_input"]
-        src = net["src_tokens"]
-        first = [int(r[r.ne(PAD)][0]) for r in src]
-        extra = net["ctx_src_tokens"]
-        ids = first + [int(r[r.ne(PAD)][0]) for r in extra] if extra.size(0) else list(first)
-        seen = {}
-        if stage == "doc":
-            tgt = net["ctx_tgt_tokens"]
-            for b, sid in enumerate(first):
-                seen[sid] = {ids[r]: int(tgt[r, 1]) for r in net["ctx_index"][b].tolist() if r >= 0}
-        self.calls.append((stage, seen))
-        out = []
-        for sid in first:
-            p = self.passes[sid] = self.passes.get(sid, -1) + 1 if stage == "doc" else 0
-            out.append({"tokens": torch.tensor([sid, 10 * p + 10, EOS]), "positional_scores": torch.zeros(3)})
-        return out
-
-
-def mock_docs():
-    """Two documents (3 and 2 sentences), the first source token = a unique sentence id (4..8)."""
-    docs = corpus((3, 2))
-    sid = 4
-    for d in docs:
-        for i, (s, t) in enumerate(d):
-            s[0] = sid
-            sid += 1
-    return docs
-
-
-def test_jacobi_uses_only_the_previous_pass():
-    docs = mock_docs()
-    batch = [(1, 1), (0, 2), (0, 0), (1, 0), (0, 1)]
-    gen = MockBCD([tiny("m2c_tgt")], make_dictionary(V), iterations=2, update="jacobi")
-    out = gen.generate(gen.models, make_sample(docs, batch))
-    stages = [s for s, _ in gen.calls]
-    assert stages == ["init", "doc", "doc"]
-    for t, (_, seen) in enumerate(gen.calls[1:], start=1):
-        assert set(seen) == {4, 5, 6, 7, 8}
-        for sid, ctx in seen.items():
-            assert ctx and all(v == 10 * (t - 1) + 10 for v in ctx.values()), (t, sid, ctx)  # pass t-1
-    assert all(int(h[0]["tokens"][1]) == 30 for h in out)
-
-
-def test_gauss_seidel_updates_in_place_in_document_order():
-    docs = mock_docs()
-    batch = [(1, 1), (0, 2), (0, 0), (1, 0), (0, 1)]
-    gen = MockBCD([tiny("m2c_tgt")], make_dictionary(V), iterations=2, update="gauss_seidel")
-    gen.generate(gen.models, make_sample(docs, batch))
-    position = {4: 0, 5: 1, 6: 2, 7: 0, 8: 1}
-    doc = {4: 0, 5: 0, 6: 0, 7: 1, 8: 1}
-    doc_calls = [seen for s, seen in gen.calls if s == "doc"]
-    assert [sorted(c) for c in doc_calls] == [[4, 7], [5, 8], [6], [4, 7], [5, 8], [6]]  # waves, twice
-    for i, seen in enumerate(doc_calls):
-        t = 1 + i // 3  # pass
-        for sid, ctx in seen.items():
-            assert set(ctx) == {o for o in doc if doc[o] == doc[sid] and o != sid}
-            for other, p in ctx.items():
-                expect = t if position[other] < position[sid] else t - 1  # updated earlier in this pass
-                assert p == 10 * expect + 10, (t, sid, other, p)
-
-
-def test_bcd_rows_as_batch_keeps_the_context_of_every_sentence():
-    """The sub-batch of a Gauss-Seidel wave gives a sentence exactly its output in the full batch."""
-    model = tiny("m2c_both", seed=2)
-    d = make_dictionary(V)
-    sample = make_sample(corpus(), BATCH)
-    gen = DocBCDGenerator([model], d, iterations=1, max_len_b=12)
-    given = sample["net_input"]["ctx_tgt_tokens"]
-    current = [r[r.ne(PAD)] for r in given]
-    full = gen.doc_greedy.decode(sample)
-    for rows in ([0, 2], [4], [5, 1, 3]):
-        sub = gen.doc_greedy.decode(gen.rows_as_batch(sample, rows, current))
-        for i, b in enumerate(rows):
-            assert torch.equal(sub[i]["tokens"], full[b]["tokens"]), (rows, b)
-
-
-# ------------------------------------------------------------------------------------------ command line
-def test_cli_train_and_generate_then_bcd_through_the_task(tiny_bin, tmp_path):
-    """fairseq-train / fairseq-generate --user-dir on the tiny Bible slice with gold target context; then
-    doc_bcd through the task's own document batches (K = 0 is the zero-memory greedy output, K = 1 Jacobi
-    and Gauss-Seidel run)."""
-    from fairseq import checkpoint_utils
-
-    from harness import fairseq, hypotheses, n_lines
-
-    save = tmp_path / "ckpt"
-    common = ["--task", "doc_translation", "--doc-target-context", "gold"]
-    fairseq("train", tiny_bin, *common, "--arch", "docmem_tiny", "--criterion", "cross_entropy",
-            "--optimizer", "sgd", "--lr", "0.1", "--clip-norm", "5", "--max-tokens", "1000", "--max-update", "4",
-            "--save-dir", save, "--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple",
-            "--log-interval", "1", "--no-epoch-checkpoints")
-    ckpt = save / "checkpoint_last.pt"
-    assert ckpt.exists()
-    out = fairseq("generate", tiny_bin, *common, "--path", ckpt, "--cpu", "--beam", "1", "--max-len-b", "20").stdout
-    n = n_lines(tiny_bin / "test.ids")
-    assert len(hypotheses(out)) == n
-    # the generator of --decoding-algorithm doc_bcd (two-pass decoding, no target context from the task)
-    bcd = fairseq("generate", tiny_bin, "--task", "doc_translation", "--path", ckpt, "--cpu", "--beam", "1",
-                  "--max-len-b", "20", "--decoding-algorithm", "doc_bcd", "--doc-iterations", "1").stdout
-    assert len(hypotheses(bcd)) == n
-
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(ckpt)], arg_overrides={"data": str(tiny_bin), "doc_target_context": "none"})
-    model = models[0].eval()
-    assert model.uses_document_context and not model.zero_memory
-    task.load_dataset("test")
-    batches = list(task.get_batch_iterator(dataset=task.dataset("test"), max_tokens=200).next_epoch_itr(shuffle=False))
-    with torch.no_grad():  # the task hands the document context to the model
-        net = batches[0]["net_input"]
-        enc = model.encoder(**{k: v for k, v in net.items() if k != "prev_output_tokens"})
-    assert bool(enc["ctx_index"][0].ge(0).any()) and bool(enc["doc_src_context"][0].abs().sum() > 0)
-    d = task.target_dictionary
-    results = {}
-    for name, kw in {"k0": dict(iterations=0), "jacobi": dict(iterations=1),
-                     "gauss_seidel": dict(iterations=1, update="gauss_seidel")}.items():
-        gen = DocBCDGenerator([model], d, max_len_b=20, **kw)
-        hyps = {}
-        for sample in batches:
-            assert "ctx_tgt_tokens" not in sample["net_input"]
-            for i, h in zip(sample["id"].tolist(), task.inference_step(gen, [model], sample)):
-                hyps[i] = h[0]["tokens"].tolist()
-        assert len(hyps) == n
-        results[name] = hyps
-    greedy = {}
-    with model.memory_disabled():
-        for sample in batches:
-            net = sample["net_input"]
-            plain = {"net_input": {"src_tokens": net["src_tokens"], "src_lengths": net["src_lengths"]}}
-            for i, h in zip(sample["id"].tolist(), GreedyGenerator([model], d, max_len_b=20).generate([model], plain)):
-                greedy[i] = h[0]["tokens"].tolist()
-    assert results["k0"] == greedy
-
-
-def test_cli_ctx_jean2017_rnn_trains_and_generates(tiny_bin, tmp_path):
-    """The Jean et al. (2017) baseline of Table 3.4 (a second attention over the previous source sentence, its
-    context vector an extra first-layer input at every step, §3.5) through the real command lines:
-    ``fairseq-train --user-dir fairseq_ext --task doc_translation --arch ctx_jean2017_rnn_bench`` with its sizes
-    overridden to a tiny model (emb 16, encoder 2x16, decoder 32, attention 16; no tiny preset of this arch), then
-    ``fairseq-generate`` (beam 2: the previous-sentence attention state is reordered with the beam) gives exactly one
-    hypothesis per test sentence; the checkpoint has the second attention."""
-    from harness import generate, hypotheses, n_lines, train
-
-    dims = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--decoder-out-embed-dim", "16",
-            "--encoder-hidden-size", "16", "--decoder-hidden-size", "32", "--attention-dim", "16"]
-    ckpt = train(tiny_bin, tmp_path / "jean", ["--arch", "ctx_jean2017_rnn_bench", *dims], task="doc_translation",
-                 criterion="cross_entropy", max_update=2, extra=["--disable-validation"])
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    assert any(k.startswith("decoder.jean_attention.") for k in state["model"])
-    assert state["model"]["decoder.embed_tokens.weight"].shape[1] == 16
-    out = generate(tiny_bin, ckpt, task="doc_translation")
-    n = n_lines(tiny_bin / "test.ids")
-    assert sorted(hypotheses(out)) == list(range(n))
-    assert sum(line.startswith("H-") for line in out.splitlines()) == n
-
-
-def test_the_greedy_generator_gives_a_document_model_its_context():
-    """--decoding-algorithm greedy (GreedyGenerator) hands the context keys to the encoder, as fairseq's beam
-    search does: the memories are read, so the output differs from the context-free one."""
-    from fairseq_ext.generators.decoding import GreedyGenerator
-
-    model = build_model("docmem_tiny", vocab=60, doc_memories="src")
-    src, lengths, prev = toy_batch()
-    B = src.size(0)
-    index = torch.tensor([[j for j in range(B) if j != i] for i in range(B)])
-    net = dict(src_tokens=src, src_lengths=lengths, ctx_src_tokens=src.new_full((0, 1), 1),
-               ctx_src_lengths=src.new_zeros(0), ctx_index=index, ctx_distance=index - torch.arange(B)[:, None])
-    seen = {}
-    encoder_forward = model.encoder.forward
-
-    def spy(*args, **kwargs):
-        seen.update(kwargs)
-        return encoder_forward(*args, **kwargs)
-
-    model.encoder.forward = spy
-    gen = GreedyGenerator([model], model.decoder.dictionary, max_len_b=8)
-    with_ctx = gen.generate([model], {"net_input": net})
-    assert "ctx_index" in seen and torch.equal(seen["ctx_index"], index)
-    with model.memory_disabled():
-        without = gen.generate([model], {"net_input": net})
-    scores = [h[0]["positional_scores"] for h in with_ctx], [h[0]["positional_scores"] for h in without]
-    assert any(a.shape != b.shape or not torch.allclose(a, b) for a, b in zip(*scores))
