@@ -395,6 +395,24 @@ def test_each_option_of_the_models_has_one_spelling_and_the_earlier_one_still_pa
     assert sorted(seen) == sorted(OLD_OPTION_SPELLINGS)
 
 
+def test_rescore_batch_is_one_option_of_both_rescoring_tasks_and_the_earlier_spelling_parses():
+    """``--rescore-batch`` (NPD of translation_decoding, NPD/EPD of translation_fertility) is one option with one
+    default; translation_decoding's earlier ``--npd-rescore-batch`` is a second string of it."""
+    from fairseq import options
+
+    from fairseq_ext.generators.rescoring import RESCORE_BATCH
+
+    def parse(task, *argv):
+        return options.parse_args_and_arch(options.get_generation_parser(default_task=task), ["DATA", "--task", task,
+                                                                                               *argv])
+
+    for task in ("translation_decoding", "translation_fertility"):
+        assert parse(task).rescore_batch == RESCORE_BATCH and parse(task, "--rescore-batch", "5").rescore_batch == 5
+    old, new = parse("translation_decoding", "--npd-rescore-batch", "5"), parse("translation_decoding", "--rescore-batch",
+                                                                              "5")
+    assert vars(old) == vars(new) and not hasattr(new, "npd_rescore_batch")
+
+
 def test_the_bench_shape_as_flags_is_the_bench_configuration():
     """The bench shape is defined once (arch_utils.SHAPES): ``shape_flags("bench")`` are the flags of the bench
     configuration's baseline (recipes/bench/configs.py ``TRANSFORMER_SMALL``) and build ``transformer_bench``."""

@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from fairseq_ext.generators.rescoring import best_per_group, score_candidates
+from fairseq_ext.generators.rescoring import RESCORE_BATCH, best_per_group, score_candidates
 
 DECODING_ALGORITHMS = ("beam", "greedy", "shrinking_beam", "npd")
 
@@ -247,7 +247,8 @@ class GaussianStateNoise:
 class NoisyParallelGenerator(AutoregressiveGenerator):
     """Noisy parallel decoding, Eq. 2.14 (module doc): N noisy greedy decodes, noise-free rescoring."""
 
-    def __init__(self, models, tgt_dict, samples: int = 8, sigma0: float = 0.5, rescore_batch: int = 64, **kwargs):
+    def __init__(self, models, tgt_dict, samples: int = 8, sigma0: float = 0.5, rescore_batch: int = RESCORE_BATCH,
+                 **kwargs):
         super().__init__(models, tgt_dict, **kwargs)
         if samples < 1:
             raise ValueError(f"--npd-samples must be >= 1, got {samples}")

@@ -28,7 +28,7 @@ The pieces, in the order :meth:`NATFertilityGenerator.generate` uses them:
    a teacher model, length-normalised, chunked by ``--rescore-batch``" — which is the rescorer that the
    autoregressive noisy parallel decoding uses too (:mod:`fairseq_ext.generators.rescoring`), then
    :func:`~fairseq_ext.generators.rescoring.best_per_group`. The teacher's decoder and vocabulary
-   log-softmax run on ``rescore_batch`` candidates at a time (0: all at once), which bounds its memory and
+   log-softmax run on ``rescore_batch`` candidates at a time (``--rescore-batch``, default 64; 0: all at once), which bounds its memory and
    does not change the scores.
 
 In every mode Σf̂ is capped at ``max_len_ratio``·T' and an all-zero f̂ gets one word
@@ -49,7 +49,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from fairseq_ext.generators.rescoring import best_per_group, score_candidates
+from fairseq_ext.generators.rescoring import RESCORE_BATCH, best_per_group, score_candidates
 from fairseq_ext.modules.nat_fertility import constrain_fertility, fertility_cap, predict_fertility
 
 logger = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ class NATFertilityGenerator:
     def __init__(self, tgt_dict, fertility_decoding: str = "argmax", npd_samples: int = 0, teacher=None,
                  npd_temperature: float = 1.0, npd_score_eos: bool = False, npd_length_normalize: bool = True,
                  oracle_length: bool = False, max_len_ratio: float = 2.0, epd_topk: int = 10,
-                 rescore_batch: int = 0):
+                 rescore_batch: int = RESCORE_BATCH):
         if fertility_decoding not in DECODING:
             raise ValueError(f"fertility decoding {fertility_decoding!r}: expected one of {DECODING}")
         if npd_samples > 0 and fertility_decoding == "epd":

@@ -18,11 +18,26 @@ The scorer is used as it is: put it in eval mode and clear any decoding-time per
 References: Gu, "Efficient Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019;
 Cho, Esipova, "Noisy Parallel Approximate Decoding for Conditional Recurrent Language Model", 2016.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 import torch
+from fairseq.dataclass import FairseqDataclass
 from torch import Tensor
+
+#: candidates per noise-free rescoring pass (``--rescore-batch``; 0: all at once): it bounds the scorer's memory
+#: and changes no score
+RESCORE_BATCH = 64
+
+
+@dataclass
+class RescoreBatchConfig(FairseqDataclass):
+    """``--rescore-batch`` (earlier ``--npd-rescore-batch``) of every task whose decoding rescores candidates."""
+    rescore_batch: int = field(
+        default=RESCORE_BATCH,
+        metadata={"help": "NPD/EPD: the scorer's decoder and output softmax over the vocabulary run on this many "
+                          "candidates at a time (bounds memory, same scores); 0 = all at once"},
+    )
 
 
 @dataclass
@@ -44,7 +59,7 @@ def _with_eos(c: Tensor, eos: int) -> Tensor:
 @torch.no_grad()
 def score_candidates(scorer, src_tokens: Tensor, src_lengths: Tensor, candidates: Sequence[Tensor],
                      index: Optional[Tensor] = None, *, eos: int, pad: int, alpha: float = 1.0,
-                     append_eos: bool = True, chunk: int = 64, encoder_out=None) -> CandidateScores:
+                     append_eos: bool = True, chunk: int = RESCORE_BATCH, encoder_out=None) -> CandidateScores:
     """Score every candidate with ``scorer`` (see module doc).
 
     ``index`` (N,) source row of each candidate (default: candidate n translates source n);

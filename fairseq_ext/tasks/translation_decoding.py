@@ -10,7 +10,8 @@ Decoding (Gu 2019 §2.3; :mod:`fairseq_ext.generators.decoding`):
   final choice by Eq. 2.13 with α = ``--lenpen``;
 * ``npd``: noisy parallel decoding (Eq. 2.14), ``--npd-samples`` N noisy greedy decodes with noise
   N(0, ``--npd-sigma0``²/t²), rescored noise-free by the model (α = ``--lenpen``) in chunks of
-  ``--npd-rescore-batch`` candidates.
+  ``--rescore-batch`` candidates (the option of ``translation_fertility``; ``--npd-rescore-batch`` is its
+  earlier spelling here, still accepted).
 
 Every mode honours ``--max-len-a/-b``, ``--max-len``, ``--min-len``, ``--nbest`` and ``--unnormalized``.
 
@@ -39,13 +40,14 @@ from fairseq_ext.generators.decoding import (
     ShrinkingBeamGenerator,
 )
 from fairseq_ext.data.samples import subset_sample
+from fairseq_ext.generators.rescoring import RescoreBatchConfig
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TranslationDecodingConfig(TranslationExtConfig):
+class TranslationDecodingConfig(TranslationExtConfig, RescoreBatchConfig):
     decoding_algorithm: ChoiceEnum(DECODING_ALGORITHMS) = field(
         default="beam",
         metadata={"help": "beam: fairseq's beam search; greedy: Eq. 2.10; shrinking_beam: the beam shrinks by one "
@@ -55,8 +57,6 @@ class TranslationDecodingConfig(TranslationExtConfig):
     npd_samples: int = field(default=8, metadata={"help": "npd: noisy greedy decodes per sentence"})
     npd_sigma0: float = field(
         default=0.5, metadata={"help": "npd: noise std at step 1; step t gets N(0, sigma0^2/t^2) (0: greedy)"})
-    npd_rescore_batch: int = field(
-        default=64, metadata={"help": "npd: candidates per noise-free rescoring pass (0: all at once)"})
 
 
 @register_task("translation_decoding", dataclass=TranslationDecodingConfig)
@@ -64,6 +64,14 @@ class TranslationDecodingTask(TranslationExtTask):
     """``translation_ext`` + ``--decoding-algorithm`` + interactive input checks (module doc)."""
 
     cfg: TranslationDecodingConfig
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        # the earlier spelling: a second string of the same option (one dest, one default)
+        action = parser._option_string_actions["--rescore-batch"]
+        action.option_strings.append("--npd-rescore-batch")
+        parser._option_string_actions["--npd-rescore-batch"] = action
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
@@ -88,7 +96,7 @@ class TranslationDecodingTask(TranslationExtTask):
         if algorithm == "shrinking_beam":
             return ShrinkingBeamGenerator(models, self.target_dictionary, beam_size=getattr(args, "beam", 5), **common)
         return NoisyParallelGenerator(models, self.target_dictionary, samples=self.cfg.npd_samples,
-                                      sigma0=self.cfg.npd_sigma0, rescore_batch=self.cfg.npd_rescore_batch,
+                                      sigma0=self.cfg.npd_sigma0, rescore_batch=self.cfg.rescore_batch,
                                       **common)
 
     def next_input_line(self) -> str:

@@ -30,6 +30,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
 from fairseq_ext.data.fertility import FertilityLanguagePairDataset, check_fertility
+from fairseq_ext.generators.rescoring import RescoreBatchConfig
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
 
 logger = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ FERTILITY_DECODING_CHOICES = ChoiceEnum(["argmax", "average", "epd"])
 
 
 @dataclass
-class TranslationFertilityConfig(TranslationExtConfig):
+class TranslationFertilityConfig(TranslationExtConfig, RescoreBatchConfig):
     fertility_name: str = field(
         default="fert",
         metadata={"help": "fertilities are read from {split}.{src}-{tgt}.NAME (default fert)"},
@@ -69,11 +70,6 @@ class TranslationFertilityConfig(TranslationExtConfig):
     )
     npd_no_length_norm: bool = field(
         default=False, metadata={"help": "NPD/EPD: rank by the teacher's total instead of mean log-probability"},
-    )
-    rescore_batch: int = field(
-        default=0,
-        metadata={"help": "NPD/EPD: the teacher's output softmax over the vocabulary runs on this many "
-                          "candidates at a time (bounds memory, same scores); 0 = all at once"},
     )
     oracle_length: bool = field(
         default=False,
