@@ -1,56 +1,21 @@
 """SEG-NMT's translation stage (Gu 2019 ch. 4; fairseq_ext/models/seg_nmt.py, models/seg_copynet.py,
-modules/tm_memory.py, criterions/seg_nmt_cross_entropy.py, tasks/seg_translation.py): the memory math in-process
-(Eqs. 4.2–4.7 against rnnsearch on the same weights), the task's batch contract and errors, then
-fairseq-train / fairseq-generate on the tiny slice with side files written here."""
-import argparse
-import json
+modules/tm_memory.py, criterions/seg_nmt_cross_entropy.py), the memory math in process: Eqs. 4.2–4.7 against
+rnnsearch on the same weights, the criterion, training through the memory, seg_copynet. Incremental decoding and
+beam search are in ``test_seg_nmt_incremental.py``, the task and the command lines in ``test_seg_nmt_cli.py``."""
 import math
-import shutil
-import sys
 import types
 
 import pytest
 import torch
-from fairseq.data import data_utils
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY
 
 import fairseq_ext  # noqa: F401  (registrations)
-from fairseq_ext.data.translation_memory import TMEntry, TMFormatError, write_tm
 from fairseq_ext.modules.tm_memory import copy_probs, gather_slots, shallow_fusion
-from harness import USER_DIR, build_model, hypotheses, make_dictionary, n_lines, run, toy_batch
+from harness import arch_args, build_model, make_dictionary, toy_batch
+from seg_toys import EOS, PAIRS, PAD, V, seg, tm_inputs, toy
 
-V = 60
-PAD, EOS = 1, 2
 SEG_ARCHS = ["seg_nmt", "seg_nmt_bench", "seg_nmt_jrc", "seg_nmt_tiny"]
 COPY_ARCHS = ["seg_copynet", "seg_copynet_bench", "seg_copynet_tiny"]
-
-
-def seg(arch="seg_nmt_tiny", seed=0, **kw):
-    return build_model(arch, vocab=V, seed=seed, **kw)
-
-
-def tm_inputs(pairs, tm_index):
-    """The task's ``tm_*`` net_input keys for ``pairs`` = [(X' ids, Y' ids)] (without </s>) and ``tm_index``."""
-    if not pairs:
-        return dict(tm_src_tokens=torch.full((0, 1), PAD), tm_src_lengths=torch.zeros(0, dtype=torch.long),
-                    tm_prev_output_tokens=torch.full((0, 1), PAD), tm_tgt_tokens=torch.full((0, 1), PAD),
-                    tm_index=torch.tensor(tm_index, dtype=torch.long).reshape(len(tm_index), -1))
-    src = [torch.tensor(x + [EOS]) for x, _ in pairs]
-    tgt = [torch.tensor(y + [EOS]) for _, y in pairs]
-    return dict(tm_src_tokens=data_utils.collate_tokens(src, PAD, EOS, True),
-                tm_src_lengths=torch.tensor([s.numel() for s in src]),
-                tm_prev_output_tokens=data_utils.collate_tokens(tgt, PAD, EOS, False, move_eos_to_beginning=True),
-                tm_tgt_tokens=data_utils.collate_tokens(tgt, PAD, EOS, False),
-                tm_index=torch.tensor(tm_index, dtype=torch.long))
-
-
-PAIRS = [([5, 6, 7, 8], [9, 10, 11]), ([12, 13], [14, 9, 15, 16, 17]), ([18, 19, 20], [21, 22])]
-
-
-def toy(tm_index=([0, 1], [2, -1], [-1, -1]), pairs=PAIRS, **kw):
-    """A toy batch of 3 (row 0: pairs 0 and 1, row 1: pair 2, row 2: none) → (src, lengths, prev, tm)."""
-    src, lengths, prev = toy_batch(bsz=len(tm_index), src_len=7, tgt_len=6, **kw)
-    return src, lengths, prev, tm_inputs(pairs, [list(r) for r in tm_index])
 
 
 def rnnsearch_twin(model, arch="rnnsearch_tiny", **kw):
@@ -75,10 +40,8 @@ def test_archs_registered():
     assert sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "SegCopyNetModel") == COPY_ARCHS
 
 
-def arch_args(arch, **kw):
-    a = argparse.Namespace(**kw)
-    ARCH_CONFIG_REGISTRY[arch](a)
-    return vars(a)
+def defaults(arch, **kw):
+    return vars(arch_args(arch, **kw))
 
 
 SEG_OPTIONS = ("fusion", "tm_metric", "no_tm_coverage", "gate_hidden_dim")
@@ -89,15 +52,15 @@ def test_presets_have_the_sentence_sizes_of_their_rnnsearch():
                            ("seg_nmt_bench", "rnnsearch_bench"), ("seg_nmt_tiny", "rnnsearch_tiny"),
                            ("seg_copynet", "rnnsearch_jrc"), ("seg_copynet_bench", "rnnsearch_bench"),
                            ("seg_copynet_tiny", "rnnsearch_tiny")]:
-        ours, theirs = arch_args(seg_arch), arch_args(base)
+        ours, theirs = defaults(seg_arch), defaults(base)
         assert {k: v for k, v in ours.items() if k not in SEG_OPTIONS} == theirs, seg_arch
-    thesis = arch_args("seg_nmt")
-    assert thesis == arch_args("seg_nmt_jrc")
+    thesis = defaults("seg_nmt")
+    assert thesis == defaults("seg_nmt_jrc")
     sizes = (thesis["encoder_hidden_size"], thesis["decoder_hidden_size"], thesis["encoder_embed_dim"])
     assert sizes == (1024, 1024, 512)
     assert (thesis["fusion"], thesis["tm_metric"], thesis["no_tm_coverage"], thesis["gate_hidden_dim"]) == \
         ("shallow", "diagonal", False, 1024)
-    assert arch_args("seg_nmt", fusion="deep", gate_hidden_dim=0)["fusion"] == "deep"
+    assert defaults("seg_nmt", fusion="deep", gate_hidden_dim=0)["fusion"] == "deep"
 
 
 def test_thesis_size_parameters_over_rnnsearch():
@@ -319,125 +282,6 @@ def test_absent_and_padded_pairs_get_zero_weight(fusion):
         assert torch.allclose(model(src, lengths, prev, **swapped)[0], both, atol=1e-5)
 
 
-@pytest.mark.parametrize("fusion,order", [("shallow", None), ("shallow", [2, 0, 0]), ("deep", [1, 0, 2])])
-def test_incremental_decoding_equals_the_full_pass_with_beam_reordering(fusion, order):
-    """The memory (encoder_out) and the coverage β (incremental state) follow the beam."""
-    model = seg(fusion=fusion)
-    with torch.no_grad():
-        model.decoder.tm_coverage_weight.fill_(1.5)
-    src, lengths, prev, tm = toy()
-    with torch.no_grad():
-        enc = model.encoder(src, lengths, **tm)
-        state, outs = {}, []
-        for t in range(prev.size(1)):
-            if order is not None and t == 3:
-                idx = torch.tensor(order)
-                enc = model.encoder.reorder_encoder_out(enc, idx)
-                model.decoder.reorder_incremental_state_scripting(state, idx)
-                prev, outs = prev.index_select(0, idx), [o.index_select(0, idx) for o in outs]
-            outs.append(model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0])
-        inc = torch.cat(outs, 1)
-        idx = torch.arange(3) if order is None else torch.tensor(order)
-        tm = dict(tm, tm_index=tm["tm_index"].index_select(0, idx))
-        full = model(src.index_select(0, idx), lengths.index_select(0, idx), prev, **tm)[0]
-    assert torch.allclose(inc, full, atol=1e-5)
-
-
-def test_beam_search_scores_are_the_full_forward_scores():
-    """fairseq's SequenceGenerator (beam 3) with the memory: every hypothesis's per-token scores equal the
-    teacher-forced full pass over it with its example's memory."""
-    from fairseq.sequence_generator import SequenceGenerator
-
-    model = seg()
-    with torch.no_grad():
-        model.decoder.tm_coverage_weight.fill_(2.0)
-        model.decoder.tm_gate.out.bias.fill_(1.0)  # a gate that uses the memory
-    src, lengths, _, tm = toy()
-    gen = SequenceGenerator([model], make_dictionary(V), beam_size=3, max_len_b=8)
-    with torch.no_grad():
-        hypos = gen.generate([model], {"net_input": dict(src_tokens=src, src_lengths=lengths, **tm)})
-        for b, hs in enumerate(hypos):
-            assert len(hs) == 3
-            for h in hs:
-                tokens = h["tokens"].unsqueeze(0)
-                prev = torch.cat([torch.tensor([[EOS]]), tokens[:, :-1]], 1)
-                row = dict(tm, tm_index=tm["tm_index"][b:b + 1])
-                lp = model.get_normalized_probs(model(src[b:b + 1], lengths[b:b + 1], prev, **row), log_probs=True)
-                gold = lp.gather(-1, tokens.unsqueeze(-1)).view(-1)
-                assert torch.allclose(h["positional_scores"], gold, atol=1e-4), (b, h["tokens"])
-
-
-def test_shared_memory_reads_equal_gathered_rows_and_reorder_drops_finished_sentences():
-    """The keys/values stay one row per sentence in beam search: batched reads in the beam layout, a gather
-    otherwise, both equal to reading the expanded rows; reordering moves only the row index and drops the
-    rows of finished sentences."""
-    from fairseq_ext.modules.tm_memory import BilinearMetric, reorder_shared, shared_group, shared_read, shared_scores
-
-    g = torch.Generator().manual_seed(0)
-    S, M, C, H, beam = 3, 5, 4, 6, 2
-    keys, values = torch.randn(S, M, C, generator=g), torch.randn(S, M, H, generator=g)
-    metric = BilinearMetric(C, "full")
-    with torch.no_grad():
-        metric.weight.copy_(torch.randn(C, C, generator=g))
-    row = torch.arange(S).repeat_interleave(beam)
-    assert shared_group(row, S * beam, S) == beam and shared_group(None, S, S) == 1
-    assert shared_group(torch.tensor([0, 0, 2, 1, 1, 2]), 6, S) is None and shared_group(None, 4, S) is None
-    for r in (row, torch.tensor([2, 0, 0, 1, 2, 1])):   # the beam layout (batched) and an arbitrary one (gather)
-        q = torch.randn(r.numel(), C, generator=g)
-        w = torch.randn(r.numel(), M, generator=g).softmax(-1)
-        assert torch.allclose(shared_scores(metric, q, keys, r), metric(q, keys[r]), atol=1e-5)
-        assert torch.allclose(shared_read(w, values, r), torch.bmm(w.unsqueeze(1), values[r]).squeeze(1), atol=1e-5)
-    # fairseq's first reorder expands each sentence to its beam: only the index moves
-    r1, t1 = reorder_shared(None, {"k": keys, "v": values}, row)
-    assert torch.equal(r1, row) and t1["k"] is keys and t1["v"] is values
-    # sentence 1 finished: its rows go, the index is renumbered, the layout stays the beam layout
-    r2, t2 = reorder_shared(r1, t1, torch.tensor([1, 0, 5, 4]))
-    assert torch.equal(r2, torch.tensor([0, 0, 1, 1])) and shared_group(r2, 4, 2) == 2
-    assert torch.equal(t2["k"], keys[[0, 2]]) and torch.equal(t2["v"], values[[0, 2]])
-
-
-@pytest.mark.parametrize("fusion", ["shallow", "deep"])
-def test_beam_search_with_the_shared_memory_equals_expanded_memory(fusion, monkeypatch):
-    """Beam search output (tokens and scores) is the same as with the memory expanded to every hypothesis and
-    re-indexed at each step (rnnsearch's plain reordering), with sentences finishing at different steps."""
-    from fairseq.sequence_generator import SequenceGenerator
-
-    from fairseq_ext.models.rnnsearch import RNNSearchEncoder
-    from fairseq_ext.models.seg_nmt import SegNMTEncoder
-
-    model = seg(fusion=fusion, seed=3)
-    with torch.no_grad():
-        model.decoder.tm_coverage_weight.fill_(2.0)
-        model.decoder.tm_gate.out.bias.fill_(1.0)
-    src, lengths, _, tm = toy()
-    sample = {"net_input": dict(src_tokens=src, src_lengths=lengths, **tm)}
-
-    def decode():
-        gen = SequenceGenerator([model], make_dictionary(V), beam_size=4, max_len_b=30)
-        with torch.no_grad():
-            return gen.generate([model], sample)
-
-    import fairseq_ext.models.seg_nmt as seg_mod
-    rows_seen, real = [], seg_mod.reorder_shared
-
-    def spy(row, tables, new_order):
-        out = real(row, tables, new_order)
-        rows_seen.append(out[1]["tm_keys"].size(0))
-        return out
-
-    monkeypatch.setattr(seg_mod, "reorder_shared", spy)
-    shared = decode()
-    assert rows_seen[0] == 3
-    if fusion == "shallow":   # copying </s> from the memory ends the sentences at different steps here
-        assert min(rows_seen) < 3   # a sentence finished early: its memory rows were dropped
-    monkeypatch.setattr(SegNMTEncoder, "reorder_encoder_out", RNNSearchEncoder.reorder_encoder_out)
-    expanded = decode()
-    for hs, ref in zip(shared, expanded):
-        assert [h["tokens"].tolist() for h in hs] == [h["tokens"].tolist() for h in ref]
-        for h, r in zip(hs, ref):
-            assert torch.allclose(h["positional_scores"], r["positional_scores"], atol=1e-5)
-
-
 def test_deep_fusion_reads_the_fused_state_in_the_readout_only():
     model = seg(fusion="deep")
     base = rnnsearch_twin(model)
@@ -599,222 +443,3 @@ def test_seg_copynet_without_memory_is_rnnsearch_and_decodes_incrementally():
         tm = dict(tm, tm_index=tm["tm_index"].index_select(0, idx))
         full = model(src.index_select(0, idx), lengths.index_select(0, idx), prev, **tm)[0]
     assert torch.allclose(torch.cat(outs, 1), full, atol=1e-5)
-
-
-# ------------------------------------------------------------------------------------------ the task
-def similar(a, b) -> float:
-    a, b = set(a), set(b)
-    return len(a & b) / max(len(a | b), 1)
-
-
-def write_side_files(data, splits=("train", "valid", "test"), n_candidates=6):
-    """Side files for the binarized tiny data: candidates ranked by token-set overlap (the training line
-    itself excluded), adaptive = Algorithm 1's greedy coverage over them."""
-    from fairseq.data import Dictionary
-
-    d = Dictionary.load(str(data / "dict.es.txt"))
-    memory = data_utils.load_indexed_dataset(str(data / "train.es-en.es"), d)
-    mem = [memory[i][:-1].tolist() for i in range(len(memory))]
-    for split in splits:
-        ds = data_utils.load_indexed_dataset(str(data / f"{split}.es-en.es"), d)
-        entries = []
-        for i in range(len(ds)):
-            x = ds[i][:-1].tolist()
-            ranked = sorted((j for j in range(len(mem)) if not (split == "train" and j == i)),
-                            key=lambda j: (-similar(x, mem[j]), j))[:n_candidates]
-            covered, c, adaptive = set(), 0.0, []
-            for j in ranked:  # Alg. 1 (union erratum)
-                cov = sum(t in covered | set(mem[j]) for t in x) / max(len(x), 1)
-                if cov > c:
-                    c, covered = cov, covered | set(mem[j])
-                    adaptive.append(j)
-            entries.append(TMEntry(ranked, [similar(x, mem[j]) for j in ranked], adaptive))
-        write_tm(str(data), split, entries, {"memory_lines": len(mem), "exclude_self": split == "train"})
-
-
-@pytest.fixture(scope="module")
-def seg_bin(tiny_bin, tmp_path_factory):
-    data = tmp_path_factory.mktemp("seg_bin") / "bin"
-    shutil.copytree(tiny_bin, data)
-    write_side_files(data)
-    return data
-
-
-def task_for(data, **kw):
-    from fairseq_ext.tasks.seg_translation import SegTranslationConfig, SegTranslationTask
-
-    cfg = SegTranslationConfig(data=str(data), source_lang="es", target_lang="en", dataset_impl="mmap",
-                               train_subset="train", required_seq_len_multiple=1, num_batch_buckets=0, **kw)
-    return SegTranslationTask.setup_task(cfg)
-
-
-def task_model(task, arch):
-    args = argparse.Namespace(arch=arch)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task).eval()
-
-
-def test_collater_contract(seg_bin):
-    task = task_for(seg_bin, tm_topk=2)
-    task.load_dataset("valid")
-    ds = task.dataset("valid")
-    mem_src, mem_tgt = task.memory
-    entries = [json.loads(line) for line in open(seg_bin / "valid.tm.jsonl")]
-    batch = ds.collater([ds[i] for i in range(5)])
-    net = batch["net_input"]
-    B, R = 5, net["tm_src_tokens"].size(0)
-    assert net["tm_index"].shape == (B, 2) and net["tm_index"].ge(0).all()
-    assert batch["tm_id"].tolist() == list(dict.fromkeys(j for e in [entries[i] for i in batch["id"].tolist()]
-                                                         for j in e["ids"][:2]))  # distinct rows, in order
-    assert R == len(batch["tm_id"]) and net["tm_src_lengths"].shape == (R,)
-    for b, i in enumerate(batch["id"].tolist()):
-        rows = net["tm_index"][b].tolist()
-        assert [int(batch["tm_id"][r]) for r in rows] == entries[i]["ids"][:2]
-        assert torch.allclose(batch["tm_fuzzy"][b], torch.tensor(entries[i]["fuzzy"][:2]), atol=1e-5)
-    for r, j in enumerate(batch["tm_id"].tolist()):
-        x, y = mem_src[j], mem_tgt[j]
-        s = net["tm_src_tokens"][r]
-        assert s[s.ne(PAD)].tolist() == x.tolist() and s[-1] == EOS  # left-padded, ends in </s>
-        assert int(net["tm_src_lengths"][r]) == x.numel()
-        t, p = net["tm_tgt_tokens"][r], net["tm_prev_output_tokens"][r]
-        assert t[: y.numel()].tolist() == y.tolist() and t[y.numel():].eq(PAD).all()  # right-padded
-        assert p[: y.numel()].tolist() == [EOS] + y[:-1].tolist()
-    # --max-tokens counts the pairs
-    i = 0
-    own = max(int(ds.src_sizes[i]), int(ds.tgt_sizes[i]))
-    extra = sum(max(int(mem_src.sizes[j]), int(mem_tgt.sizes[j])) for j in entries[i]["ids"][:2])
-    assert ds.num_tokens(i) == own + extra and ds.num_tokens_vec([i])[0] == own + extra
-    assert ds.size(i) == (ds.src_sizes[i], ds.tgt_sizes[i])
-
-
-def test_selections_and_examples_without_pairs(seg_bin):
-    entries = [json.loads(line) for line in open(seg_bin / "test.tm.jsonl")]
-    task = task_for(seg_bin, tm_selection="adaptive", tm_max_k=3)
-    task.load_dataset("test")
-    ds = task.dataset("test")
-    assert ds.selected == [e["adaptive"][:3] for e in entries]
-    batch = ds.collater([ds[i] for i in range(4)])
-    K = max(len(entries[i]["adaptive"][:3]) for i in range(4))
-    assert batch["net_input"]["tm_index"].shape == (4, K)
-    for b, i in enumerate(batch["id"].tolist()):
-        n = len(entries[i]["adaptive"][:3])
-        assert (batch["net_input"]["tm_index"][b, n:] == -1).all() and torch.isnan(batch["tm_fuzzy"][b, n:]).all()
-    none = task_for(seg_bin, tm_topk=0)
-    none.load_dataset("test")
-    batch = none.dataset("test").collater([none.dataset("test")[i] for i in range(3)])
-    assert batch["net_input"]["tm_index"].shape == (3, 0) and batch["net_input"]["tm_src_tokens"].shape == (0, 1)
-    model = task_model(none, "seg_nmt_tiny")
-    with torch.no_grad():  # an empty memory runs
-        lp = model(**batch["net_input"])[0]
-    assert torch.isfinite(lp).any(-1).all() and not torch.isnan(lp).any()
-
-
-def test_own_line_is_never_retrieved_for_training(seg_bin, tmp_path):
-    data = tmp_path / "bin"
-    shutil.copytree(seg_bin, data)
-    entries = [TMEntry(**json.loads(line)) for line in open(data / "train.tm.jsonl")]
-    entries[3] = TMEntry([3, 7, 8], [1.0, 0.5, 0.4], [3])
-    write_tm(str(data), "train", entries, {"memory_lines": len(entries)})
-    task = task_for(data, tm_topk=2)
-    task.load_dataset("train")
-    assert task.dataset("train").selected[3] == [7, 8]
-
-
-def test_missing_or_stale_side_files_are_one_clear_error(seg_bin, tmp_path):
-    data = tmp_path / "bin"
-    shutil.copytree(seg_bin, data)
-    (data / "test.tm.jsonl").unlink()
-    task = task_for(data)
-    with pytest.raises(TMFormatError, match=r"test\.tm\.jsonl: missing translation-memory side file"):
-        task.load_dataset("test")
-    lines = (seg_bin / "valid.tm.jsonl").read_text().splitlines()
-    write_tm(str(data), "valid", [TMEntry(**json.loads(x)) for x in lines[:-1]], {"memory_lines": 209})
-    with pytest.raises(TMFormatError, match=r"valid\.tm\.jsonl: stale: \d+ lines for a split of \d+ examples"):
-        task.load_dataset("valid")
-    write_tm(str(data), "valid", [TMEntry(**json.loads(x)) for x in lines], {"memory_lines": 300})
-    with pytest.raises(TMFormatError, match=r"valid\.tm\.meta\.json: stale"):
-        task.load_dataset("valid")
-    with pytest.raises(ValueError, match="--tm-topk"):
-        task_for(data, tm_topk=20)
-
-
-def test_subset_for_inference_keeps_the_memory_rows(seg_bin):
-    task = task_for(seg_bin)
-    task.load_dataset("test")
-    ds = task.dataset("test")
-    batch = ds.collater([ds[i] for i in range(4)])
-    keep = torch.tensor([1, 3])
-    sub = task.subset_for_inference(batch, keep)
-    for k in ("tm_src_tokens", "tm_tgt_tokens", "tm_prev_output_tokens", "tm_src_lengths"):
-        assert torch.equal(sub["net_input"][k], batch["net_input"][k])
-    assert torch.equal(sub["net_input"]["tm_index"], batch["net_input"]["tm_index"][keep])
-    assert torch.equal(sub["tm_id"], batch["tm_id"]) and sub["id"].tolist() == batch["id"][keep].tolist()
-
-
-# ------------------------------------------------------------------------------------------ command lines
-def in_one_process(commands, **kw):
-    """fairseq-train / fairseq-generate command lines run by their ``cli_main`` in one interpreter."""
-    script = ("import json, sys\nfrom fairseq_cli import generate, train\n"
-              "for tool, argv in json.loads(sys.argv[1]):\n"
-              "    sys.argv = ['fairseq-' + tool] + argv\n"
-              "    {'train': train, 'generate': generate}[tool].cli_main()\n")
-    return run([sys.executable, "-c", script, json.dumps(commands)], **kw)
-
-
-TRAIN = ["--task", "seg_translation", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1500", "--cpu",
-         "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "1",
-         "--no-epoch-checkpoints", "--max-update", "3"]
-
-
-def generate_args(data, ckpt, out, *flags):
-    return [str(data), "--user-dir", str(USER_DIR), "--task", "seg_translation", "--path", str(ckpt), "--cpu",
-            "--beam", "3", "--max-len-b", "8", "--batch-size", "16", "--results-path", str(out), *flags]
-
-
-@pytest.mark.parametrize("arch,criterion", [("seg_nmt_tiny", "seg_nmt_cross_entropy"),
-                                            ("seg_copynet_tiny", "copynet_cross_entropy")])
-def test_train_and_generate_with_topk_and_adaptive(seg_bin, tmp_path, arch, criterion):
-    ckpt = tmp_path / "ckpt" / "checkpoint_last.pt"
-    export = tmp_path / "trace.jsonl"
-    p = in_one_process([
-        ("train", [str(seg_bin), "--user-dir", str(USER_DIR), "--arch", arch, "--criterion", criterion, *TRAIN,
-                   "--save-dir", str(tmp_path / "ckpt")]),
-        ("generate", generate_args(seg_bin, ckpt, tmp_path / "topk", "--tm-topk", "4", "--tm-export", str(export))),
-        ("generate", generate_args(seg_bin, ckpt, tmp_path / "adaptive", "--tm-selection", "adaptive")),
-    ])
-    log = p.stdout + p.stderr
-    assert "Traceback" not in log
-    n = n_lines(seg_bin / "test.ids")
-    for name in ("topk", "adaptive"):
-        text = (tmp_path / name / "generate-test.txt").read_text()
-        assert sorted(hypotheses(text)) == list(range(n)), name
-        assert len([line for line in text.splitlines() if line.startswith("H-")]) == n, name
-    assert "topk selection (K=4, max 16): 4.000 pairs per example" in log and "adaptive selection" in log
-    if arch == "seg_nmt_tiny":
-        assert "tm_gate" in log  # logged by the criterion
-        records = [json.loads(line) for line in export.read_text().splitlines()]
-        assert sorted(r["id"] for r in records if r["rank"] == 0) == list(range(n))
-        for r in records:
-            T = len(r["tokens"])
-            assert r["tokens"][-1] == "</s>" and len(r["gate"]) == len(r["slot_line"]) == T
-            assert all(0.0 <= g <= 1.0 for g in r["gate"]) and len(r["tm_lines"]) == 4
-            assert all(line in r["tm_lines"] for line in r["slot_line"])
-    else:
-        assert not export.exists() or export.read_text() == ""
-
-
-def test_rnnsearch_trains_on_the_task_and_warm_starts_seg_nmt(seg_bin, tmp_path):
-    """The NMT baseline trains on seg_translation unchanged (the memory keys are not given to it), and its
-    checkpoint warm-starts seg_nmt_tiny (--finetune-from-model)."""
-    base = tmp_path / "base" / "checkpoint_last.pt"
-    p = in_one_process([
-        ("train", [str(seg_bin), "--user-dir", str(USER_DIR), "--arch", "rnnsearch_tiny", "--criterion",
-                   "seg_nmt_cross_entropy", *TRAIN, "--save-dir", str(tmp_path / "base")]),
-        ("train", [str(seg_bin), "--user-dir", str(USER_DIR), "--arch", "seg_nmt_tiny", "--criterion",
-                   "seg_nmt_cross_entropy", *TRAIN, "--save-dir", str(tmp_path / "seg"),
-                   "--finetune-from-model", str(base)]),
-    ])
-    log = p.stdout + p.stderr
-    assert "warm start from a sentence checkpoint: copied" in log and "decoder.tm_* (" in log
-    state = torch.load(tmp_path / "seg" / "checkpoint_last.pt", weights_only=False)
-    assert state["cfg"]["model"].arch == "seg_nmt_tiny"
