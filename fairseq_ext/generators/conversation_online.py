@@ -40,9 +40,7 @@ class ConversationOnlineGenerator:
 
     uses_conversation_history = True
 
-    def __init__(self, models, tgt_dict, max_len_a: float = 0.0, max_len_b: int = 200, max_len: int = 0,
-                 min_len: int = 1, lenpen: float = 1.0, normalize_scores: bool = True, cache_turns: bool = True,
-                 beam_size: int = 1):
+    def __init__(self, models, tgt_dict, cache_turns: bool = True, beam_size: int = 1, **limits):
         if len(models) != 1:
             raise NotImplementedError("conversation_online decodes with a single model (no ensembles)")
         self.model = models[0]
@@ -51,9 +49,7 @@ class ConversationOnlineGenerator:
         self.tgt_dict = tgt_dict
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
         self.beam_size = beam_size
-        self.decoders = [ShrinkingBeamGenerator([m], tgt_dict, beam_size=beam_size, max_len_a=max_len_a,
-                                                max_len_b=max_len_b, max_len=max_len, min_len=min_len, lenpen=lenpen,
-                                                normalize_scores=normalize_scores)
+        self.decoders = [ShrinkingBeamGenerator([m], tgt_dict, beam_size=beam_size, **limits)
                          for m in self.model.directions]
         self.symbols_to_strip_from_output = {self.eos}
         self.cache_turns = cache_turns

@@ -36,9 +36,25 @@ from typing import Callable, Dict, List, Optional
 import torch
 from torch import Tensor
 
+from fairseq_ext._compat import generation_default, generation_option
 from fairseq_ext.generators.rescoring import RESCORE_BATCH, best_per_group, score_candidates
 
 DECODING_ALGORITHMS = ("beam", "greedy", "shrinking_beam", "npd")
+#: fairseq's output length options (``--max-len-a/-b``, ``--min-len``; ``max_len`` SequenceGenerator's keyword)
+LENGTH_OPTIONS = ("max_len_a", "max_len_b", "max_len", "min_len")
+
+
+def length_limits(args) -> Dict:
+    """The length keywords of the plugin's generators from fairseq's options ``args`` (fairseq's defaults where
+    ``args`` lacks one)."""
+    return {name: generation_option(args, name) for name in LENGTH_OPTIONS}
+
+
+def decoding_options(args) -> Dict:
+    """The keywords of :class:`AutoregressiveGenerator` from fairseq's options ``args``: the length limits,
+    ``--lenpen`` and ``--unnormalized`` (fairseq's defaults where ``args`` lacks one)."""
+    return dict(length_limits(args), lenpen=generation_option(args, "lenpen"),
+                normalize_scores=not generation_option(args, "unnormalized"))
 
 
 class IncrementalStepper:
@@ -63,8 +79,10 @@ class IncrementalStepper:
 class AutoregressiveGenerator:
     """What the three generators share: fairseq's length limits and bans, and the hypothesis format."""
 
-    def __init__(self, models, tgt_dict, max_len_a: float = 0.0, max_len_b: int = 200, max_len: int = 0,
-                 min_len: int = 1, lenpen: float = 1.0, normalize_scores: bool = True):
+    def __init__(self, models, tgt_dict, max_len_a: float = generation_default("max_len_a"),
+                 max_len_b: int = generation_default("max_len_b"), max_len: int = generation_default("max_len"),
+                 min_len: int = generation_default("min_len"), lenpen: float = generation_default("lenpen"),
+                 normalize_scores: bool = not generation_default("unnormalized")):
         if len(models) != 1:
             raise NotImplementedError(f"{type(self).__name__} decodes with a single model (no ensembles)")
         self.model = models[0]
@@ -167,7 +185,7 @@ class GreedyGenerator(AutoregressiveGenerator):
 class ShrinkingBeamGenerator(AutoregressiveGenerator):
     """The thesis's beam search, K → K−1 per finished hypothesis, re-ranked by Eq. 2.13 (module doc)."""
 
-    def __init__(self, models, tgt_dict, beam_size: int = 5, **kwargs):
+    def __init__(self, models, tgt_dict, beam_size: int = generation_default("beam"), **kwargs):
         super().__init__(models, tgt_dict, **kwargs)
         if beam_size < 1:
             raise ValueError(f"--beam must be >= 1, got {beam_size}")

@@ -69,9 +69,10 @@ class DocBCDGenerator:
     ``uses_document_context``: the ``doc_translation`` task hands it the context keys; it passes them on to
     the document model, and to the sentence model only if that model opts in too.
 
-    ``DocBCDGenerator(models, tgt_dict, iterations=1, update="jacobi", init="auto", max_len_a=0, max_len_b=200,
-    max_len=0, min_len=1, lenpen=1, normalize_scores=True)``; ``generate(models, sample)`` → per batch sentence
-    a one-element list of fairseq hypothesis dicts."""
+    ``DocBCDGenerator(models, tgt_dict, iterations=1, update="jacobi", init="auto", **limits)`` (``limits``: the
+    keywords of :class:`~fairseq_ext.generators.decoding.AutoregressiveGenerator`, fairseq's generation defaults
+    where not given); ``generate(models, sample)`` → per batch sentence a one-element list of fairseq hypothesis
+    dicts."""
 
     uses_document_context = True
 

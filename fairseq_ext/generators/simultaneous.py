@@ -23,6 +23,7 @@ from typing import Dict, List
 
 import torch
 
+from fairseq_ext._compat import generation_default
 from fairseq_ext.modules.latency import (
     action_string,
     average_lagging,
@@ -48,7 +49,8 @@ class SimultaneousGenerator:
     """``simul_greedy`` (``beam_size`` 1) or ``simul_beam`` with the policy ``policy`` (module doc)."""
 
     def __init__(self, models, tgt_dict, policy: str = "agent", beam_size: int = 1, waitk: int = 3,
-                 max_len_a: float = 0.0, max_len_b: int = 200, max_len: int = 0, min_len: int = 1):
+                 max_len_a: float = generation_default("max_len_a"), max_len_b: int = generation_default("max_len_b"),
+                 max_len: int = generation_default("max_len"), min_len: int = generation_default("min_len")):
         if len(models) != 1:
             raise NotImplementedError("simultaneous decoding drives a single NMT environment (no ensembles)")
         if beam_size < 1:

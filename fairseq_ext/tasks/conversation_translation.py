@@ -62,7 +62,9 @@ from fairseq_ext.data.conversations import (
     parse_langs,
 )
 from fairseq_ext.data.documents import read_generated_context
+from fairseq_ext._compat import generation_option
 from fairseq_ext.generators.conversation_online import ConversationOnlineGenerator
+from fairseq_ext.generators.decoding import decoding_options
 from fairseq_ext.tasks.doc_translation import group_batch_iterator
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
 
@@ -182,20 +184,17 @@ class ConversationTranslationTask(TranslationExtTask):
         return super().valid_step(sample, model, *args, **kwargs)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
-        if not all(uses_history(m) for m in models) or getattr(args, "score_reference", False):
+        if not all(uses_history(m) for m in models) or generation_option(args, "score_reference"):
             if any(uses_history(m) for m in models):
                 raise ValueError("conversation_translation: a bimsmt model decodes with conversation_online only "
                                  "(no --score-reference, no ensembles with sentence models)")
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
-        if getattr(args, "nbest", 1) > 1:
+        if generation_option(args, "nbest") > 1:
             raise ValueError("conversation_online returns one translation per sentence (the one its history uses): "
                              "--nbest must be 1")
-        return ConversationOnlineGenerator(
-            models, self.target_dictionary, max_len_a=getattr(args, "max_len_a", 0.0),
-            max_len_b=getattr(args, "max_len_b", 200), max_len=getattr(args, "max_len", 0),
-            min_len=getattr(args, "min_len", 1), lenpen=getattr(args, "lenpen", 1.0),
-            normalize_scores=not getattr(args, "unnormalized", False), beam_size=int(getattr(args, "beam", 1) or 1))
+        return ConversationOnlineGenerator(models, self.target_dictionary,
+                                           beam_size=int(generation_option(args, "beam") or 1), **decoding_options(args))
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         if isinstance(generator, ConversationOnlineGenerator):

@@ -86,7 +86,8 @@ from fairseq_ext.data.documents import (
     uses_document_context,
 )
 from fairseq_ext.data.batching import VirtualEpochs
-from fairseq_ext.generators.decoding import DECODING_ALGORITHMS
+from fairseq_ext._compat import generation_option
+from fairseq_ext.generators.decoding import DECODING_ALGORITHMS, decoding_options
 from fairseq_ext.generators.doc_bcd import BCD_INITS, BCD_UPDATES, DocBCDGenerator
 from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
 
@@ -280,19 +281,16 @@ class DocTranslationTask(TranslationDecodingTask):
         return model
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
-        if self.cfg.decoding_algorithm != "doc_bcd" or getattr(args, "score_reference", False):
+        if self.cfg.decoding_algorithm != "doc_bcd" or generation_option(args, "score_reference"):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
         if self.cfg.doc_iterations < 0:
             raise ValueError(f"--doc-iterations must be >= 0, got {self.cfg.doc_iterations}")
-        if getattr(args, "beam", 1) != 1 and getattr(args, "nbest", 1) > 1:
+        if generation_option(args, "beam") != 1 and generation_option(args, "nbest") > 1:
             raise ValueError("doc_bcd is greedy (the thesis decodes greedily): --nbest must be 1")
         return DocBCDGenerator(
             models, self.target_dictionary, iterations=self.cfg.doc_iterations, update=self.cfg.bcd_update,
-            init=self.cfg.bcd_init, max_len_a=getattr(args, "max_len_a", 0.0),
-            max_len_b=getattr(args, "max_len_b", 200), max_len=getattr(args, "max_len", 0),
-            min_len=getattr(args, "min_len", 1), lenpen=getattr(args, "lenpen", 1.0),
-            normalize_scores=not getattr(args, "unnormalized", False))
+            init=self.cfg.bcd_init, **decoding_options(args))
 
     # -- data
     def _data_path(self, split: str, epoch: int) -> str:

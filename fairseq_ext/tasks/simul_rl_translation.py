@@ -34,6 +34,8 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
+from fairseq_ext._compat import generation_option
+from fairseq_ext.generators.decoding import length_limits
 from fairseq_ext.generators.simultaneous import SIMUL_DECODERS, SimultaneousGenerator
 from fairseq_ext.modules.simultaneous.policies import POLICIES
 from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
@@ -67,14 +69,12 @@ class SimulRLTranslationTask(TranslationDecodingTask):
         self.actions_lines = 0
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
-        if getattr(args, "score_reference", False):
+        if generation_option(args, "score_reference"):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
         beam = 1 if self.cfg.simul_decoding == "simul_greedy" else self.cfg.simul_beam
         return SimultaneousGenerator(models, self.target_dictionary, policy=self.cfg.simul_policy, beam_size=beam,
-                                     waitk=self.cfg.simul_waitk, max_len_a=getattr(args, "max_len_a", 0.0),
-                                     max_len_b=getattr(args, "max_len_b", 200), max_len=getattr(args, "max_len", 0),
-                                     min_len=getattr(args, "min_len", 1))
+                                     waitk=self.cfg.simul_waitk, **length_limits(args))
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         results = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,

@@ -33,11 +33,13 @@ from fairseq import utils
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
+from fairseq_ext._compat import generation_option
 from fairseq_ext.generators.decoding import (
     DECODING_ALGORITHMS,
     GreedyGenerator,
     NoisyParallelGenerator,
     ShrinkingBeamGenerator,
+    decoding_options,
 )
 from fairseq_ext.data.samples import subset_sample
 from fairseq_ext.generators.rescoring import RescoreBatchConfig
@@ -82,19 +84,18 @@ class TranslationDecodingTask(TranslationExtTask):
         limits = utils.resolve_max_positions(self.max_positions(), *[m.max_positions() for m in models])
         self.source_limit = limits[0] if isinstance(limits, tuple) else limits
         algorithm = getattr(self.cfg, "decoding_algorithm", "beam")
-        if algorithm == "beam" or getattr(args, "score_reference", False):
+        if algorithm == "beam" or generation_option(args, "score_reference"):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
-        if getattr(args, "sampling", False):
+        if generation_option(args, "sampling"):
             raise ValueError(f"--sampling is fairseq's beam search; it cannot be combined with "
                              f"--decoding-algorithm {algorithm}")
-        common = dict(max_len_a=getattr(args, "max_len_a", 0.0), max_len_b=getattr(args, "max_len_b", 200),
-                      max_len=getattr(args, "max_len", 0), min_len=getattr(args, "min_len", 1),
-                      lenpen=getattr(args, "lenpen", 1.0), normalize_scores=not getattr(args, "unnormalized", False))
+        common = decoding_options(args)
         if algorithm == "greedy":
             return GreedyGenerator(models, self.target_dictionary, **common)
         if algorithm == "shrinking_beam":
-            return ShrinkingBeamGenerator(models, self.target_dictionary, beam_size=getattr(args, "beam", 5), **common)
+            return ShrinkingBeamGenerator(models, self.target_dictionary, beam_size=generation_option(args, "beam"),
+                                          **common)
         return NoisyParallelGenerator(models, self.target_dictionary, samples=self.cfg.npd_samples,
                                       sigma0=self.cfg.npd_sigma0, rescore_batch=self.cfg.rescore_batch,
                                       **common)
