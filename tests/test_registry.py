@@ -272,6 +272,22 @@ def test_every_registered_name_follows_the_naming_rule():
     assert bad == []
 
 
+def test_preset_tables_are_registered_through_arch_utils():
+    """A family's presets go through ``arch_utils.register_presets`` / ``register_shaped``: no model file calls
+    fairseq's ``register_model_architecture`` in a loop of its own."""
+    import ast
+
+    from harness import ROOT
+
+    loops = []
+    for path in sorted((ROOT / "fairseq_ext" / "models").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.For, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                loops += [f"{path.name}:{call.lineno}" for call in ast.walk(node)
+                          if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "register_model_architecture"]
+    assert loops == []
+
+
 def test_a_checkpoint_trained_under_an_old_architecture_name_loads_and_decodes(tiny_bin, tmp_path):
     """A checkpoint whose configuration names an earlier architecture (``twt_random_untied_pos``, trained here
     under that name) decodes with fairseq-generate and loads (load_ensemble) as the model of its new name."""

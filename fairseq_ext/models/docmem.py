@@ -81,7 +81,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, register_model, register_model_
 from torch import Tensor
 
 from fairseq_ext.models.rnnsearch import RNNSearchDecoder, RNNSearchEncoder, RNNSearchModel, rnnsearch
-from fairseq_ext.modules.arch_utils import set_default
+from fairseq_ext.modules.arch_utils import register_presets, set_default
 from fairseq_ext.modules.memnet import (
     DocumentRNN,
     LMSentenceEncoder,
@@ -518,17 +518,22 @@ def variant(size, **defaults):
     return arch
 
 
-register_model_architecture("docmem", "docmem")(variant(thesis_size, doc_memories="both"))
-for _integration in MEMORY_INTEGRATIONS:
-    register_model_architecture("docmem", f"docmem_{_integration}")(
-        variant(thesis_size, memory_integration=_integration, doc_memories="both"))
-    for _memories in DOC_MEMORIES:
-        for _suffix, _size in (("", thesis_size), ("_bench", bench_size)):
-            register_model_architecture("docmem", f"docmem_{_integration}_{_memories}{_suffix}")(
-                variant(_size, memory_integration=_integration, doc_memories=_memories))
-for _kind, _name in (("prev_tgt", "docmem_prevtgt"), ("jean2017", "docmem_jean2017")):
-    register_model_architecture("docmem", _name)(variant(thesis_size, doc_context=_kind))
-    register_model_architecture("docmem", f"{_name}_bench")(variant(bench_size, doc_context=_kind))
+def preset(size, defaults: dict):
+    """The architecture of a :data:`PRESETS` entry: ``defaults``, then the sizes ``size``."""
+    return variant(size, **defaults)
+
+
+SIZES = (("", thesis_size), ("_bench", bench_size))
+# arch -> (size, defaults): every memory system (integration x memories) and the two local-context baselines (§3.5)
+PRESETS = {
+    "docmem": (thesis_size, {"doc_memories": "both"}),
+    **{f"docmem_{i}": (thesis_size, {"memory_integration": i, "doc_memories": "both"}) for i in MEMORY_INTEGRATIONS},
+    **{f"docmem_{i}_{m}{suffix}": (size, {"memory_integration": i, "doc_memories": m})
+       for i in MEMORY_INTEGRATIONS for m in DOC_MEMORIES for suffix, size in SIZES},
+    **{f"{name}{suffix}": (size, {"doc_context": kind})
+       for kind, name in (("prev_tgt", "docmem_prevtgt"), ("jean2017", "docmem_jean2017")) for suffix, size in SIZES},
+}
+register_presets("docmem", preset, PRESETS)
 
 
 @register_model_architecture("docmem", "docmem_tiny")

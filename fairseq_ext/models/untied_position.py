@@ -48,7 +48,7 @@ from fairseq_ext.modules.vocab_mask import TargetVocabMaskMixin
 from fairseq_ext.models.twt import (
     THESIS_PRESETS, TwtDecoder, TwtEncoder, TwtTransformerModel, thesis_preset, transformer_twt,
 )
-from fairseq_ext.modules.arch_utils import register_shaped, set_default
+from fairseq_ext.modules.arch_utils import register_presets, register_shaped, set_default
 from fairseq_ext.modules.vocab_mask import add_target_vocab_mask_args, set_target_vocab_mask_default
 
 POSITION_KINDS = ("sinusoidal", "random")
@@ -344,8 +344,9 @@ def untied_arch(kind: str, family_arch=transformer_twt):
 transformer_untied_pos = untied_arch("sinusoidal")
 
 # transformer_untied_pos[_random] (fairseq base sizes), *_bench (the bench shape; earlier *_small).
-for _kind, _prefix in (("sinusoidal", "transformer_untied_pos"), ("random", "transformer_untied_pos_random")):
-    register_model_architecture("transformer_untied_pos", _prefix)(untied_arch(_kind))
+UNTIED_KINDS = {"transformer_untied_pos": ("sinusoidal",), "transformer_untied_pos_random": ("random",)}
+register_presets("transformer_untied_pos", untied_arch, UNTIED_KINDS)
+for _prefix, (_kind,) in UNTIED_KINDS.items():
     register_shaped("transformer_untied_pos", _prefix, untied_arch(_kind), legacy=True)
 
 
