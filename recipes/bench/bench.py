@@ -158,7 +158,7 @@ def run_config(name: str, args, out: Path) -> dict:
         limits += ["--validate-interval-updates", str(args.curve_every), "--validate-interval", "1000000",
                    "--save-interval-updates", str(args.curve_every), "--keep-interval-updates", "1",
                    "--save-interval", "1000000", "--eval-bleu", "--eval-bleu-args",
-                   json.dumps({"beam": 1, "max_len_a": 1.2, "max_len_b": 10}),
+                   json.dumps({"beam": 1, **bench_configs.DECODE_LIMITS}),
                    "--eval-bleu-remove-bpe", post_process(args.data),
                    "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"]
         if args.patience:

@@ -39,7 +39,10 @@ SCHEDULE = [
 OPTIM = SCHEDULE + ["--criterion", "label_smoothed_cross_entropy"]
 
 # (bench.py adds --post-process from the data's segment.json: sentencepiece or subword_nmt)
-DECODE_LEN = ["--max-len-a", "1.2", "--max-len-b", "10"]  # the decoding length limit (recipes/lib.sh LEN too)
+# the decoding length limit of every recipe, max length = 1.2·|x| + 10 (the shell recipes: recipes/lib.sh LEN); as
+# fairseq options (DECODE_LIMITS: --eval-bleu-args, a generation Namespace) and as flags (DECODE_LEN)
+DECODE_LIMITS = {"max_len_a": 1.2, "max_len_b": 10}
+DECODE_LEN = [s for k, v in DECODE_LIMITS.items() for s in ("--" + k.replace("_", "-"), str(v))]
 GENERATE = ["--beam", "5", "--batch-size", "64", *DECODE_LEN]
 
 CONFIGS = {

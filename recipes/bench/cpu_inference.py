@@ -5,7 +5,7 @@ plugin's fast path ``--quantize int8``, and CTranslate2 float32 / int8 (``fairse
     .venv/bin/python recipes/bench/cpu_inference.py --checkpoint runs/gu_ch2/transformer_30/checkpoint_best.pt \\
         --data data/bible_es_en/spm8000 --rounds 3 --out runs/cpu_inference/job1 [--limit 256] [--profile]
 
-* **Throughput** (beam 5, batch 64, ``--max-len-a 1.2 --max-len-b 10`` = the bench's ``GENERATE``): every
+* **Throughput** (beam 5, batch 64, the length limit ``DECODE_LEN``: the bench's ``GENERATE``): every
   round runs each system once, in an order rotated by one per round (``decode_speed.py``'s convention);
   a fairseq system is one ``fairseq-generate`` process timed by its own "Translated N sentences ... in S s"
   line (decoding only; ``decode_speed.DONE``), a CTranslate2 system is ``Translator.translate_batch`` in

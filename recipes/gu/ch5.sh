@@ -68,7 +68,7 @@
 #             "real 6k up-sampled (e.g. x10) so it is not drowned"); the plain *_bt systems use K = 1.
 # Fig. 5.5 (FIG55=1): vanilla / multi / ulr also at LOWRES_TOKENS 0 (zero-resource; vanilla has no data) and -1
 # (every training verse of LOWRES, ~27k).
-# Decoding: test, beam BEAM (5), --max-len-a 1.2 --max-len-b 10; sacreBLEU BLEU / chrF against raw/test.en with
+# Decoding: test, beam BEAM (5), lib.sh's length limit LEN; sacreBLEU BLEU / chrF against raw/test.en with
 # paired bootstrap against multi (same size); recipes/gu/ch5_report.py writes table5_4.md, fig5_5.png and the MoLE
 # gates of a few test verses (fig5_8_gates.png).
 # CPU budget (THREADS=1, two lanes side by side). Measured: the ULR stage took 26 min at load 3-7 (embeddings

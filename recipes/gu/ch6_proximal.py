@@ -20,8 +20,10 @@ from pathlib import Path
 import torch
 
 from fairseq_ext.tools.evaluation.fairseq_log import parse_curve, plot_curves, write_curves_csv
+from fairseq_ext.tools.evaluation.runs import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
+bench_configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
 BIN = Path(sys.executable).parent
 TINY_MULTI = ROOT / "tests" / "data" / "bible_multi_tiny" / "multi.tsv"
 
@@ -100,7 +102,7 @@ def main(argv=None):
                 "--lr", a.ft_lr,
                 "--lr-scheduler", "fixed", "--max-update", a.ft_updates, "--validate-interval", 1000,
                 "--validate-interval-updates", a.valid_every, "--save-interval", 1000, "--eval-bleu",
-                "--eval-bleu-args", '{"beam": 1, "max_len_a": 1.2, "max_len_b": 10}',
+                "--eval-bleu-args", json.dumps({"beam": 1, **bench_configs.DECODE_LIMITS}),
                 "--eval-bleu-remove-bpe", "sentencepiece", "--best-checkpoint-metric", "loss", "--save-dir", d], log)
         rows = parse_curve(log.read_text(encoding="utf-8"))
         after = torch.load(d / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]

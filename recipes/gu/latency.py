@@ -62,7 +62,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from fairseq_ext.tools.evaluation.runs import fmt, logger
+from fairseq_ext.tools.evaluation.runs import fmt, load_script, logger
 
 SYSTEM_RE = re.compile(r"^(?:(?P<ar2>ar2_)?(?:ar_b(?P<beam>\d+)|b(?P<beam2>\d+)|ct2_(?P<ct2>int8|fp32)_b(?P<ct2beam>\d+))"
                        r"|nat(?P<ft>_ft)?(?:_(?P<mode>avg|npd(?P<s>\d+)|epd(?P<k>\d+)))?)$")
@@ -70,6 +70,7 @@ CT2_COMPUTE = {"int8": "int8", "fp32": "float32"}
 
 
 log = logger("latency")
+bench_configs = load_script(Path(__file__).resolve().parents[1] / "bench" / "configs.py")
 
 
 # ------------------------------------------------------------------------------------------- systems
@@ -198,7 +199,7 @@ def build_generator(system: Dict, models: Dict, task, translators: Optional[Dict
                              task.source_dictionary,
                              task.target_dictionary), None)
     if system["kind"] == "ar":
-        gen_args = Namespace(beam=system["beam"], lenpen=1.0, max_len_a=1.2, max_len_b=10, min_len=1,
+        gen_args = Namespace(beam=system["beam"], lenpen=1.0, **bench_configs.DECODE_LIMITS, min_len=1,
                              unkpen=0, sampling=False, nbest=1)
         return task.build_generator([models[system["ckpt"]]], gen_args), models[system["ckpt"]]
     from fairseq_ext.generators.nat_fertility import NATFertilityGenerator

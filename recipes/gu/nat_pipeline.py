@@ -153,7 +153,7 @@ def stage_distill(args, data_bin: Path, teacher: Path) -> Path:
     if done(kd, args.force):
         return kd
     cmd = [sys.executable, "-m", "fairseq_ext.tools.corpora.distill", "--path", teacher, "--data", data_bin, "--out", kd,
-           "--splits", "train", "--beam", str(args.distill_beam), "--max-len-a", "1.2", "--max-len-b", "10",
+           "--splits", "train", "--beam", str(args.distill_beam), *bench_configs.DECODE_LEN,
            "--max-tokens", "8000", "--fertility", "eflomal"]
     if args.force:
         cmd.append("--force")
