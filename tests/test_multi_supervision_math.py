@@ -1,7 +1,7 @@
-"""Encoder-based Multi-level Supervision + AIF (Ampomah thesis ch. 4): auxiliary decoders, Eqs.
-4.1-4.3, baseline equivalence, incremental decoding with AIF in beam search, generating from an aux
-decoder, the ind-decoder, thesis parameter counts (Tables 4.6a, 5.2), CLI round trips."""
-import argparse
+"""Encoder-based Multi-level Supervision + AIF (Ampomah thesis ch. 4), in process: auxiliary decoders, Eqs.
+4.1-4.3, baseline equivalence, incremental decoding with AIF in beam search, generating from an aux decoder, the
+ind-decoder, thesis parameter counts (Tables 4.6a, 5.2). The command lines are in
+``test_multi_supervision_cli.py``."""
 import math
 import types
 
@@ -11,18 +11,16 @@ import torch
 import fairseq_ext  # noqa: F401  (registration)
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 from fairseq.logging import metrics
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.models.transformer import TransformerDecoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq_ext.criterions.multi_supervision_label_smoothed_cross_entropy import MultiSupervisionLabelSmoothedCriterion
 from fairseq_ext.models.multi_supervision import AIFDecoderLayer, parse_generate_from
 from fairseq_ext.modules.aif import AuxiliaryInformationFusion
-from harness import build_model, generate, hypotheses, make_dictionary, n_lines, n_params, train, toy_batch
+from harness import TINY_SHAPE, arch_args, build_model, make_dictionary, n_params, toy_batch
 from thesis_sizes import AMPOMAH_IWSLT_EN_VI_VOCAB, AMPOMAH_WMT_VOCAB, assert_reported
 
-TINY = dict(encoder_layers=4, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
-            encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
-            decoder_attention_heads=4, share_all_embeddings=True)
+TINY = dict(TINY_SHAPE, encoder_layers=4, share_all_embeddings=True)
 NORMS = {"postnorm": {}, "prenorm": {"encoder_normalize_before": True, "decoder_normalize_before": True}}
 
 build = build_model
@@ -78,17 +76,14 @@ def test_registered_architectures_and_defaults():
         for kind, aif in (("ms", False), ("ms_aif", True)):
             arch = f"transformer_{kind}_{base}"
             assert ARCH_MODEL_REGISTRY[arch].__name__ == "TransformerMSModel"
-            args = argparse.Namespace()
-            ARCH_CONFIG_REGISTRY[arch](args)
+            args = arch_args(arch)
             assert (args.aux_layers, args.aif, args.aif_disable, args.generate_from,
                     args.share_all_embeddings) == ("1", aif, False, "main", True)
-    args = argparse.Namespace()
-    ARCH_CONFIG_REGISTRY["transformer_ms_aif_bench"](args)  # = TRANSFORMER_SMALL of recipes/bench
+    args = arch_args("transformer_ms_aif_bench")  # = TRANSFORMER_SMALL of recipes/bench
     assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim,
             args.decoder_ffn_embed_dim, args.encoder_attention_heads, args.encoder_normalize_before,
             args.decoder_normalize_before, args.dropout) == (3, 3, 256, 1024, 1024, 4, True, True, 0.1)
-    args = argparse.Namespace()
-    ARCH_CONFIG_REGISTRY["transformer_ms_iwslt_small"](args)
+    args = arch_args("transformer_ms_iwslt_small")
     assert (args.encoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim,
             args.encoder_normalize_before) == (4, 256, 1024, False)
 
@@ -239,8 +234,7 @@ def test_aif_layer_follows_eq_4_3(norm):
     """h^l <- h^l + z^f right after the masked self-attention sublayer (Fig. 4.4)."""
     from fairseq.models.transformer import TransformerConfig
 
-    ns = argparse.Namespace(**{**TINY, **NORMS[norm]})
-    ARCH_CONFIG_REGISTRY["transformer"](ns)
+    ns = arch_args("transformer", **{**TINY, **NORMS[norm]})
     cfg = TransformerConfig.from_namespace(ns)
     torch.manual_seed(0)
     layer = AIFDecoderLayer(cfg).eval()
@@ -486,47 +480,3 @@ def test_bench_parameter_counts():
     assert meta_count("transformer_ms_bench", V, aux_layers="none") == base
     assert meta_count("transformer_ms_bench", V, aux_layers="1,2") == base + 2 * (3 * dec + 2 * 256)
     assert meta_count("transformer_ms_aif_bench", V) == base + 3 * dec + 2 * 256 + 3 * 256 * 256
-
-
-# --------------------------------------------------------------------------- CLI
-
-MS_TINY = ["--encoder-layers", "3", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-           "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-           "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
-CRIT = ["--label-smoothing", "0.1", "--aux-weight", "1.0"]
-
-
-def _scored(out):
-    return sorted(l for l in out.splitlines() if l.startswith(("H-", "P-")))
-
-
-def test_cli_ms_aif_train_and_generate_from_main_aux_and_ind_decoder(tiny_bin, tmp_path):
-    log = tmp_path / "train.log"
-    ckpt = train(tiny_bin, tmp_path, ["--arch", "transformer_ms_aif_bench", *MS_TINY, "--aux-layers", "1,2"],
-                 criterion="multi_supervision_label_smoothed", max_update=6,
-                 extra=[*CRIT, "--log-file", log])
-    text = log.read_text()
-    for key in ("loss_main=", "loss_aux1=", "loss_aux2=", "nll_loss_aux2="):
-        assert key in text, key
-    state = torch.load(ckpt, weights_only=True)
-    assert state["cfg"]["model"].aux_layers == "1,2" and state["cfg"]["model"].aif is True
-    assert any(k.startswith("decoder.aif.") for k in state["model"])
-    want = list(range(n_lines(tiny_bin / "test.ids")))
-    outs = {}
-    for name, override in (("main", None), ("aux1", "{'generate_from':'aux1'}"),
-                           ("ind", "{'aif_disable':True}")):
-        extra = ["--batch-size", "32"] + (["--model-overrides", override] if override else [])
-        outs[name] = generate(tiny_bin, ckpt, *extra)
-        assert sorted(hypotheses(outs[name])) == want, name
-    assert _scored(outs["aux1"]) != _scored(outs["main"]) and _scored(outs["ind"]) != _scored(outs["main"])
-
-
-def test_cli_ms_without_aif_train_and_generate(tiny_bin, tmp_path):
-    ckpt = train(tiny_bin, tmp_path,
-                 ["--arch", "transformer_ms_iwslt_small", *MS_TINY, "--aux-decoder-layers", "2"],
-                 criterion="multi_supervision_label_smoothed", max_update=5, extra=CRIT)
-    want = list(range(n_lines(tiny_bin / "test.ids")))
-    main = generate(tiny_bin, ckpt, "--batch-size", "32")
-    aux = generate(tiny_bin, ckpt, "--batch-size", "32", "--model-overrides", "{'generate_from':'aux:2'}")
-    assert sorted(hypotheses(main)) == want and sorted(hypotheses(aux)) == want
-    assert _scored(main) != _scored(aux)
