@@ -27,6 +27,8 @@ so they inherit:
   line, instead of stopping the run ("Size of sample #i is invalid") or, with
   ``--skip-invalid-size-inputs-valid-test``, going without an output; see :class:`LongInputMixin`. The
   training split keeps fairseq's filter.
+* ``--eval-bleu`` with hypotheses that are all empty logs a dev BLEU of 0 (fairseq logs none, so dev-BLEU
+  checkpoint selection stopped training); see :class:`EvalBleuMixin`.
 """
 
 import contextlib
@@ -129,6 +131,21 @@ class AutocastMixin:
     def inference_step(self, *args, **kwargs):
         with self.autocast():
             return super().inference_step(*args, **kwargs)
+
+
+class EvalBleuMixin:
+    """``--eval-bleu`` logs a dev BLEU of 0 when no hypothesis has an n-gram (every one empty, as from a model after a
+    few updates): fairseq's ``reduce_metrics`` then logs none, and ``--best-checkpoint-metric bleu`` stopped
+    training with ``KeyError: 'bleu'``."""
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        if getattr(self.cfg, "eval_bleu", False) and any("_bleu_totals_0" in log for log in logging_outputs):
+            from fairseq.logging import metrics
+
+            totals = sum(log.get(f"_bleu_totals_{i}", 0) for log in logging_outputs for i in range(4))
+            if totals == 0:
+                metrics.log_scalar("bleu", 0.0)
 
 
 class GNMTGeneratorMixin:
@@ -318,9 +335,10 @@ class LongInputMixin:
 
 
 @register_task("translation_ext", dataclass=TranslationExtConfig)
-class TranslationExtTask(AutocastMixin, GNMTGeneratorMixin, TrainBatchingMixin, LongInputMixin, TranslationTask):
+class TranslationExtTask(AutocastMixin, GNMTGeneratorMixin, TrainBatchingMixin, LongInputMixin, EvalBleuMixin,
+                         TranslationTask):
     """fairseq ``translation`` + ``--cpu-bf16`` + ``--math-attention`` + ``--gnmt-alpha`` +
     ``--batching`` / ``--chunk-size`` / ``--updates-per-epoch`` + over-long evaluation inputs cut, not dropped
-    (base of the plugin's tasks)."""
+    + a dev BLEU of 0 for empty hypotheses (base of the plugin's tasks)."""
 
     cfg: TranslationExtConfig
