@@ -135,17 +135,39 @@ class AutocastMixin:
 
 class EvalBleuMixin:
     """``--eval-bleu`` logs a dev BLEU of 0 when no hypothesis has an n-gram (every one empty, as from a model after a
-    few updates): fairseq's ``reduce_metrics`` then logs none, and ``--best-checkpoint-metric bleu`` stopped
-    training with ``KeyError: 'bleu'``."""
+    few updates): fairseq's ``reduce_metrics`` then logs no counts and no ``bleu``, and ``--best-checkpoint-metric
+    bleu`` stopped training with ``KeyError: 'bleu'``.  Here the zero counts are logged as fairseq logs counts, with
+    a ``bleu`` derived from the summed counts (fairseq's formula: sacreBLEU's ``compute_bleu``, exp smoothing; 0 while
+    they are empty), so a validation whose first batches are empty and later ones are not still gets its BLEU."""
 
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)
-        if getattr(self.cfg, "eval_bleu", False) and any("_bleu_totals_0" in log for log in logging_outputs):
-            from fairseq.logging import metrics
+        if not getattr(self.cfg, "eval_bleu", False) or not any("_bleu_totals_0" in log for log in logging_outputs):
+            return
+        from fairseq.logging import metrics
 
-            totals = sum(log.get(f"_bleu_totals_{i}", 0) for log in logging_outputs for i in range(4))
-            if totals == 0:
-                metrics.log_scalar("bleu", 0.0)
+        def total(key):
+            return sum(log.get(key, 0) for log in logging_outputs)
+
+        totals = [total(f"_bleu_totals_{i}") for i in range(4)]
+        if max(totals) > 0:  # fairseq logged them
+            return
+        metrics.log_scalar("_bleu_counts", np.array([total(f"_bleu_counts_{i}") for i in range(4)]))
+        metrics.log_scalar("_bleu_totals", np.array(totals))
+        metrics.log_scalar("_bleu_sys_len", total("_bleu_sys_len"))
+        metrics.log_scalar("_bleu_ref_len", total("_bleu_ref_len"))
+        metrics.log_derived("bleu", bleu_from_counts)
+
+
+def bleu_from_counts(meters) -> float:
+    """Corpus BLEU from the summed n-gram counts of ``--eval-bleu`` (as fairseq's ``compute_bleu``); 0 without any."""
+    if max(meters["_bleu_totals"].sum) == 0:
+        return 0.0
+    from sacrebleu.metrics import BLEU
+
+    return round(BLEU.compute_bleu(correct=meters["_bleu_counts"].sum, total=meters["_bleu_totals"].sum,
+                                   sys_len=int(meters["_bleu_sys_len"].sum), ref_len=int(meters["_bleu_ref_len"].sum),
+                                   smooth_method="exp").score, 2)
 
 
 class GNMTGeneratorMixin:
