@@ -1,75 +1,30 @@
 """The one place where fairseq-fixed 0.12.3.1 is adapted to torch 2.13 / numpy 2.x.
 
-Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir fairseq_ext`` does).
+Everything here is applied once, by ``import fairseq_ext`` (which ``--user-dir fairseq_ext`` does):
 
-1. **Checkpoints load with ``weights_only=True``.**  torch >= 2.6 refuses to unpickle anything but
-   tensors and plain containers by default.  fairseq checkpoints also hold ``argparse.Namespace``
-   (legacy ``args``; ``torch.serialization.get_unsafe_globals_in_checkpoint`` finds nothing else in
-   a fairseq_ext checkpoint) and may hold numpy scalars in ``extra_state`` (best metric values).  Instead of switching safety off we allow-list exactly those globals with
-   :func:`torch.serialization.add_safe_globals`; unknown globals still fail loudly.
-2. **numpy aliases** ``np.float`` / ``np.int`` (removed in numpy 1.24) used by
-   ``fairseq/modules/dynamic_crf_layer.py`` and ``fairseq/data/data_utils.py``, and ``np.compat.long``
-   (``np.compat`` was removed in numpy 2.0) used by ``TokenBlockDataset`` (``--task language_modeling``) and
-   ``LanguagePairDataset.num_tokens_vec``.
-3. **No sentence is dropped by batching.**  ``fairseq-generate`` with the default
-   ``--required-batch-size-multiple 8`` lost the tail of the test set (1,488 of 1,494 printed,
-   1494 = 186*8 + 6) because the fast batcher in this fairseq build discards a final
-   batch smaller than the multiple.  :func:`_complete_batches` wraps
-   ``fairseq.data.data_utils.batch_by_size`` so that any index the batcher dropped comes back as a
-   final batch; every input sentence then gets exactly one output.
-4. **CPU distributed training under torchrun.**  fairseq computes ``device_id = rank %
-   torch.cuda.device_count()`` (ZeroDivisionError without a GPU) and spawns ``min(#GPUs, world)``
-   processes.  :func:`patch_distributed` takes the device id from ``LOCAL_RANK`` when there is
-   no GPU, so ``torchrun --nproc_per_node 2 $(which fairseq-train) --cpu --distributed-world-size 2
-   --distributed-backend gloo ...`` trains with the gloo backend on CPU.  ``pytorch_ddp`` wraps
-   CPU modules with ``device_ids=None``.
-5. **An unreadable checkpoint is named, and safe loading is never advised off.**  A corrupt or
-   truncated file, or one holding a global outside the allow-list, made ``fairseq-generate`` print
-   torch's message recommending ``weights_only=False``.  :func:`patch_checkpoint_loading` wraps
-   ``checkpoint_utils.load_checkpoint_to_cpu`` so that it raises
-   :class:`fairseq_ext.modules.checkpoint.CheckpointError` ("not a readable fairseq checkpoint: FILE
-   (why)"), a :class:`fairseq_ext.data.errors.UserDataError`: uncaught, it ends the command with that one
-   ``error:`` line and exit status 2.
-6. **A run that stops mid-epoch exits cleanly.**  fairseq prefetches batches in a daemon thread
-   (``BufferedIterator``, ``--data-buffer-size``).  When training stops at ``--max-update`` in the
-   middle of an epoch that thread is still collating; if it is inside a torch operation when the
-   interpreter finalizes, the process aborts with "terminate called without an active exception"
-   (exit -6) *after* the checkpoint was written, so a recipe under ``set -e`` fails.
-   :func:`patch_background_loader` lets the prefetcher stop between batches and stops every live
-   one at exit.
-7. Quiet the harmless per-command warnings (hydra deprecations, pin_memory without accelerator).
+1. Checkpoints load with ``weights_only=True``: the globals a fairseq checkpoint holds
+   (``argparse.Namespace``, numpy scalars in ``extra_state``) are allow-listed with
+   :func:`torch.serialization.add_safe_globals`; unknown globals still fail.
+2. The numpy aliases ``np.float`` / ``np.int`` / ``np.compat.long`` that fairseq still uses.
+3. No sentence is dropped by batching: :func:`_complete_batches` wraps ``data_utils.batch_by_size`` so
+   that a final batch smaller than ``--required-batch-size-multiple`` comes back.
+4. CPU distributed training under torchrun (:func:`patch_distributed`: device id from ``LOCAL_RANK``
+   without a GPU; gloo backend).
+5. An unreadable checkpoint is one ``error:`` line (:func:`patch_checkpoint_loading` raises
+   :class:`fairseq_ext.modules.checkpoint.CheckpointError`); safe loading is never advised off.
+6. A run that stops mid-epoch exits cleanly (:func:`patch_background_loader` stops the prefetching
+   thread between batches).
+7. Harmless per-command warnings are quieted.
+10. A finished epoch's DataLoader workers end when fairseq builds a new epoch iterator
+    (:func:`patch_train_iterator_workers`).
+12. ``--help`` lists the options of the named task, architecture and criterion (:func:`patch_help`).
+13. A failed validation keeps the trained weights: :func:`patch_validation_save` saves
+    ``checkpoint_last.pt`` before the error goes on.
 
-(8, 9 and 11 are features of the plugin, not fixes of the base, each in its own module, applied when the plugin
-registers: ``--quantize int8`` in :mod:`fairseq_ext.modules.fast_inference`, the fold of frozen weights under CPU
-bf16 autocast in :mod:`fairseq_ext.modules.frozen_linear`, the early-stopping state kept across a resumption in
+(8, 9 and 11 are features of the plugin, each in its own module: ``--quantize int8`` in
+:mod:`fairseq_ext.modules.fast_inference`, the fold of frozen weights under CPU bf16 autocast in
+:mod:`fairseq_ext.modules.frozen_linear`, early-stopping state across a resumption in
 :mod:`fairseq_ext.modules.patience_resume`.)
-
-10. **A finished training epoch's DataLoader workers end.**  For a dataset it cannot reuse across epochs
-   (``can_reuse_epoch_itr_across_epochs`` False, e.g. ``universal_translation``'s language temperature sampling)
-   fairseq builds a new ``EpochBatchIterator`` every epoch, each with *persistent* workers, and the old iterator is
-   freed only by the cyclic garbage collector (its batch sampler holds a bound method of it).  Its workers -- each
-   a forked copy of the trainer, ~0.8 GB RSS for the ch. 5 RNN -- piled up one per epoch: a 647-pair language
-   resampled every 16 updates reached 49 epochs (765 updates) before the kernel's memory killer stopped a run
-   beside it and then it.  :func:`patch_train_iterator_workers` wraps ``Trainer.get_train_iterator``: when it
-   hands out a different iterator, the previous one (its epoch is over) shuts its workers down.
-12. **``--help`` lists the options of the named task, architecture and criterion.**  ``fairseq-train DATA --task
-   doc_translation --help`` showed no ``--doc-*`` option: ``options.parse_args_and_arch`` parses the command
-   line once to learn ``--task``/``--arch``/``--criterion``/... and only then adds their options for the second
-   parse, but argparse answers ``-h`` during that first parse, before they exist.  :func:`patch_help` wraps
-   ``parse_args_and_arch`` so that its first parse of a parser leaves ``-h``/``--help`` out (and required
-   arguments optional, as help never needed them); the second parse, with every option added, prints the help
-   and exits 0.  Without ``--arch`` no model options are added (fairseq would stop on the missing choice).
-   When ``--user-dir`` is not on ``sys.argv`` (a program calling ``parse_args_and_arch(parser, args)``), the
-   plugin is imported *inside* that call, after the parser was built, so wrapping the function comes too late
-   for it: :func:`apply` then finds the call's parser on the stack and prepares it the same way.  Applies to
-   every tool that parses with ``parse_args_and_arch`` (train, generate, interactive, validate, eval-lm) and
-   to every task, plugin or fairseq's.
-13. **A failed validation keeps the trained weights.**  ``fairseq_cli.train.validate_and_save`` validates before
-   it saves, so an exception in validation (out of memory on a long validation document, a broken valid file)
-   lost every update since the last checkpoint.  :func:`patch_validation_save` wraps ``fairseq_cli.train.validate``
-   (when ``fairseq-train`` is the running program): on an exception the weights, optimizer and position in the
-   epoch are saved to ``checkpoint_last.pt`` first (as fairseq saves them), one line says so, and the error goes
-   on; the same command resumes from there.
 """
 from __future__ import annotations
 

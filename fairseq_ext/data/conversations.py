@@ -1,60 +1,23 @@
-"""Bilingual multi-speaker conversations for the ``conversation_translation`` task (Maruf 2019 ch. 5,
-Bi-MSMT): the conversation file, turn segmentation by language, the history a sentence may see, and the
-batch contract between the task, the ``bimsmt_rnn`` model and the ``conversation_online`` generator.
+"""Bilingual multi-speaker conversations for the ``conversation_translation`` task (Bi-MSMT, Maruf 2019
+ch. 5): the conversation file, turns, the history a sentence may see, and the batch contract between the
+task, the ``bimsmt_rnn`` model and the ``conversation_online`` generator.
 
-**The conversation file** ``{split}.conv`` is line-aligned with the binarized ``{split}.src-tgt.*``
-data (one line per sentence, tab-separated)::
-
-    CONVERSATION_ID <TAB> LANG <TAB> SPEAKER [<TAB> LINE_ID]
-
-``LANG`` is the language of the *source* sentence, one of the task's two tags (``--conv-langs en,es``:
-the first is "English", the second "Foreign"); the sentence is translated into the other one (En→F
-for ``en`` lines, F→En for the others), so a line's direction is its language. ``SPEAKER`` is kept but
-never used by the model (turns are defined by language, thesis footnote 9); ``LINE_ID`` (e.g. the verse
-id) is optional. The sentences of a conversation are contiguous and in conversation order.
-
-**Turns** (:func:`segment_turns`): a turn is a maximal run of consecutive sentences of one language
-(consecutive same-language speaker turns merge; the conversation need not start with English and the
-turns are not numbered by parity, §10.29).
-
-**Bad input** is one :class:`ConversationDataError` naming the file and line: an empty id or language
-field, an unknown language tag, a conversation whose lines are not contiguous, a conversation with one
-language only (the thesis's conversations have at least two turns; ``allow_monolingual=True`` accepts it,
-the other language's history is then empty), and an *empty turn*, i.e. a sentence with no source tokens
-(a turn must contain at least one non-empty sentence; :meth:`ConversationIndex.check_sources`).
-
-**The history of a sentence** (:meth:`ConversationIndex.history`) is decided here, never by a model:
-every earlier sentence of its conversation -- the completed turns of both languages and the earlier
-sentences of its own (ongoing) turn -- never itself, never a later one. Its *target* side (the target
-history of §5.3) is the translation of those sentences: in training the reference (``gold``; ``reference``
-is its earlier spelling) or a base model's output (``generated``, read from a file); at test time the generator's
-own translations (:mod:`fairseq_ext.generators.conversation_online` never reads the target side of the batch).
-``context`` restricts it for the evaluation switches of Table 5.5: ``all`` (default), ``prev_sent`` (the
-previous sentence only, Table 5.4), ``current_turn`` (the earlier sentences of the ongoing turn),
-``same_lang_prev_turns`` / ``other_lang_prev_turns`` (completed turns of the sentence's own / the other
-language).
-
-**Batches** (:class:`ConversationPairDataset`): fairseq's ``LanguagePairDataset`` batch plus, for the *N-set*
-= the B batch rows followed by the E extra history rows that are not in the batch (rows B..N-1, dataset
-order)::
-
-    net_input["direction"]        (B,)    0: the row's source is the first tag (En->F), 1: F->En
-    net_input["hist_src_tokens"]  (E, S') sources of the extra rows (left-padded like src_tokens;
-                                          E = 0 gives shape (0, 1))
-    net_input["hist_src_lengths"] (E,)
-    net_input["nset_lang"]        (N,)    source language (0/1) of every N-set row
-    net_input["nset_turn"]        (N,)    turn number in the split (equal = same turn)
-    net_input["hist_index"]       (B, K)  N-set rows of each batch row's history, conversation order,
-                                          -1 padding
-    net_input["hist_tgt_tokens"]  (N, Lt) (target history on) the translation of every N-set row,
-    net_input["hist_tgt_lengths"] (N,)    fairseq target format (EOS last), right-padded
-    sample["conv_index"], sample["conv_pos"]  (B,)  conversation number, position in it
-    sample["hist_id"]             (E,)    dataset index of every extra row
-
-:func:`conversation_batches` packs whole conversations (``--max-tokens`` / ``--batch-size``; shuffled
-conversations in training, a too-long training conversation cut into consecutive chunks whose earlier
-sentences come as extra rows; never cut at inference) -- the document batching of
-:mod:`fairseq_ext.data.documents` on the conversation index.
+* **File** ``{split}.conv``, line-aligned with the binarized data:
+  ``CONVERSATION_ID <TAB> LANG <TAB> SPEAKER [<TAB> LINE_ID]``; ``LANG`` is the source language (one of
+  ``--conv-langs``), so a line's direction is its language. Conversations are contiguous.
+* **Turns** (:func:`segment_turns`): maximal runs of one language (speaker unused, thesis footnote 9).
+* **History** (:meth:`ConversationIndex.history`): every earlier sentence of the conversation, never
+  itself or a later one; its target side (§5.3) is the reference (``gold``) or a base model's output
+  (``generated``) in training, the generator's own translations at test time. ``context`` selects the
+  evaluation switches of Tables 5.4-5.5 (``all``, ``prev_sent``, ``current_turn``,
+  ``same_lang_prev_turns``, ``other_lang_prev_turns``).
+* **Batches** (:class:`ConversationPairDataset`, :func:`conversation_batches`): fairseq's
+  ``LanguagePairDataset`` batch plus the *N-set* (the B batch rows then the E extra history rows):
+  ``net_input`` keys ``direction``, ``hist_src_tokens``/``hist_src_lengths``, ``nset_lang``,
+  ``nset_turn``, ``hist_index`` (B, K; -1 padding), ``hist_tgt_tokens``/``hist_tgt_lengths``; sample
+  keys ``conv_index``, ``conv_pos``, ``hist_id``. Whole conversations are packed (grouping shared with
+  the documents, :mod:`fairseq_ext.data.grouped`).
+* **Bad input** is one :class:`ConversationDataError` naming the file and line.
 
 Reference: Maruf, Martins, Haffari, "Contextual Neural Model for Translating Bilingual Multi-Speaker
 Conversations", WMT 2018; Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash

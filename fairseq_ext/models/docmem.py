@@ -1,70 +1,30 @@
-"""``docmem``: document-context NMT with memory networks (Maruf 2019 ch. 3, §3.2–§3.5), and the two local-context
-RNN baselines of §3.5 (``docmem_prevtgt``, ``docmem_jean2017``; earlier ``ctx_*_rnn``), as an extension of ``rnnsearch``
-(:mod:`fairseq_ext.models.rnnsearch`) through its documented hooks; the memory math is in
-:mod:`fairseq_ext.modules.memnet`. Document context arrives in ``net_input`` as the ``doc_translation`` task
-gives it (``ctx_src_tokens``, ``ctx_index``, ``ctx_distance``, ``ctx_tgt_tokens``: the "N-set" of the batch,
-rows 0..B−1 = the batch sentences).
+"""``docmem``: document-context NMT with memory networks (Maruf 2019 ch. 3, §3.2-§3.5) and the two
+local-context RNN baselines of §3.5, as an extension of ``rnnsearch`` (:mod:`fairseq_ext.models.rnnsearch`)
+through its hooks; the memory math is in :mod:`fairseq_ext.modules.memnet`. Document context arrives in
+``net_input`` as the ``doc_translation`` task gives it (``ctx_src_tokens``, ``ctx_index``,
+``ctx_distance``, ``ctx_tgt_tokens``).
 
-Model (Eqs. 3.3–3.4, Fig. 3.2): P(y^j | x^j, X^{−j}, Y^{−j}) = Π_n P(y^j_n | y^j_{<n}, x^j, c^{j,src}, c^{j,tgt}) with
-two static, per-sentence memory readings (computed once, kept in the incremental state, reordered with
-the beam):
+Model (Eqs. 3.3-3.4, Fig. 3.2), with two static per-sentence memory readings:
 
-* **source memory** (``--doc-memories src|both``, Fig. 3.3): c^{j,src} = MEMNET(M[X^{−j}], h^j), h^j =
-  [→h_M; ←h_1] of the NMT encoder (our choice). Cells: a document-level bi-GRU (2 × C/2, C = the encoder's
-  width; ``--doc-rnn-dropout`` on its input) over the sentence vectors of the sentence's document, cell j
-  excluded (:class:`~fairseq_ext.modules.memnet.DocumentRNN`: the document is rebuilt as [context before
-  j; j; context after j] from ``ctx_index``/``ctx_distance``, our choice). Sentence vectors
-  (``--src-mem-encoder``): ``encoder`` = the NMT encoder's [→h_M; ←h_1] of every N-set row, with the gradient
-  stopped (the thesis's sentence level is not trained by the NMT loss; default, cheap); ``rnnlm`` = the
-  thesis's frozen bi-LSTM made of two ``lstm_lm`` checkpoints (``--src-mem-lm FWD.pt,BWD.pt``, forward and
-  reversed-source LMs whose dictionary is the source dictionary).
-* **target memory** (``--doc-memories tgt|both``): c^{j,tgt} = MEMNET(M[Y^{−j}], s^j + W_at h^j). The cells are
-  the last top-layer decoder states s^{|y|} of the context rows' *current translations* (``ctx_tgt_tokens``:
-  in training the task's ``--doc-target-context generated|gold``, at test time the previous BCD pass of
-  :mod:`fairseq_ext.generators.doc_bcd`), obtained by teacher-forcing each translation with its own source
-  through this decoder's sentence path (all memory readings zero), without gradient and without the
-  decoder's dropout —
-  the "memory built from the sentence model's decoder, not updated during training" of §3.2, and the
-  same function of a translation in training and in every decoding pass; s^j is the same for the
-  sentence's own current translation (row j of ``ctx_tgt_tokens``; our choice: cell j excluded, s^j used).
-  Train with ``--doc-target-context generated`` (the thesis: the stage-1 model's translations, §3.5.1);
-  with ``gold`` (the thesis's ablation) s^j is the state of the sentence's own *reference*, which the
-  model then sees in training but never at test time.
-* **Memory-to-Context** (``--memory-integration m2c``, Fig. 3.2a): s_n = GRU(s_{n−1}, [E_T[y_{n−1}]; c^src; c^tgt;
-  c_n]) in the *first* decoder layer only (our choice, from the Table 3.3 parameter deltas) — the
-  ``step_input`` hook appends [c^src; c^tgt] to the embedding, and the first cell is a
-  :class:`~fairseq_ext.modules.memnet.MemoryInputGRUCell` whose memory columns are a separate block
-  (``weight_mem``), so the sentence parameters keep rnnsearch's names and shapes.
-* **Memory-to-Output** (``m2o``, Fig. 3.2b): softmax(W_y u_n + W_ys c^src + W_yt c^tgt + b_y) — ``decoder_step``
-  appends [c^src; c^tgt] to the readout features and ``output_layer`` adds W_ys c^src + W_yt c^tgt (bias-free
-  |V_T| × dim matrices) to the logits; ``features_only`` returns [u_n; c^src; c^tgt].
+* **source memory** (Fig. 3.3, ``--doc-memories src|both``): c^{src} = MEMNET(M[X^{-j}], h^j) over a
+  document-level bi-GRU of sentence vectors (``--src-mem-encoder encoder|rnnlm``);
+* **target memory** (``tgt|both``): c^{tgt} = MEMNET(M[Y^{-j}], s^j + W_at h^j) over the last decoder
+  states of the context sentences' current translations (teacher-forced, no gradient);
+* **Memory-to-Context** (``--memory-integration m2c``, Fig. 3.2a): [c^src; c^tgt] enter the first
+  decoder GRU layer (:class:`~fairseq_ext.modules.memnet.MemoryInputGRUCell`);
+* **Memory-to-Output** (``m2o``, Fig. 3.2b): W_ys c^src + W_yt c^tgt are added to the logits.
 
-Empty memory (a one-sentence document, no ``ctx_index``) reads the zero vector. ``--zero-memory`` sets every
-reading to zero and skips the memory terms: the model is then the rnnsearch sentence model bit for bit
-(stage 1 of §3.5.1, "readings set to the zero vector"); the same switch, at run time, is
-:meth:`DocMemModel.memory_disabled` (the initial pass of ``doc_bcd``). Stage 1 can also be a plain
-``rnnsearch_maruf`` / ``rnnsearch_bench`` checkpoint: every sentence parameter has rnnsearch's name and
-shape, and ``--finetune-from-model SENT.pt`` warm-starts the document-only ones (:data:`DOC_PARAM_PREFIXES`,
-``SentenceWarmStartMixin``).
+``--zero-memory`` (and :meth:`DocMemModel.memory_disabled`) gives the rnnsearch sentence model bit for
+bit (stage 1 of §3.5.1); a stage-1 ``rnnsearch`` checkpoint warm-starts the sentence parameters
+(``--finetune-from-model``, :data:`DOC_PARAM_PREFIXES`). :func:`extra_parameters` gives the parameter
+counts of Table 3.3.
 
-Parameters over the sentence model (H decoder size, C = encoder width = 2·He, Ds sentence-vector width, V
-target vocabulary; §3.1 "verified against Table 3.3"): document bi-GRU 2·3·(C/2)·(Ds + C/2 + 2); M2C +3H·C
-(src), +C·H (W_at) + 3H·H (tgt); M2O +V·C (src), +C·H + V·H (tgt) (:func:`extra_parameters`).
+Baselines (§3.5, ``--doc-context``): ``docmem_prevtgt`` (PREV TGT, Table 3.6) and ``docmem_jean2017``
+(an extra attention over the previous source sentence, Jean et al. 2017).
 
-Baselines (§3.5, same model and hyperparameters, Memory-to-Context style, ``--doc-context``):
-
-* ``prev_tgt`` (``docmem_prevtgt``, "PREV TGT", Table 3.6): the extra first-layer input is s^{|y|} of the
-  previous sentence's current translation (the context row at distance −1; zero if none).
-* ``jean2017`` (``docmem_jean2017``, Jean et al. 2017): a second Bahdanau attention (query z_{t−1} of the first
-  layer, as rnnsearch's) over the NMT encoder's states of the previous source sentence; its context vector
-  is the extra first-layer input at every step (zero if there is no previous sentence). The previous
-  sentence is read by the shared NMT encoder (the thesis only says "an additional attention component").
-
-Archs: ``docmem`` (= ``docmem_m2c_both``), ``docmem_m2c``, ``docmem_m2o`` (``--doc-memories`` both by default),
-``docmem_{m2c,m2o}_{src,tgt,both}`` at the thesis size (``rnnsearch_maruf``: 1-layer bi-GRU encoder, 2-layer
-plain GRU decoder, 512/512, alignment 256; dropout 0.2, the dual-memory models 0.5 with 0.2 on the document
-RNN, §3.5.1) and ``…_bench`` at the CPU benchmark size (``rnnsearch_bench``); ``docmem_prevtgt[_bench]``,
-``docmem_jean2017[_bench]``; ``docmem_tiny`` for tests.
+Archs: ``docmem`` (= ``docmem_m2c_both``), ``docmem_{m2c,m2o}[_{src,tgt,both}]`` at the thesis size,
+``…_bench`` at the CPU benchmark size, ``docmem_prevtgt[_bench]``, ``docmem_jean2017[_bench]``,
+``docmem_tiny``.
 
 Reference: Maruf & Haffari, "Document Context Neural Machine Translation with Memory Networks", ACL 2018;
 Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash University, 2019, ch. 3; Jean,

@@ -1,68 +1,24 @@
 r"""Diagnostic corpora: synthetic tasks on which a sentence model is limited *by construction* and a
 document-context mechanism should be near-perfect (``python -m fairseq_ext.tools.analysis.diagnostics``,
-``fairseq-ext-diagnostics``). They tell a defective mechanism from a weak setting: on real data
-(Maruf 2019 ch. 3-4, Bible chapters) a document model that ends level with its sentence baseline may
-be either.
+``fairseq-ext-diagnostics``). They tell a defective mechanism from a weak setting on the document models
+of Maruf 2019 ch. 3-4.
 
-Every task is a word-level "language pair" ``src``→``tgt`` with a few dozen types. Every token
-translates one-to-one by a fixed dictionary (filler ``wK`` → ``vK``, noun ``naK``/``nbK`` → ``maK``/
-``mbK``) except one *probe* token whose translation needs the document:
+Every task is a word-level pair ``src``→``tgt`` translated one-to-one by a fixed dictionary except one
+*probe* token whose translation needs the document:
 
-``antecedent``
-    A document (4-6 sentences) holds one noun sentence, whose noun is of class A (``na*``) or B
-    (``nb*``), followed by three sentences that contain the pronoun ``PRO`` (at distances d = 1, 2, 3
-    from the noun sentence; the other sentences are fillers). ``PRO`` → ``la`` (class A) or ``le``
-    (class B). **Bound**: the class is drawn independently of the PRO sentence (its tokens come from
-    the structure stream, the class from a separate choice stream), so any function of sentence i alone
-    is right on a PRO with probability 1/2: contrastive accuracy 50% (± sampling noise), at every d.
-    A model whose context is the N previous sentences can resolve d ≤ N only (2-to-1 concatenation:
-    d = 1; Zhang et al. 2018 with two previous sentences: d ≤ 2).
-``cataphor``
-    The same with the three PRO sentences *before* the noun sentence (d = 1, 2, 3 = how many sentences
-    later the noun comes). Only an offline context (later sentences) resolves it: a sentence model and
-    every online model (earlier sentences only) are at 50% by construction.
-``consistency``
-    Every document draws one of two target synonyms (``syna``/``synb``) for the source word ``amb``,
-    which occurs in 2 or more of its sentences; every occurrence in the document is translated the same
-    way. The choice is random per document and independent of the whole source document, so source
-    context does not help either: a sentence model and every source-context model are at 50%; only
-    the target context (the other sentences' translations: ``--doc-target-context gold``, or the
-    generated translations of ``doc_bcd``) determines it. Instances are bucketed by the occurrence's
-    rank in its document (0 = the first occurrence: unresolvable by an *online* target context).
+* ``antecedent``: a pronoun ``PRO`` translates by the class of a noun 1-3 sentences *before* it;
+* ``cataphor``: the same with the noun *after* the pronoun (only an offline context resolves it);
+* ``consistency``: a word ``amb`` translates to the same random synonym throughout a document (only the
+  target context resolves it).
 
-Splits: ``train`` draws a class/choice per document at random. ``valid`` and ``test`` are made of **twin
-documents**: each document structure is written twice, once with each class (same source sentences
-except the noun's class letter; consistency: the same source document), in a random order. So the bound
-is exact there, not only in expectation: a sentence model (antecedent, cataphor), an online model
-(cataphor), an N-previous-sentence model at d > N, or any source-context model (consistency) gets
-*identical* inputs for the two twins of a probe and opposite answers, so it is right on at most one of
-the two: accuracy <= 50%, and = 50% only if it never scores the two candidates equal. The structure (every
-source sentence, every filler) comes from one random stream and the classes/choices from another
-(``--choice-seed``, default ``--seed``): changing the choice seed changes no source token except the
-antecedent nouns' class letter (consistency: none at all).
+In ``valid``/``test`` every document is written twice, once with each class (*twin documents*), so a
+model without the needed context is right on at most one of the two twins: accuracy <= 50% exactly.
+Classes/choices come from a random stream separate from the structure (``--choice-seed``).
 
-Output (``generate TASK --out DIR``; through temp files, renamed together)::
-
-    DIR/raw/{train,valid,test}.{src,tgt}   one sentence a line, tokens separated by one space
-    DIR/raw/{split}.ids                    line ids ``{split}-dNNNNN.K``: the document of a line is its id
-                                           without the last dot-field (fairseq_ext.data.documents)
-    DIR/raw/{split}.contrastive.jsonl      one probe a line (below), raw words
-    DIR/diagnostics.json                   task, parameters, counts, the bound
-    DIR/word/bin/                          (unless --no-binarize) word-level segmentation + fairseq
-                                           binarization (``fairseq-ext-data prepare --method word``), with
-                                           {split}.ids and the word-segmented {split}.contrastive.jsonl
-
-A probe line: ``line`` (0-based line of the split), ``id``, ``doc``, ``distance`` (antecedent/cataphor:
-sentences to the noun; consistency: the occurrence's rank), ``bucket`` (``0``-``3``, ``>3``), ``gender``
-(the class: ``f`` = class A / ``syna``, ``m`` = class B / ``synb``; the field name of
-:mod:`fairseq_ext.tools.evaluation.contrastive`), ``reference``, ``variants`` (the reference with the probe token
-swapped), ``probe`` ({``correct``, ``wrong``, ``position``: token index in the target}). The set is
-scored by ``fairseq-ext-contrastive score --set DIR/word/bin/test.contrastive.jsonl --segmented
-DIR/word/bin --path CKPT --task doc_translation --source-lang src --target-lang tgt ...``.
-
-``decoded --set SET --hyp GEN_OUT``: what a system *wrote* at the probes (fairseq-generate output, read
-with ``--post-process sentencepiece`` or not): the share of probes translated with the correct word, and
-(consistency) the share of documents whose occurrences all got the same synonym.
+Output (``generate TASK --out DIR``): ``DIR/raw/{split}.{src,tgt,ids}``, ``DIR/raw/{split}.contrastive.jsonl``
+(one probe a line, the format of :mod:`fairseq_ext.tools.evaluation.contrastive`), ``DIR/diagnostics.json``
+and, unless ``--no-binarize``, ``DIR/word/bin/``. ``decoded --set SET --hyp GEN_OUT`` reports what a
+system wrote at the probes (and, for consistency, the share of consistent documents).
 """
 from __future__ import annotations
 

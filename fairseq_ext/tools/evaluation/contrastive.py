@@ -1,114 +1,27 @@
 r"""Contrastive pronoun evaluation in the style of ContraPro (Müller et al. 2018) on the es-en Bible, for
 the document-level models of Maruf (2019) ch. 4 (Table 4.4).
 
-ContraPro asks whether a model prefers the reference over the same sentence with the pronoun of the wrong
-gender, broken down by the distance of the antecedent. ContraPro is English→German ("it" → er/sie/es);
-here the direction is Spanish→English: Spanish possessives, datives and reflexives (``su``, ``le``, ``se``
-...) carry no natural gender, so *his*/*her*, *him*/*her* ... must come from the antecedent.
+A model is right on an instance when it scores the reference above every variant with the English
+pronouns of the other gender; Spanish possessives, datives and reflexives (``su``, ``le``, ``se``, ...)
+carry no natural gender, so *his*/*her* must come from the antecedent.
 
-``build`` -- the test set (from raw text: ``{split}.{src}``, ``{split}.{ref}``, ``{split}.ids``)
--------------------------------------------------------------------------------------------------
-A verse is an instance when
+``build`` (from raw ``{split}.{src}``, ``{split}.{ref}``, ``{split}.ids``): a verse is an instance when
+its source holds a gender-ambiguous pronoun (:data:`ES_AMBIGUOUS`), its reference holds gendered
+pronouns of one gender only, and an antecedent of that gender (a noun of
+``fairseq_ext/tools/evaluation/data/gender_en.tsv`` or a name derived from the English text) is found in
+the same chapter. Its distance (verses back, buckets ``0``-``3``, ``>3``) is that of Table 4.4. Variants
+swap every gendered pronoun (2^k choices for k ambiguous ``her``). Output: one JSON object a line;
+``--max-per-distance``, ``--balance-gender`` sample the set.
 
-1. its **source** contains a gender-ambiguous Spanish pronoun (whole lowercased words; ``--es-pronouns``):
-   ``su sus suyo suya suyos suyas le les se sí consigo`` (:data:`ES_AMBIGUOUS`). Left out on purpose:
-   ``él``/``ella`` (gendered), and ``lo``/``la``/``los``/``las``: they are also the definite articles (in
-   almost every verse, so they would not filter anything) and as clitics they agree with the grammatical
-   gender of the referent. Enclitic forms (``díjole``, ``levantóse``) are not detected. Whether the source
-   also contains a gendered ``él``/``ella`` is recorded (``source_gendered``); ``--exclude-gendered-source``
-   drops those verses;
-2. its **reference** contains third-person singular gendered pronouns (``he him his himself`` vs ``she her
-   hers herself``, whole words, any case; hyphenated compounds such as ``he-goat`` are not pronouns) of
-   **one gender only** (verses with both are skipped);
-3. an **antecedent** is found: the nearest mention of an entity of that gender at or before the verse, in
-   the same chapter (a chapter = a document; ids ``Book.chapter.verse``), on the reference side. A mention
-   is a gendered common noun of :file:`fairseq_ext/tools/evaluation/data/gender_en.tsv` (singular, e.g. woman, wife,
-   daughter, widow / man, husband, son, king, servant, priest, lord; ``--lexicon``) or a gendered **name**
-   (below). Pronouns are not mentions.
-
-**Distance** = number of verses back to the verse of the antecedent: 0 when the verse itself contains a
-mention of that gender (anywhere in the verse), else 1, 2, 3, ... (bucket ``>3`` for 4 and more), as in
-Table 4.4. So a distance > 0 means that the verse has no mention of its own. Verses are counted in the
-order of the split (the verses the context model sees), not by verse number.
-
-**Names** are derived from English text (default: ``train.{ref}`` and ``{split}.{ref}`` of the folder;
-``--name-corpus`` to choose), never hand-listed. A capitalised word type (not a pronoun, not in the noun
-lexicon) is a name candidate when it occurs capitalised in a non-sentence-initial position, its lowercase
-form makes at most 10% of its occurrences, it occurs in >= ``--name-min-verses`` (3) verses and at most
-25% of its non-initial occurrences follow a locative preposition (in, at, into, toward, within, ...: place
-names such as Jerusalem); one-letter words (``I``, ``O``) and words that follow "the" in most of their
-non-initial occurrences (groups and titles: the Pharisees, the Levites, the Sabbath, the Almighty) are
-left out. Its gender comes from two kinds of evidence in the same verse:
-
-* **apposition** with a gendered noun (weight 3): ``NAME[,] his/her/the/a... NOUN`` ("Sarah his wife",
-  "Elkanah her husband", "David the son of") and ``NOUN[,] NAME`` ("king David", "his wife Sarai");
-* the **nearest following pronoun**: the first gendered pronoun within 8 words after the name, skipping
-  one that opens an apposition ("his wife") (weight 1).
-
-With e_f, e_m the weighted evidence, a candidate is **female** when e_f >= 2 and e_f > e_m, **male** when
-e_m >= 2 and e_m > 2 e_f (male pronouns are ~9 times as frequent in the Bible, so a male verdict needs a
-clearer margin); otherwise it is no mention. On the es-en Bible (train + test) this gives 560 male and
-53 female names (Ruth, Naomi, Sarah, Rebekah, Mary, Martha, ...), with some errors: Laban, Shua or Sodom
-as female, places such as Sidon or Bethsaida as male. ``--names-out FILE`` writes the derived lexicon with
-its evidence (TSV).
-
-**Variants** (``variants``): every gendered pronoun of the reference swapped to the other gender
-(he↔she, him→her, his→her, or →hers when it stands alone before punctuation or at the end, himself↔herself,
-hers→his), keeping capitalisation (``He``→``She``, ``HIS``→``HER``). ``her`` is both *his* and *him*: with k
-``her`` tokens all 2^k choices are emitted (k <= 3; with more, the two uniform ones), so there are 1 to 8
-variants; a model is right on an instance only when the reference beats every variant.
-
-Output: one JSON object a line, in split order: ``line`` (0-based index into the split), ``id``, ``doc``,
-``distance`` (verses back, an int), ``bucket`` (``0``, ``1``, ``2``, ``3``, ``>3``), ``gender`` (``m``/``f``),
-``pronouns`` (the gendered pronouns of the reference, lowercased, in order), ``source_pronouns``,
-``source_gendered``, ``antecedent`` ({word, line, id}), ``reference``, ``variants``. The counts by distance
-and gender are printed (Markdown) and, with ``--stats-json``, written as JSON. The build is deterministic;
-``--max-per-distance N`` keeps a seeded random sample (``--seed``) of N instances per distance bucket (in
-split order); ``--balance-gender`` keeps as many feminine as masculine instances per bucket.
-
-``score`` -- accuracy of a model (``fairseq-generate``'s options)
-------------------------------------------------------------------
-Every option that is not one of this tool's goes to fairseq's generation parser, so the data folder, the
-task and its options are given exactly as to ``fairseq-generate`` (``--user-dir`` defaults to this
-plugin; ``--gen-subset`` is the split, default ``test``). For each instance the dataset item
-``task.dataset(split)[line]`` is taken (a ``LanguagePairDataset`` or a document dataset whose items carry
-their context: only ``dataset[i]``, its ``target`` and ``dataset.collater`` are used); its ``target`` is
-replaced by the reference and by each variant, segmented with ``--spm MODEL`` (the sentencepiece model
-of the data) or taken as already segmented (``--segmented``), encoded with the task's target dictionary
-(``</s>`` appended), and collated together. The score is log P(target | source, context) = the sum of the
-token log-probabilities of a teacher-forced pass (models in eval mode; an ensemble averages the token
-probabilities, as fairseq's scorer does; a model gets only the ``net_input`` keys its ``forward`` accepts,
-so a sentence model can be scored on a document dataset). By default each instance (reference + variants)
-is one batch (``--instances-per-batch``). An instance is correct when the reference scores strictly
-higher than **every** variant. The encoded reference is compared with the dataset's own target of that
-line (a mismatch means another split, segmentation or reference language: reported, and an error when it
-holds for every instance).
-
-Accuracy is reported overall, by distance (Table 4.4 layout: ``| Model | 0 | 1 | 2 | 3 | >3 | all |``),
-and by gender, as Markdown on stdout and with ``--json``; ``--details FILE`` writes one line per
-instance with all scores. The Bible's gendered pronouns are ~94% masculine, so a model that always
-prefers *he/his* scores ~0.94 on the full set: the table also gives the **gender-balanced** accuracy (the
-mean of the masculine and the feminine accuracy, per bucket where both occur), and ``build
---balance-gender`` builds a set with as many feminine as masculine instances per bucket (as ContraPro
-balances its classes), at the price of its size.
-
-Usage::
+``score``: every other option goes to fairseq's generation parser (data folder, ``--path``, task as for
+``fairseq-generate``); each instance is scored by teacher forcing (log P(target | source, context));
+accuracy overall, by distance (Table 4.4 layout) and by gender, and the gender-balanced accuracy.
+``--format contrapro|bawden`` scores the published sets (:mod:`fairseq_ext.tools.evaluation.contrastive_sets`)::
 
     python -m fairseq_ext.tools.evaluation.contrastive build --raw data/bible_es_en/raw --split test \
-        --out contrastive.test.jsonl [--src es --ref en] [--max-per-distance 500 --seed 1] \
-        [--balance-gender] [--stats-json stats.json] [--names-out names.tsv] [--exclude-gendered-source]
+        --out contrastive.test.jsonl [--max-per-distance 500 --seed 1] [--balance-gender]
     python -m fairseq_ext.tools.evaluation.contrastive score --set contrastive.test.jsonl \
-        --spm data/bible_es_en/spm8000/spm.model [--json acc.json] [--details scores.jsonl] [--name M] \
-        data/bible_es_en/spm8000/bin --path ckpt/checkpoint_best.pt --task translation --gen-subset test
-
-Published sets (``score --format contrapro|bawden``): ContraPro (Müller et al. 2018) and the sets of Bawden et al.
-(2018) in their own formats, each instance scored with its context sentences by the same scorer
-(:mod:`fairseq_ext.tools.evaluation.contrastive_sets`)::
-
-    python -m fairseq_ext.tools.evaluation.contrastive score --format contrapro --set contrapro.json --docs documents \
-        [--context 1] --spm spm.model DATA --path ckpt.pt --task doc_translation [--doc-target-context gold]
-    python -m fairseq_ext.tools.evaluation.contrastive score --format bawden --set anaphora.json --spm spm.model \
-        DATA --path ckpt.pt --task translation
+        --spm data/bible_es_en/spm8000/spm.model data/bible_es_en/spm8000/bin --path ckpt.pt --task translation
 
 (installed: ``fairseq-ext-contrastive``). Bad input prints one ``error: FILE:LINE: ...`` line, exit 2.
 """

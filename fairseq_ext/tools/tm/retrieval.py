@@ -1,90 +1,32 @@
 r"""The retrieval stage of SEG-NMT (Gu thesis ch. 4, §4.2.1) as an offline tool.
 
-The translation memory M is the training split: its source side is indexed once, every example of a split
-is answered with the training pairs whose source is most similar, and the answers are written as the side
-files ``{split}.tm.jsonl`` + ``{split}.tm.meta.json`` that the task ``seg_translation`` reads
-(:mod:`fairseq_ext.data.translation_memory`: a retrieved pair is a training-line index, so nothing is
-binarized twice).
+The translation memory is the training split: its source side is indexed once, every example of a
+split is answered with the most similar training pairs, written as ``{split}.tm.jsonl`` +
+``{split}.tm.meta.json`` for the ``seg_translation`` task (:mod:`fairseq_ext.data.translation_memory`).
 
-Pipeline (one query)
---------------------
-1. **Word tokens** (:func:`tokenize`): ``\w+|[^\w\s]`` (Unicode word runs; every other non-space character
-   a token of its own), a simple stand-in for the Moses tokenisation of the thesis. Case is **kept** for
-   the fuzzy score and Algorithm 1 (the thesis does not lowercase, and Moses keeps punctuation as tokens).
-   The **index terms** (:func:`index_terms`) are the word tokens (those with a ``\w`` character)
-   lowercased -- punctuation is not a term, as with Lucene's standard analyzer -- for the query and for
-   the index alike, so query terms always match index terms. A term never contains whitespace, so the
-   index gets the terms joined by one space through tantivy's ``whitespace`` tokenizer (no stemming, no
-   stopwords, no length filter). A query with no word token (only punctuation) gets no candidate.
-2. **Candidates** (:class:`Retriever`): BM25 over the memory's source side, the query's terms OR-ed
-   (every line containing one of them is a match); a term repeated in the query counts as often as it
-   occurs (its weight is multiplied by the count, as Lucene sums duplicate SHOULD clauses); 100
-   candidates (``--candidates``). Ties at the cut-off are resolved by memory index, so the candidate set
-   never depends on the engine's tie order.
-3. **Fuzzy re-ranking** (:func:`rerank`, Eq. 4.1): ``S_fuzzy(X, X') = 1 - D_edit(X, X') / max(|X|, |X'|)``
-   with the token-level Levenshtein distance (``rapidfuzz``, one ``cdist`` call over the candidates; each
-   distinct token is coded as one Unicode character first, an equality-preserving code on which rapidfuzz
-   is twice as fast as on token lists, so the scores are exactly those of :func:`fuzzy_score` on the
-   tokens); order (one ``lexsort``): fuzzy score descending,
-   then BM25 descending, then memory index ascending (deterministic). The best ``--keep`` (16 = the
-   largest K of the thesis) are written.
-4. **Adaptive selection** (:func:`adaptive_select`, Algorithm 1 with the union erratum):
-   walking the kept candidates best first, a candidate is added to the selected set R when the coverage
-   ``c = Σ_{x∈X} δ[x ∈ R.keys ∪ {X'_k}] / |X|`` (tokens of X with repeats, case kept, punctuation
-   included) strictly increases. With the union, R is exactly the candidates that contain at least one
-   query token that no better selected candidate contains.
+Per query:
 
-Training mode (``--train-mode`` = ``--exclude-self``, the query file is the memory): the query's own line
-is never a candidate (§4.2.3, "ensuring that the exact copy is not included"); ``--exclude-identical``
-also drops every memory line whose tokens equal the query's (fuzzy 1.0; default off: the thesis excludes
-only the exact copy).
-An empty query line gets an empty answer; every query line gets exactly one output line.
+1. word tokens (:func:`tokenize`, case kept) and lowercased index terms (:func:`index_terms`);
+2. BM25 candidates (:class:`Retriever`, ``--candidates 100``; k1 = 1.2, b = 0.75);
+3. fuzzy re-ranking (:func:`rerank`, Eq. 4.1: S_fuzzy = 1 - D_edit / max(|X|, |X'|)), best ``--keep``;
+4. adaptive selection (:func:`adaptive_select`, Algorithm 1, coverage with the union).
 
-The engines
------------
-:class:`Retriever` is the one interface the pipeline uses (``search(query_tokens, n) -> [(memory index,
-BM25 score)]`` best first, and ``len()``); fuzzy re-ranking and Algorithm 1 are engine-independent
-functions. Two engines are shipped (:mod:`fairseq_ext.tools.tm.tm_engines`, ``--engine``), with the same
-BM25 -- tantivy's, whose parameters are fixed at **k1 = 1.2, b = 0.75** (constants of the Rust library),
-the Lucene defaults (Lucene's BM25 with the ``(k1 + 1)`` factor, the same ranking),
-line lengths quantised to one byte as Lucene's norms are:
-
-* ``numpy`` (default, :class:`NumpyRetriever`): the memory's postings in arrays, built from the memory
-  when ``retrieve`` starts; tantivy's term scores bit for bit, summed exactly; every matching line scored
-  and the best selected by partition;
-* ``tantivy`` (:class:`TantivyRetriever`): the embedded `tantivy <https://github.com/quickwit-oss/tantivy-py>`_
-  index in the index folder, a boolean query of one term SHOULD clause per distinct term (built
-  programmatically: no query parser, so ``"`` ``:`` ``(`` ``*`` ``AND`` in a verse are plain text).
-
-tantivy sums the term scores in single precision, so the two can order two lines whose scores differ in
-the last bits of a float differently. A memory that outgrows one machine can put a server engine
-(Elasticsearch, OpenSearch, a tantivy/quickwit server) behind the same interface: subclass
-:class:`Retriever` and pass it to :func:`retrieve_split`.
-
-The index is built once and reused: ``build-index`` writes a stamp (``.stamp.tm-index.json``) with the
-memory file's path, size, line count and SHA-1, the tokenizer and engine, and the size and SHA-1 of every
-index file. Re-running with the same memory reuses the index (and says so); an index built on other data
-(stale), or whose files are missing, changed or unreadable (corrupt), is refused with an error naming the
-index folder, by ``build-index`` as by ``retrieve`` (with either engine); ``build-index --force`` rebuilds it
-(the new index is built next to the old one and replaces it only when complete).
+``--train-mode`` excludes a query's own line (§4.2.3); ``--exclude-identical`` also drops identical
+lines. Two engines share the interface (:mod:`fairseq_ext.tools.tm.tm_engines`, ``--engine``): ``numpy``
+(default) and ``tantivy``. The index is stamped and reused; a stale or corrupt index is refused
+(``build-index --force`` rebuilds it).
 
 Usage (installed: ``fairseq-ext-tm``)::
 
     fairseq-ext-tm build-index --memory-src data/bible_es_en/raw/train.es --index data/bible_es_en/tm_index
     fairseq-ext-tm retrieve --index data/bible_es_en/tm_index --memory-src data/bible_es_en/raw/train.es \
-        --query data/bible_es_en/raw/test.es --out-dir data/bible_es_en/spm8000/bin --split test \
-        [--candidates 100] [--keep 16] [--engine numpy|tantivy]
-    fairseq-ext-tm retrieve ... --query data/bible_es_en/raw/train.es --split train --train-mode \
-        [--exclude-identical]
-    fairseq-ext-tm select --side BIN/test.tm.jsonl --selection adaptive|topk [--k 2] [--out ids.txt]
+        --query data/bible_es_en/raw/test.es --out-dir data/bible_es_en/spm8000/bin --split test
+    fairseq-ext-tm select --side BIN/test.tm.jsonl --selection adaptive|topk [--k 2]
     fairseq-ext-tm tm-baseline --side BIN/test.tm.jsonl --memory-tgt data/bible_es_en/raw/train.en --out hyp
-    fairseq-ext-tm stats --side BIN/test.tm.jsonl [--bins 0,0.1,...,1] [--plot hist.png] [--json stats.json]
+    fairseq-ext-tm stats --side BIN/test.tm.jsonl
 
-``select`` writes the chosen training-line ids of every example (one line each, space-separated) and logs
-the average number of pairs; ``tm-baseline`` is the "TM" baseline of Table 4.2 (the target side of the
-best match, an empty line when there is none); ``stats`` prints the distribution of the top-1 fuzzy score
-as JSON. Bad input prints one ``error: FILE:LINE: ...`` line, exit status 2; progress and queries/s on
-stderr.
+``tm-baseline`` is the "TM" baseline of Table 4.2. Bad input prints one ``error: FILE:LINE: ...`` line,
+exit status 2.
 """
 from __future__ import annotations
 
