@@ -4,9 +4,10 @@
 #
 #   bash recipes/quickstart.sh                 # ~20-25 min on 2 cores (15 min of it training)
 #   BUDGET_MIN=5 bash recipes/quickstart.sh    # a shorter training budget (lower BLEU)
-#   THREADS=2 bash recipes/quickstart.sh       # both cores: ~1.5x faster training on an idle machine,
-#                                              # many times slower if anything else runs (default 1,
-#                                              # the setting of the README's numbers)
+#   THREADS=1 bash recipes/quickstart.sh       # one thread: for a machine that other work shares (the
+#                                              # setting of the README's numbers); default: every core
+#   DEVICE=cpu bash recipes/quickstart.sh      # stay on the CPU when a GPU is present (default: the GPU
+#                                              # when torch sees one)
 #
 # Steps (each is idempotent; re-running skips what is done):
 #   1. scripts/setup_env.sh: .venv at the repo root with torch 2.13.0 (CPU), fairseq-fixed 0.12.3.1
@@ -19,7 +20,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 BUDGET_MIN=${BUDGET_MIN:-15}
-THREADS=${THREADS:-1}
+THREADS=${THREADS:-$(nproc)}
 export OMP_NUM_THREADS=$THREADS
 
 echo "== 1/4 environment"
@@ -31,8 +32,10 @@ $PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es -
     --method sentencepiece --vocab-size 8000 --out data/bible_es_en
 
 echo "== 3/4 train ${BUDGET_MIN} min + translate the test set"
+DEVICE=${DEVICE:-$($PY -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')}
+echo "   device $DEVICE, $THREADS CPU thread(s)"
 $PY recipes/bench/bench.py --data data/bible_es_en/spm8000 --configs transformer \
-    --budget-min "$BUDGET_MIN" --threads "$THREADS" --out runs/quickstart
+    --budget-min "$BUDGET_MIN" --threads "$THREADS" --device "$DEVICE" --out runs/quickstart
 
 echo "== 4/4 score (sacreBLEU, detokenised, against WEB; then WEB+KJV)"
 $PY -m fairseq_ext.tools.evaluation.score score --hyp runs/quickstart/transformer/generate.out \
