@@ -158,7 +158,19 @@ def patch_training_time() -> None:
     sig = inspect.signature(orig)
 
     def load_checkpoint(self, *args, **kwargs):
-        extra_state = orig(self, *args, **kwargs)
+        try:
+            extra_state = orig(self, *args, **kwargs)
+        except Exception as exc:
+            # fairseq re-raises any failure to load the weights as a bare Exception naming the file ("please
+            # ensure that the architectures match"); a plugin's UserDataError behind it (a warm start that does
+            # not fit) is what the user should read, as its one line, with the file
+            from fairseq_ext.data.errors import UserDataError
+
+            cause = exc.__context__
+            if isinstance(cause, UserDataError) and not isinstance(exc, UserDataError):
+                filename = sig.bind(self, *args, **kwargs).arguments.get("filename")
+                raise type(cause)(f"{filename}: {cause}") from None
+            raise
         if sig.bind(self, *args, **kwargs).arguments.get("reset_meters", False):
             self._previous_training_time = 0
             self._start_time = time.time()

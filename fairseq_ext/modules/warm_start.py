@@ -15,7 +15,9 @@ context layers, gates, frozen copies...). :class:`SentenceWarmStartMixin` overri
 * otherwise → fairseq's own (strict) loading.
 
 Any other mismatch (a sentence tensor the checkpoint lacks, a tensor the model does not have, a shape)
-is an error, as in fairseq (ignored with ``strict=False``, as in fairseq). Use:
+is a :class:`WarmStartMismatch` (a :class:`~fairseq_ext.modules.checkpoint.CheckpointError`) naming the
+first few keys (ignored with ``strict=False``, as in fairseq); in ``fairseq-train`` it is one
+``error: CHECKPOINT: ...`` line. Use:
 ``fairseq-train --finetune-from-model SENTENCE.pt --arch DOC_ARCH``.
 
 Reference: S. Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash University, 2019.
@@ -26,7 +28,27 @@ from typing import Dict, List, Tuple
 
 import torch
 
+from fairseq_ext.modules.checkpoint import CheckpointError
+
 logger = logging.getLogger(__name__)
+
+
+class WarmStartMismatch(CheckpointError, RuntimeError):
+    """A sentence checkpoint that does not fit the model (also a ``RuntimeError``, as torch's strict loading)."""
+
+
+def _first(what: str, items: List[str], n: int = 4) -> str:
+    more = f" (+{len(items) - n} more)" if len(items) > n else ""
+    return f"{what} {', '.join(items[:n])}{more}"
+
+
+def mismatch_message(model: str, missing: List[str], unexpected: List[str], shapes: List[str]) -> str:
+    """The one line of a sentence checkpoint that does not fit the sentence part of ``model``: the first few
+    missing and unexpected keys and shape mismatches (``checkpoint shape vs model shape``)."""
+    parts = [_first(w, items) for w, items in (("missing", missing), ("unexpected", unexpected),
+                                                 ("size mismatch (checkpoint vs model)", shapes)) if items]
+    return (f"warm start from a sentence checkpoint: it does not fit the sentence part of {model} "
+            f"(a different architecture shape? give the stage-1 model's --arch and sizes): {'; '.join(parts)}")
 
 
 def group_by_prefix(keys: List[str], prefixes: Tuple[str, ...]) -> "OrderedDict[str, int]":
@@ -94,12 +116,10 @@ class SentenceWarmStartMixin:
         self.upgrade_state_dict(merged)
         unexpected = [k for k in merged if k not in own]
         missing = [k for k in own if k not in merged]
-        if strict and (unexpected or missing):
-            raise RuntimeError(
-                "warm start from a sentence checkpoint: the checkpoint does not match the sentence "
-                f"part of {type(self).__name__}: missing {missing[:20]}"
-                f"{' ...' if len(missing) > 20 else ''}; unexpected {unexpected[:20]}"
-                f"{' ...' if len(unexpected) > 20 else ''}")
+        shapes = [f"{k} {tuple(merged[k].shape)} vs {tuple(own[k].shape)}" for k in own
+                  if k in merged and torch.is_tensor(merged[k]) and merged[k].shape != own[k].shape]
+        if strict and (unexpected or missing or shapes):
+            raise WarmStartMismatch(mismatch_message(type(self).__name__, missing, unexpected, shapes))
         result = super().load_state_dict(merged, strict=strict, model_cfg=model_cfg, args=args)
         init = ", ".join(f"{p}* ({n})" for p, n in group_by_prefix(initialised, prefixes).items())
         copied = len(merged) - len(initialised)
