@@ -28,10 +28,10 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from fairseq.data import BaseWrapperDataset, data_utils
-
-from fairseq_ext.data.documents import TARGET_CONTEXT, DocumentIndex, document_batches
+from fairseq_ext.data.documents import TARGET_CONTEXT
 from fairseq_ext.data.errors import UserDataError
+from fairseq_ext.data.grouped import (GroupedPairDataset, GroupIndex, collate_sources, collate_targets,
+                                      contiguous_groups, group_batches, nset_rows)
 
 HISTORY_CONTEXTS = ("all", "prev_sent", "current_turn", "same_lang_prev_turns", "other_lang_prev_turns")
 # the target side of the history: the values of the documents' --doc-target-context, and "reference", the earlier
@@ -66,17 +66,17 @@ def parse_langs(spec) -> Tuple[str, str]:
     return langs
 
 
-class ConversationIndex:
+class ConversationIndex(GroupIndex):
     """Conversation, position, language and turn of every line of a split (module doc)."""
+
+    what = "conversation"
 
     def __init__(self, conv_names: Sequence[str], lengths: Sequence[int], lang: Sequence[int],
                  speakers: Optional[Sequence[str]] = None, line_ids: Optional[Sequence[str]] = None,
                  source: str = "<conversations>", first_lines: Optional[Sequence[int]] = None,
                  allow_monolingual: bool = False):
-        self.docs = DocumentIndex(conv_names, lengths, source)
-        self.names, self.source = list(conv_names), source
-        self.lengths, self.starts = self.docs.lengths, self.docs.starts
-        self.conv_of, self.pos = self.docs.doc_of, self.docs.pos
+        super().__init__(conv_names, lengths, source)
+        self.conv_of = self.group_of
         self.lang = np.asarray(lang, dtype=np.int64)
         if len(self.lang) != len(self.conv_of):
             raise ValueError("ConversationIndex: one language per line")
@@ -111,36 +111,32 @@ class ConversationIndex:
     def from_lines(cls, lines: Sequence[str], langs: Sequence[str], source: str = "<conv>",
                    allow_monolingual: bool = False) -> "ConversationIndex":
         """Parse the lines of a ``.conv`` file (module doc); ``langs`` = (first tag, second tag)."""
-        names: List[str] = []
-        lengths: List[int] = []
-        first_line: dict = {}
-        lang, speakers, ids, firsts = [], [], [], []
+        lang, speakers, ids = [], [], []
         tags = {t: i for i, t in enumerate(langs)}
-        for k, raw in enumerate(lines, start=1):
-            fields = raw.rstrip("\n").split("\t")
-            if len(fields) < 3:
-                raise ConversationDataError(f"{source}:{k}: expected CONVERSATION<TAB>LANG<TAB>SPEAKER[<TAB>ID], "
-                                            f"got {raw!r}")
-            conv, tag, speaker = fields[0].strip(), fields[1].strip(), fields[2].strip()
-            if not conv:
-                raise ConversationDataError(f"{source}:{k}: empty conversation id")
-            if tag not in tags:
-                raise ConversationDataError(f"{source}:{k}: unknown language tag {tag!r} (expected one of "
-                                            f"{', '.join(langs)}; set them with --conv-langs)")
-            if names and names[-1] == conv:
-                lengths[-1] += 1
-            else:
-                if conv in first_line:
-                    raise ConversationDataError(
-                        f"{source}:{k}: conversation {conv!r} started at line {first_line[conv]} and another "
-                        f"conversation came in between; the lines of a conversation must be contiguous")
-                first_line[conv] = k
-                firsts.append(k)
-                names.append(conv)
-                lengths.append(1)
-            lang.append(tags[tag])
-            speakers.append(speaker)
-            ids.append(fields[3].strip() if len(fields) > 3 else "")
+
+        def conversations():
+            for k, raw in enumerate(lines, start=1):
+                fields = raw.rstrip("\n").split("\t")
+                if len(fields) < 3:
+                    raise ConversationDataError(f"{source}:{k}: expected CONVERSATION<TAB>LANG<TAB>SPEAKER[<TAB>ID], "
+                                                f"got {raw!r}")
+                conv, tag, speaker = fields[0].strip(), fields[1].strip(), fields[2].strip()
+                if not conv:
+                    raise ConversationDataError(f"{source}:{k}: empty conversation id")
+                if tag not in tags:
+                    raise ConversationDataError(f"{source}:{k}: unknown language tag {tag!r} (expected one of "
+                                                f"{', '.join(langs)}; set them with --conv-langs)")
+                lang.append(tags[tag])
+                speakers.append(speaker)
+                ids.append(fields[3].strip() if len(fields) > 3 else "")
+                yield k, conv
+
+        def repeated(k: int, conv: str, start: int, n: int) -> ConversationDataError:
+            return ConversationDataError(
+                f"{source}:{k}: conversation {conv!r} started at line {start} and another conversation came in "
+                f"between; the lines of a conversation must be contiguous")
+
+        names, lengths, firsts = contiguous_groups(conversations(), repeated)
         return cls(names, lengths, lang, speakers, ids, source, firsts, allow_monolingual)
 
     @classmethod
@@ -162,16 +158,9 @@ class ConversationIndex:
                 f"({binarized or 'the source side'}); an empty turn or sentence cannot be translated -- drop the "
                 f"line from the corpus")
 
-    def __len__(self) -> int:
-        return len(self.lang)
-
     @property
     def n_convs(self) -> int:
-        return len(self.lengths)
-
-    def sentences(self, c: int) -> range:
-        s = int(self.starts[c])
-        return range(s, s + int(self.lengths[c]))
+        return self.n_groups
 
     def history(self, i: int, context: str = "all") -> List[int]:
         """Dataset indices of what sentence ``i`` may see, in conversation order (module doc)."""
@@ -213,7 +202,7 @@ def find_conv_file(split: str, data_path: str, conv_dir: Optional[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ dataset
-class ConversationPairDataset(BaseWrapperDataset):
+class ConversationPairDataset(GroupedPairDataset):
     """A :class:`~fairseq.data.LanguagePairDataset` whose batches carry the conversation keys (module doc).
 
     :param target_history: ``None`` (no target history), ``"gold"`` (the dataset's targets; ``"reference"``
@@ -222,7 +211,6 @@ class ConversationPairDataset(BaseWrapperDataset):
 
     def __init__(self, dataset, index: ConversationIndex, context: str = "all", target_history=None,
                  max_source_positions: Optional[int] = None):
-        super().__init__(dataset)
         if len(index) != len(dataset):
             raise ConversationDataError(f"{index.source}: {len(index)} lines, but the dataset has {len(dataset)} "
                                         f"examples (the conversation file must be line-aligned with the data)")
@@ -237,85 +225,40 @@ class ConversationPairDataset(BaseWrapperDataset):
         elif target_history is not None and len(target_history) != len(dataset):
             raise ConversationDataError(f"target history: {len(target_history)} sentences for {len(dataset)} "
                                         f"examples")
-        self.index, self.context = index, context
-        self.target_history = target_history
+        super().__init__(dataset, index, target_history)
+        self.context = context
         self.max_source_positions = max_source_positions
 
-    def __getattr__(self, name):
-        if name.startswith("__") or name == "dataset":
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
-
-    def num_tokens_vec(self, indices):
-        return self.dataset.num_tokens_vec(indices)
+    @property
+    def target_history(self):
+        return self.target_side
 
     def history(self, i: int) -> List[int]:
         return self.index.history(i, self.context)
 
-    def _target(self, i: int) -> torch.Tensor:
-        if self.target_history in GOLD:
-            return self.dataset[i]["target"]
-        return self.target_history[i]
-
-    def collater(self, samples, pad_to_length=None):
-        res = self.dataset.collater(samples, pad_to_length=pad_to_length) if pad_to_length is not None \
-            else self.dataset.collater(samples)
-        if not res:
-            return res
-        ids = res["id"].tolist()
+    def add_keys(self, res: dict, ids: List[int]) -> dict:
         return add_history_keys(res, ids, self.index, self.history, self.dataset, self.max_source_positions,
-                                self._target if self.target_history is not None else None)
-
-
-def _truncate(tokens: torch.Tensor, limit: Optional[int], eos: int) -> torch.Tensor:
-    if limit is None or tokens.numel() <= limit:
-        return tokens
-    return torch.cat([tokens[: limit - 1], tokens.new_tensor([eos])])
+                                self.target_of if self.target_side is not None else None)
 
 
 def add_history_keys(res: dict, ids: List[int], index: ConversationIndex, history, ds,
                      max_source_positions: Optional[int] = None, target=None) -> dict:
     """Add the conversation keys (module doc) to fairseq's batch ``res`` of the dataset rows ``ids``;
     ``history(i)`` gives the visible dataset indices of row i, ``target(i)`` (optional) its translation."""
-    B = len(ids)
-    row = {i: r for r, i in enumerate(ids)}
-    hists = [history(i) for i in ids]
-    extra = sorted({j for h in hists for j in h if j not in row})
-    for r, j in enumerate(extra):
-        row[j] = B + r
-    K = max((len(h) for h in hists), default=0)
-    hist_index = torch.full((B, K), -1, dtype=torch.long)
-    for b, h in enumerate(hists):
-        if h:
-            hist_index[b, : len(h)] = torch.tensor([row[j] for j in h], dtype=torch.long)
-    pad, eos = ds.src_dict.pad(), ds.src_dict.eos()
-    if extra:
-        sources = [_truncate(ds[j]["source"], max_source_positions, eos) for j in extra]
-        hist_src = data_utils.collate_tokens(sources, pad, eos, ds.left_pad_source)
-        hist_len = torch.tensor([s.numel() for s in sources], dtype=torch.long)
-    else:
-        hist_src, hist_len = torch.full((0, 1), pad, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    extra, hist_index = nset_rows(ids, [history(i) for i in ids])
     nset = ids + extra
     net = res["net_input"]
     net["direction"] = torch.from_numpy(index.lang[ids].copy())
-    net["hist_src_tokens"], net["hist_src_lengths"] = hist_src, hist_len
+    net["hist_src_tokens"], net["hist_src_lengths"] = collate_sources(ds, extra, max_source_positions)
     net["nset_lang"] = torch.from_numpy(index.lang[nset].copy())
     net["nset_turn"] = torch.from_numpy(index.turn[nset].copy())
     net["hist_index"] = hist_index
     if target is not None:
-        tgt_dict = ds.tgt_dict
-        targets = [target(j) for j in nset]
-        net["hist_tgt_tokens"] = data_utils.collate_tokens(targets, tgt_dict.pad(), tgt_dict.eos(), False)
-        net["hist_tgt_lengths"] = torch.tensor([t.numel() for t in targets], dtype=torch.long)
+        net["hist_tgt_tokens"], net["hist_tgt_lengths"] = collate_targets([target(j) for j in nset], ds.tgt_dict)
     res["conv_index"] = torch.from_numpy(index.conv_of[ids].copy())
     res["conv_pos"] = torch.from_numpy(index.pos[ids].copy())
     res["hist_id"] = torch.tensor(extra, dtype=torch.long)
     return res
 
 
-def conversation_batches(index: ConversationIndex, num_tokens, keep=None, max_tokens=None, max_sentences=None,
-                         order=None, cut_long: bool = False) -> List[np.ndarray]:
-    """Batches of whole conversations (:func:`fairseq_ext.data.documents.document_batches` on the
-    conversation index; module doc)."""
-    return document_batches(index.docs, num_tokens, keep, max_tokens=max_tokens, max_sentences=max_sentences,
-                            order=order, cut_long=cut_long)
+conversation_batches = group_batches  # whole conversations (module doc; :func:`fairseq_ext.data.grouped.group_batches`)

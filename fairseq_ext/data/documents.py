@@ -1,75 +1,40 @@
 """Documents for the ``doc_translation`` task (Maruf 2019 ch. 3-4): the batch contract between the task,
-the document models and ``doc_bcd``.
+the document models and ``doc_bcd``. The grouping of lines, the batching, the N-set and the dataset
+wrapper are shared with the conversations (:mod:`fairseq_ext.data.grouped`).
 
-* :class:`DocumentIndex` -- the document and the position of every line of a split, read from the
-  line-aligned ``{split}.ids`` file. The document of a line is given by ``--doc-id-pattern``
-  (:func:`doc_id_rule`; default: the id without a trailing ``#N``, ``:N`` or ``.N``, so ``Ruth.1.3`` ->
-  ``Ruth.1``, ``help/page#3`` -> ``help/page``; an id without one is its own document name, so an ids file
-  may also just repeat a document name on every line). Lines of one document must be contiguous, else one
-  error ``FILE:LINE: ...``; a one-sentence document is fine, a split of (almost) only one-sentence
+* :class:`DocumentIndex`: the document and position of every line of a split, from the line-aligned
+  ``{split}.ids`` (``--doc-id-pattern``, :func:`doc_id_rule`; default: the id without a trailing ``#N``,
+  ``:N`` or ``.N``). A document's lines must be contiguous; a split of (almost) only one-sentence
   documents is refused (:func:`check_documents`).
-* :func:`context_window` -- which sentences of the document are the context of a sentence
-  (decided here, never by a model): ``offline`` = every other sentence, ``online`` = the earlier ones;
-  then the ``size`` nearest (by ``|distance|``, ties -> the earlier one; 0 = no limit), then the hard
-  ``cap`` (``--doc-max-context``, default 128; 0 = no context at all). A sentence is never in its own context. The result is always a contiguous window
-  ``[pos - a, pos) + (pos, pos + b]``, computed in O(1) (no |d|^2 tables for long documents).
-* :class:`DocumentPairDataset` -- wraps fairseq's :class:`~fairseq.data.LanguagePairDataset` (as built
-  by ``load_langpair_dataset``); its ``collater`` is fairseq's plus the document keys of the contract:
-  the *N-set* of a batch is its B sentences (rows ``0..B-1``, in fairseq's batch order, i.e. sorted by
-  source length) followed by the E *extra* context sentences that are not in the batch (rows
-  ``B..N-1``, in dataset order)::
+* :func:`context_window`: the context of a sentence, decided here, never by a model: ``offline`` (every
+  other sentence) or ``online`` (the earlier ones), the ``size`` nearest, at most ``--doc-max-context``;
+  always a contiguous window, never the sentence itself.
+* :class:`DocumentPairDataset`: fairseq's ``LanguagePairDataset`` batch plus the *N-set* (the B batch
+  sentences, then the E extra context sentences): ``net_input`` keys ``ctx_src_tokens``/``ctx_src_lengths``
+  (E rows), ``ctx_index`` and ``ctx_distance`` (B, K; -1 / 0 padding), ``ctx_tgt_tokens``/``ctx_tgt_lengths``
+  (N rows, with ``--doc-target-context gold|generated``); sample keys ``doc_index``, ``doc_pos``,
+  ``ctx_id``.
+* :class:`PrevConcatDataset`: the source of ``--doc-concat-prev N`` (Tiedemann & Scherrer 2017): the N
+  previous sentences, each followed by ``<brk>``, then the sentence.
+* :func:`document_batches`: whole documents packed to ``--max-tokens`` / ``--batch-size``; a longer
+  document is cut into chunks whose other sentences come as extra rows.
 
-      net_input["ctx_src_tokens"]  (E, Ls)  extra sources, padded like src_tokens (left_pad_source);
-                                            E = 0 gives shape (0, 1)
-      net_input["ctx_src_lengths"] (E,)
-      net_input["ctx_index"]       (B, K)   N-set rows of each sentence's context, document order, -1 pad
-      net_input["ctx_distance"]    (B, K)   pos(context) - pos(sentence), never 0; 0 at padding
-      net_input["ctx_tgt_tokens"]  (N, Lt)  (--doc-target-context gold|generated only) target side of
-                                            every N-set row, fairseq target format (no BOS, EOS last),
-                                            right-padded
-      net_input["ctx_tgt_lengths"] (N,)
-      sample["doc_index"], sample["doc_pos"]  (B,)  document number in the split, position in it
-      sample["ctx_id"]             (E,)     dataset index of every extra row (an addition to the
-                                            contract: lets a generator such as ``doc_bcd`` map its own
-                                            translations onto the N-set rows B..N-1)
-
-  Extra rows longer than ``max_source_positions`` keep their first ``max - 1`` tokens + EOS.
-  With ``with_context=False`` (the concatenation baseline) only ``doc_index``/``doc_pos`` are added.
-* :class:`PrevConcatDataset` -- the source side of ``--doc-concat-prev N`` (Tiedemann & Scherrer 2017):
-  the N previous source sentences of the document, each followed by ``<brk>``, then the sentence,
-  truncated from the left to ``max_source_positions`` (the current sentence itself is never cut, so
-  fairseq's own size checks see it as they would without context).
-* :func:`document_batches` -- the batches of ``--doc-batching document``: whole documents, packed to
-  ``--max-tokens`` (fairseq's padded cost ``B x max(src, tgt length)``) and ``--batch-size``; in
-  training the document order is shuffled (seed, epoch) and a document larger than one batch is cut
-  into consecutive chunks (its other chunks then come as extra rows); at inference the task cuts them too
-  (``cut_long``), so no batch exceeds ``--max-tokens`` but for a single over-long sentence.
-  ``--required-batch-size-multiple`` does not apply.
-
-**Which models get the context keys.** fairseq's sentence models have fixed ``forward`` arguments
-(``TransformerModel.forward(src_tokens, src_lengths, prev_output_tokens, ...)``) and fail on unknown
-keyword arguments, so the task gives the context keys only to a model that opts in with the class
-attribute ``uses_document_context = True`` (looked up through DDP/proxy wrappers, see
-:func:`uses_document_context`); for any other model :func:`strip_context` removes them from
-``net_input`` (and ``ctx_id`` from the sample) before ``train_step``/``valid_step``/``inference_step``.
-In ``inference_step`` the keys are also kept when the *generator* sets ``uses_document_context = True``
-(e.g. ``doc_bcd``, which may run a sentence model next to the document model and routes the keys
-itself); a plain generator with a mix of opting-in and sentence models is an error. So any sentence
-model trains and decodes on ``doc_translation`` unchanged, and the concatenation baseline needs no
-model change at all.
+Which models get the context keys: :mod:`fairseq_ext.data.context_keys`.
 """
 import logging
 import os
 import re
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
-from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
+from fairseq.data import FairseqDataset
 
-from fairseq_ext.data.samples import subset_sample
+from fairseq_ext.data.context_keys import (  # noqa: F401  (the contract's keys and routing, named here too)
+    CONTEXT_NET_INPUT_KEYS, CONTEXT_SAMPLE_KEYS, has_context, strip_context, subset_doc_sample, uses_document_context)
 from fairseq_ext.data.errors import UserDataError
-from fairseq_ext.data.truncation import truncate_tokens
+from fairseq_ext.data.grouped import (GroupedPairDataset, GroupIndex, collate_sources, collate_targets,
+                                      contiguous_groups, group_batches, nset_rows)
 
 logger = logging.getLogger(__name__)
 
@@ -77,10 +42,6 @@ CONTEXT_MODES = ("offline", "online")
 TARGET_CONTEXT = ("none", "gold", "generated")
 DOC_BATCHING = ("document", "size")
 BRK = "<brk>"
-
-CONTEXT_NET_INPUT_KEYS = ("ctx_src_tokens", "ctx_src_lengths", "ctx_index", "ctx_distance",
-                          "ctx_tgt_tokens", "ctx_tgt_lengths")
-CONTEXT_SAMPLE_KEYS = ("ctx_id",)
 
 
 class DocumentDataError(UserDataError):
@@ -133,52 +94,40 @@ def document_of(line_id: str, pattern: str = "auto") -> str:
 
 
 # ------------------------------------------------------------------------------------ DocumentIndex
-class DocumentIndex:
+class DocumentIndex(GroupIndex):
     """Document number (``doc_of``) and position (``pos``) of each line of a split (module doc)."""
 
+    what = "document"
+
     def __init__(self, names: Sequence[str], lengths: Sequence[int], source: str = "<documents>"):
-        lengths = np.asarray(lengths, dtype=np.int64)
-        if len(names) != len(lengths):
-            raise ValueError("DocumentIndex: one name per document length")
-        if (lengths < 1).any():
-            raise ValueError(f"{source}: empty document")
-        self.names = list(names)
-        self.source = source
-        self.lengths = lengths
-        self.starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) \
-            else np.zeros(0, dtype=np.int64)
-        n = int(lengths.sum())
-        self.doc_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-        self.pos = np.arange(n, dtype=np.int64) - np.repeat(self.starts, lengths)
+        super().__init__(names, lengths, source)
+        self.doc_of = self.group_of
 
     @classmethod
     def from_ids(cls, ids: Sequence[str], source: str = "<ids>", pattern: str = "auto") -> "DocumentIndex":
         """From line ids (line i of ``source`` = ids[i]; the document of an id by ``pattern``, see
         :func:`doc_id_rule`); non-contiguous documents are an error."""
         rule = doc_id_rule(pattern)
-        names: List[str] = []
-        lengths: List[int] = []
-        first_line: Dict[str, Tuple[int, int]] = {}  # name -> (first line, doc number), 1-based lines
-        for k, raw in enumerate(ids, start=1):
-            line_id = raw.strip()
-            if not line_id:
-                raise DocumentDataError(f"{source}:{k}: empty id (every line needs an id such as doc#3 or doc.3)")
-            doc = rule(line_id)
-            if doc is None:
-                raise DocumentDataError(f"{source}:{k}: id {line_id!r} does not match --doc-id-pattern {pattern!r}")
-            if names and names[-1] == doc:
-                lengths[-1] += 1
-                continue
-            if doc in first_line:
-                start, d = first_line[doc]
-                end = start + lengths[d] - 1
-                raise DocumentDataError(
-                    f"{source}:{k}: line id {line_id!r} belongs to document {doc!r}, whose lines {start}-{end} "
-                    f"came before another document; the lines of a document must be contiguous (--doc-id-pattern "
-                    f"{pattern!r} decides the document of an id)")
-            first_line[doc] = (k, len(names))
-            names.append(doc)
-            lengths.append(1)
+        current = [""]  # the id of the line read last
+
+        def documents():
+            for k, raw in enumerate(ids, start=1):
+                line_id = current[0] = raw.strip()
+                if not line_id:
+                    raise DocumentDataError(f"{source}:{k}: empty id (every line needs an id such as doc#3 or doc.3)")
+                doc = rule(line_id)
+                if doc is None:
+                    raise DocumentDataError(f"{source}:{k}: id {line_id!r} does not match --doc-id-pattern "
+                                            f"{pattern!r}")
+                yield k, doc
+
+        def repeated(k: int, doc: str, start: int, n: int) -> DocumentDataError:
+            return DocumentDataError(
+                f"{source}:{k}: line id {current[0]!r} belongs to document {doc!r}, whose lines {start}-"
+                f"{start + n - 1} came before another document; the lines of a document must be contiguous "
+                f"(--doc-id-pattern {pattern!r} decides the document of an id)")
+
+        names, lengths, _ = contiguous_groups(documents(), repeated)
         return cls(names, lengths, source)
 
     @classmethod
@@ -189,17 +138,9 @@ class DocumentIndex:
     def from_lengths(cls, lengths: Sequence[int], source: str = "<synthetic>") -> "DocumentIndex":
         return cls([f"doc{i}" for i in range(len(lengths))], lengths, source)
 
-    def __len__(self) -> int:
-        return int(self.lengths.sum())
-
     @property
     def n_docs(self) -> int:
-        return len(self.lengths)
-
-    def sentences(self, d: int) -> range:
-        """Dataset indices of document ``d``."""
-        s = int(self.starts[d])
-        return range(s, s + int(self.lengths[d]))
+        return self.n_groups
 
     def doc_length_of(self, i: int) -> int:
         return int(self.lengths[self.doc_of[i]])
@@ -260,7 +201,7 @@ def log_split_stats(split: str, index: DocumentIndex, mode: str, size: int, cap:
 
 
 # ----------------------------------------------------------------------------------- dataset wrapper
-class DocumentPairDataset(BaseWrapperDataset):
+class DocumentPairDataset(GroupedPairDataset):
     """A :class:`~fairseq.data.LanguagePairDataset` whose batches carry the document keys (module doc).
 
     :param target_context: ``None``, ``"gold"`` (the dataset's own targets) or a sequence of LongTensors
@@ -270,7 +211,6 @@ class DocumentPairDataset(BaseWrapperDataset):
     def __init__(self, dataset, index: DocumentIndex, mode: str = "offline", context_size: int = 0,
                  max_context: int = 128, target_context: Union[None, str, Sequence[torch.Tensor]] = None,
                  with_context: bool = True, max_source_positions: Optional[int] = None):
-        super().__init__(dataset)
         if len(index) != len(dataset):
             raise DocumentDataError(f"{index.source}: {len(index)} lines, but the dataset has {len(dataset)} "
                                     f"examples")
@@ -284,19 +224,14 @@ class DocumentPairDataset(BaseWrapperDataset):
                 raise DocumentDataError("--doc-target-context gold: this split has no target side")
         elif target_context is not None and len(target_context) != len(dataset):
             raise DocumentDataError(f"target context: {len(target_context)} sentences for {len(dataset)} examples")
-        self.index = index
+        super().__init__(dataset, index, target_context)
         self.mode, self.context_size, self.max_context = mode, context_size, max_context
-        self.target_context = target_context
         self.with_context = with_context
         self.max_source_positions = max_source_positions
 
-    def __getattr__(self, name):  # src, tgt, src_sizes, tgt_sizes, left_pad_source, src_dict, ...
-        if name.startswith("__") or name == "dataset":
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
-
-    def num_tokens_vec(self, indices):
-        return self.dataset.num_tokens_vec(indices)
+    @property
+    def target_context(self):
+        return self.target_side
 
     # -- context
     def context(self, i: int) -> List[int]:
@@ -307,57 +242,28 @@ class DocumentPairDataset(BaseWrapperDataset):
         return [start + p for p in context_positions(pos, int(self.index.lengths[d]), self.mode,
                                                      self.context_size, self.max_context)]
 
-    def _target(self, i: int) -> torch.Tensor:
-        if self.target_context == "gold":
-            return self.dataset[i]["target"]
-        return self.target_context[i]
-
     # -- batches
-    def collater(self, samples, pad_to_length=None):
-        res = self.dataset.collater(samples, pad_to_length=pad_to_length) if pad_to_length is not None \
-            else self.dataset.collater(samples)
-        if not res:
-            return res
-        ids = res["id"].tolist()
-        B = len(ids)
+    def add_keys(self, res: dict, ids: List[int]) -> dict:
         res["doc_index"] = torch.from_numpy(self.index.doc_of[ids].copy())
         res["doc_pos"] = torch.from_numpy(self.index.pos[ids].copy())
         if not self.with_context:
             return res
-        row = {i: r for r, i in enumerate(ids)}
         contexts = [self.context(i) for i in ids]
-        extra = sorted({j for c in contexts for j in c if j not in row})
-        for r, j in enumerate(extra):
-            row[j] = B + r
-        K = max((len(c) for c in contexts), default=0)
-        ctx_index = torch.full((B, K), -1, dtype=torch.long)
-        ctx_distance = torch.zeros((B, K), dtype=torch.long)
+        extra, ctx_index = nset_rows(ids, contexts)
+        ctx_distance = torch.zeros_like(ctx_index)
         pos = self.index.pos
         for b, (i, c) in enumerate(zip(ids, contexts)):
             if c:
-                ctx_index[b, : len(c)] = torch.tensor([row[j] for j in c], dtype=torch.long)
                 ctx_distance[b, : len(c)] = torch.from_numpy(pos[c] - pos[i])
         ds = self.dataset
-        pad, eos = ds.src_dict.pad(), ds.eos
-        if extra:
-            sources = [truncate_tokens(ds[j]["source"], self.max_source_positions, ds.src_dict.eos())
-                       for j in extra]
-            ctx_src = data_utils.collate_tokens(sources, pad, eos, ds.left_pad_source,
-                                                pad_to_multiple=getattr(ds, "pad_to_multiple", 1))
-            ctx_src_lengths = torch.tensor([s.numel() for s in sources], dtype=torch.long)
-        else:
-            ctx_src = torch.full((0, 1), pad, dtype=torch.long)
-            ctx_src_lengths = torch.zeros(0, dtype=torch.long)
         net = res["net_input"]
-        net["ctx_src_tokens"] = ctx_src
-        net["ctx_src_lengths"] = ctx_src_lengths
+        net["ctx_src_tokens"], net["ctx_src_lengths"] = collate_sources(
+            ds, extra, self.max_source_positions, getattr(ds, "pad_to_multiple", 1))
         net["ctx_index"] = ctx_index
         net["ctx_distance"] = ctx_distance
-        if self.target_context is not None:
-            tgt_dict = ds.tgt_dict
-            targets = [self._target(j) for j in ids + extra]
-            net["ctx_tgt_tokens"] = data_utils.collate_tokens(targets, tgt_dict.pad(), tgt_dict.eos(), False)
-            net["ctx_tgt_lengths"] = torch.tensor([t.numel() for t in targets], dtype=torch.long)
+        if self.target_side is not None:
+            net["ctx_tgt_tokens"], net["ctx_tgt_lengths"] = collate_targets(
+                [self.target_of(j) for j in ids + extra], ds.tgt_dict)
         res["ctx_id"] = torch.tensor(extra, dtype=torch.long)
         return res
 
@@ -412,129 +318,7 @@ class PrevConcatDataset(FairseqDataset):
 
 
 # --------------------------------------------------------------------------------------- batching
-def document_batches(index: DocumentIndex, num_tokens: np.ndarray, keep: Optional[np.ndarray] = None,
-                     max_tokens: Optional[int] = None, max_sentences: Optional[int] = None,
-                     order: Optional[Sequence[int]] = None, cut_long: bool = False) -> List[np.ndarray]:
-    """Batches of whole documents (module doc).
-
-    :param num_tokens: per example, fairseq's ``num_tokens`` (max of source and target length).
-    :param keep: boolean mask of the examples to batch (those that passed the size filter); default all.
-    :param order: the document order (a permutation, training) or ``None`` (document order).
-    :param cut_long: cut a document that does not fit one batch into consecutive chunks (training);
-        otherwise such a document is one (oversized) batch.
-    """
-    num_tokens = np.asarray(num_tokens, dtype=np.int64)
-    max_tokens = max_tokens or None
-    max_sentences = max_sentences or None
-
-    def fits(n: int, longest: int) -> bool:
-        return (max_sentences is None or n <= max_sentences) and (max_tokens is None or n * longest <= max_tokens)
-
-    units: List[np.ndarray] = []
-    for d in (range(index.n_docs) if order is None else order):
-        s = int(index.starts[d])
-        sent = np.arange(s, s + int(index.lengths[d]), dtype=np.int64)
-        if keep is not None:
-            sent = sent[keep[sent]]
-        if not len(sent):
-            continue
-        if not cut_long or fits(len(sent), int(num_tokens[sent].max())):
-            units.append(sent)
-            continue
-        chunk: List[int] = []
-        longest = 0
-        for i in sent.tolist():
-            if chunk and not fits(len(chunk) + 1, max(longest, int(num_tokens[i]))):
-                units.append(np.asarray(chunk, dtype=np.int64))
-                chunk, longest = [], 0
-            chunk.append(i)
-            longest = max(longest, int(num_tokens[i]))
-        units.append(np.asarray(chunk, dtype=np.int64))
-
-    batches: List[np.ndarray] = []
-    cur: List[np.ndarray] = []
-    cur_n, cur_long = 0, 0
-    for u in units:
-        u_long = int(num_tokens[u].max())
-        if cur and not fits(cur_n + len(u), max(cur_long, u_long)):
-            batches.append(np.concatenate(cur))
-            cur, cur_n, cur_long = [], 0, 0
-        cur.append(u)
-        cur_n += len(u)
-        cur_long = max(cur_long, u_long)
-    if cur:
-        batches.append(np.concatenate(cur))
-    return batches
-
-
-# ------------------------------------------------------------------------------ task-side helpers
-def _unwrap(model):
-    seen = 0
-    while hasattr(model, "module") and seen < 4:
-        model = model.module
-        seen += 1
-    return model
-
-
-def uses_document_context(obj) -> bool:
-    """Whether a model (possibly DDP/proxy-wrapped) or a generator opts in to the context keys."""
-    if obj is None:
-        return False
-    return bool(getattr(obj, "uses_document_context", False) or getattr(_unwrap(obj), "uses_document_context", False))
-
-
-def has_context(sample) -> bool:
-    return isinstance(sample, dict) and isinstance(sample.get("net_input"), dict) and \
-        any(k in sample["net_input"] for k in CONTEXT_NET_INPUT_KEYS)
-
-
-def strip_context(sample):
-    """A shallow copy of ``sample`` without the context keys (for models that do not opt in)."""
-    if not has_context(sample):
-        return sample
-    out = {k: v for k, v in sample.items() if k not in CONTEXT_SAMPLE_KEYS}
-    out["net_input"] = {k: v for k, v in sample["net_input"].items() if k not in CONTEXT_NET_INPUT_KEYS}
-    return out
-
-
-def subset_doc_sample(sample, keep: torch.Tensor, left_pad_source: bool, pad: int, eos: int):
-    """The batch rows ``keep`` of a document sample; the other batch rows become extra context rows
-    (they may be the context of kept rows), so every kept sentence keeps exactly its context."""
-    net = sample["net_input"]
-    B = net["src_tokens"].size(0)
-    E = net["ctx_src_tokens"].size(0)
-    keep_l = keep.tolist()
-    kept = set(keep_l)
-    dropped = [b for b in range(B) if b not in kept]
-    order = keep_l + dropped + list(range(B, B + E))  # old N-set rows in their new order
-    new_row = torch.empty(B + E, dtype=torch.long)
-    new_row[torch.tensor(order, dtype=torch.long)] = torch.arange(B + E)
-    rest = strip_context(sample)
-    out = subset_sample(rest, keep, B)
-    dev = net["src_tokens"].device
-    sources = [net["src_tokens"][b][net["src_tokens"][b].ne(pad)] for b in dropped] + \
-              [net["ctx_src_tokens"][e][net["ctx_src_tokens"][e].ne(pad)] for e in range(E)]
-    onet = out["net_input"]
-    if sources:
-        onet["ctx_src_tokens"] = data_utils.collate_tokens(sources, pad, eos, left_pad_source)
-        onet["ctx_src_lengths"] = torch.tensor([s.numel() for s in sources], dtype=torch.long, device=dev)
-    else:
-        onet["ctx_src_tokens"] = net["ctx_src_tokens"]
-        onet["ctx_src_lengths"] = net["ctx_src_lengths"]
-    idx = net["ctx_index"].index_select(0, keep.to(dev))
-    dist = net["ctx_distance"].index_select(0, keep.to(dev))
-    mapped = torch.where(idx.ge(0), new_row.to(dev)[idx.clamp(min=0)], idx)
-    K = int(mapped.ge(0).sum(1).max()) if mapped.numel() else 0
-    onet["ctx_index"], onet["ctx_distance"] = mapped[:, :K].contiguous(), dist[:, :K].contiguous()
-    if "ctx_tgt_tokens" in net:
-        o = torch.tensor(order, dtype=torch.long, device=dev)
-        onet["ctx_tgt_tokens"] = net["ctx_tgt_tokens"].index_select(0, o)
-        onet["ctx_tgt_lengths"] = net["ctx_tgt_lengths"].index_select(0, o)
-    ids = sample["id"]
-    old_extra = sample.get("ctx_id", torch.zeros(0, dtype=torch.long))
-    out["ctx_id"] = torch.cat([ids[torch.tensor(dropped, dtype=torch.long, device=ids.device)].to(old_extra),
-                               old_extra]) if dropped else old_extra
-    return out
+document_batches = group_batches  # whole documents (module doc; :func:`fairseq_ext.data.grouped.group_batches`)
 
 
 # ------------------------------------------------------------------------------ files of the task
