@@ -1,50 +1,24 @@
-"""``bimsmt`` (archs earlier ``bimsmt_rnn*``): the bilingual multi-speaker conversation model of Maruf (2019) ch. 5 (Bi-MSMT), on
-``rnnsearch`` (:mod:`fairseq_ext.models.rnnsearch`) through its documented hooks; the history math is in
+"""``bimsmt``: the bilingual multi-speaker conversation model of Maruf (2019) ch. 5 (Bi-MSMT), on ``rnnsearch``
+(:mod:`fairseq_ext.models.rnnsearch`) through its hooks; the history math is in
 :mod:`fairseq_ext.modules.bimsmt`, the batch contract in :mod:`fairseq_ext.data.conversations`.
 
-* **Base** (§5.1): two attentional RNNsearch models, ``directions.0`` English→Foreign and ``directions.1``
-  Foreign→English, with separate parameters and the shared joint vocabulary (one dictionary); a batch
-  row goes to the model of its ``direction`` (= its source language), the logits are merged back in batch
-  order, so fairseq's ``cross_entropy`` gives the thesis's objective (§5.3.4: the sum of both directions'
-  log-likelihoods) and ``conversation_cross_entropy`` logs it per direction.
-* **Sentence vectors** of the source history (``--src-sent-encoder``): ``rnnlm`` = per language a frozen
-  bi-LSTM made of a forward and a backward ``lstm_lm`` checkpoint (``--sent-lm EN_FWD,EN_BWD,F_FWD,F_BWD``;
-  :class:`~fairseq_ext.modules.memnet.LMSentenceEncoder`), the thesis's public-data setting; ``nmt_encoder``
-  = [→h_M; ←h_1] of the sentence's own direction encoder, gradient stopped (the customer-service setting
-  of §5.5).
-* **Turn-RNNs**: one bi-GRU per language (speaker-independent), hidden = the encoder size, shared by both
-  direction models (:class:`~fairseq_ext.modules.bimsmt.TurnRNN`).
-* **Source context** ``--src-ctx {none,direct,hier_gating,lang_attn,lang_sent_attn,combined_attn}`` (§5.2,
-  Eqs. 5.1–5.3), **target context** ``--tgt-ctx {none,lang_sent_attn}`` (§5.3), **dual context**
-  ``--dual {none,src_tgt,src_tgt_mix}`` (§5.4; ``src_tgt`` = both of the above, ``src_tgt_mix`` replaces
-  them), each direction with its own parameters ({W, U, b} are language-specific).
-* **Target vectors** (§5.3): the last top-layer decoder state s^{|y|} of a translation, obtained by
-  teacher-forcing it with its source through the direction model's *sentence path* (context 0, eval mode,
-  no gradient). In training the translations are the task's ``--conv-target-history generated`` (a base
-  model's output, §10.30) or ``reference``; at test time the generator's own translations. Deviation: the
-  thesis takes the states from the frozen pre-trained base in training and from the contextual model at
-  test time; ours are the same function of a translation in training and test (the current model's
-  sentence path, which is the pre-trained base at the start of stage 2). ``--tgt-vectors frozen_base`` is the
-  thesis's choice: a frozen copy of both base models (``frozen_base``, not trained, filled from the base
-  checkpoint at the warm start) gives the training-time vectors; validation and test use the model's own.
-* **Incorporation** ``--ctx-inject {initdec,adddec,initdec_adddec}`` (§5.5): InitDec s_0 = tanh(W_init·mean h
-  + b + U_l o) for every decoder layer l (U bias-free, so o = 0 gives the base model's s_0; two vectors are
-  first combined as o = tanh(W[o^src; o^tgt]), bias-free, §10.32); AddDec feeds o (both vectors
-  concatenated, §10.33) to the first decoder layer at every step
-  (:class:`~fairseq_ext.modules.memnet.MemoryInputGRUCell`, whose sentence block keeps rnnsearch's names).
-* ``--zero-context`` (and :meth:`BiMSMTModel.context_disabled`): every context vector 0 and the context
-  terms skipped -- the two base models exactly. A sentence without history also gets o = 0 exactly.
+* **Base** (§5.1): two RNNsearch models, En→F and F→En, with separate parameters and one joint
+  vocabulary; a row goes to the model of its direction, so ``cross_entropy`` is the objective of §5.3.4.
+* **Sentence vectors** (``--src-sent-encoder rnnlm|nmt_encoder``) and **turn-RNNs** (one bi-GRU per
+  language, :class:`~fairseq_ext.modules.bimsmt.TurnRNN`).
+* **Source context** ``--src-ctx`` (§5.2, Eqs. 5.1-5.3), **target context** ``--tgt-ctx`` (§5.3), **dual
+  context** ``--dual`` (§5.4); target vectors are the last decoder state of a translation, teacher-forced
+  through the direction model's sentence path (``--tgt-vectors frozen_base`` for the thesis's frozen base).
+* **Incorporation** ``--ctx-inject initdec|adddec|initdec_adddec`` (§5.5): the context enters the initial
+  decoder state and/or the first decoder layer at every step
+  (:class:`~fairseq_ext.modules.memnet.MemoryInputGRUCell`).
+* ``--zero-context`` (and :meth:`BiMSMTModel.context_disabled`): the two base models exactly.
 
-Stage-wise training (§5.7): train the base (``bimsmt_base``, no context) on the conversation task
-(its two directions' losses and parameters are independent, so this equals training En→F and F→En
-separately), then ``--finetune-from-model BASE.pt --arch bimsmt ...``: every base tensor is copied
-and the context parameters (:meth:`BiMSMTModel.doc_param_prefixes`) keep their initialisation.
+Stage-wise training (§5.7): train ``bimsmt_base``, then ``--finetune-from-model BASE.pt --arch bimsmt``
+(the context parameters, :meth:`BiMSMTModel.doc_param_prefixes`, keep their initialisation).
 
-Archs: ``bimsmt`` (thesis size = ``rnnsearch_maruf_small``: bi-GRU 256, 2-layer plain GRU decoder
-256, alignment 128, dropout 0.2; Lang-Specific S-Attention source context, InitDec, RNNLM sentence
-vectors), ``bimsmt_base`` (the same with no context: the base models), ``bimsmt_bench`` (the CPU
-benchmark's ``rnnsearch_bench`` sizes with the plain decoder, NMT-encoder sentence vectors) and
-``bimsmt_tiny`` (tests).
+Archs: ``bimsmt`` (thesis size, ``rnnsearch_maruf_small``), ``bimsmt_base`` (no context), ``bimsmt_bench``
+(CPU benchmark sizes) and ``bimsmt_tiny`` (tests).
 
 Reference: Maruf, Martins, Haffari, "Contextual Neural Model for Translating Bilingual Multi-Speaker
 Conversations", WMT 2018; Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash University,

@@ -1,54 +1,25 @@
-"""Nguyen (2021) ch. 5 (Nguyen & Chiang, NAACL 2018): fixnorm and the lexical translation module,
-for the Transformer (``transformer_lex``) and for Luong's global-attention LSTM (``lstm_luong``).
+"""Nguyen (2021) ch. 5 (Nguyen & Chiang, NAACL 2018): fixnorm and the lexical translation module, for the
+Transformer (``transformer_lex``) and for Luong's global-attention LSTM (``lstm_luong``).
 
-Output layer (Eq. 5.1) p(e_t | e_<t, f) = softmax(W^o h̃_t + b^o), written
-p(e) ∝ exp(‖W_e‖ ‖h̃‖ cos θ + b_e) (§5.3). **fixnorm**: W_e = r·v_e/‖v_e‖ (target embeddings tied with
-W^o) and h̃_t replaced by r·h̃_t/‖h̃_t‖. **lex** (§5.4, :class:`fairseq_ext.modules.lexical.LexicalTranslation`):
-softmax(W^o h̃_t + b^o + W^ℓ h^ℓ_t + b^ℓ) with f^ℓ_t = tanh Σ_s a_t(s) f_s and h^ℓ_t = tanh(W f^ℓ_t) + f^ℓ_t,
-h^ℓ and the rows of W^ℓ normalised to r, W^ℓ untied.
+Output layer (Eq. 5.1) p(e_t | e_<t, f) = softmax(W^o h̃_t + b^o). **fixnorm** (§5.3): target embeddings
+(tied with W^o) and h̃_t normalised to radius r. **lex** (§5.4,
+:class:`fairseq_ext.modules.lexical.LexicalTranslation`): softmax(W^o h̃_t + b^o + W^ℓ h^ℓ_t + b^ℓ) with
+f^ℓ_t = tanh Σ_s a_t(s) f_s and h^ℓ_t = tanh(W f^ℓ_t) + f^ℓ_t.
 
-``transformer_lex`` — the ch. 6 TwT transformer (``transformer_twt``: ``--norm-type``, ``--fixnorm``,
-``--twt-init``; there the fixnorm of Eq. 5.1 is FixNorm embeddings + a ScaleNorm output norm, Eq. 6.6)
-plus ``--lexical``: a_t(s) are the cross-attention weights of the last decoder layer averaged over
-heads (fairseq's alignment attention; the thesis' model has a single attention), f_s the source word
-embedding lookups (FixNorm-ed when ``--fixnorm``, without the √d scale and positions). ``--lex-radius``
-defaults to d^¼, so that the lexical logits span [−√d, √d] like the main logits g·cos θ at the ScaleNorm
-init g = √d. Archs: ``transformer_lex`` (fairseq base sizes), ``transformer_lex_bench`` (the bench shape; earlier
-name ``transformer_lex_small``); both with ``--lexical`` on (``--no-lexical`` gives ``transformer_twt``).
+``transformer_lex``: the ch. 6 TwT transformer (``transformer_twt``) plus ``--lexical``, a_t(s) the last
+decoder layer's cross-attention averaged over heads; ``--lex-radius`` defaults to d^¼. Archs
+``transformer_lex``, ``transformer_lex_bench``.
 
-``lstm_luong`` — fairseq's ``lstm`` pieces (LSTM encoder, LSTM-cell decoder with input feeding and
-its ``AttentionLayer``: score (W_a h_t)·h_s, Luong "general"; h̃_t = tanh(W_c[c_t; h_t])), decoder
-initialised from the final encoder state, plus (§5.5.3):
+``lstm_luong``: fairseq's ``lstm`` pieces (Luong "general" attention, input feeding) plus (§5.5.3)
+``--reverse-source``, ``--fixnorm --fixnorm-radius r``, ``--no-fixnorm-hidden`` (Table 5.1 ablation),
+``--lexical``, an output bias also when W^o is tied, U[−0.01, 0.01] initialisation, ``--word-dropout``
+(§6.3.1) and ``--target-vocab-mask``. Archs (Table 5.4): ``lstm_luong`` (untied), ``lstm_luong_tied``,
+``lstm_luong_fixnorm``, ``lstm_luong_fixnorm_lex``, ``lstm_luong_arthur``; sizes per Table 5.3.
 
-* ``--reverse-source``: the encoder reads each source sentence backwards (Luong/Sutskever); its
-  outputs are put back in source order, so attention (and ``--replace-unk`` alignments) index the
-  source as given. On by default in the ``lstm_luong*`` archs.
-* ``--fixnorm --fixnorm-radius r`` (target embeddings / W^o rows at norm r) and
-  ``--no-fixnorm-hidden`` (Table 5.1 ablation "don't normalize h̃_t"); with fixnorm the source
-  embeddings are initialised at norm r and left free (as in the reference implementation).
-* ``--lexical`` (+ ``--lex-radius``, default r; ``--lex-dropout``, default ``--dropout``;
-  ``--lex-ffn-bias``).
-* an output bias b^o also when W^o is tied (Eq. 5.1); all parameters initialised
-  U[−0.01, 0.01] (``--init-uniform``); dropout 0.2 on non-recurrent connections (fairseq's
-  dropout-in/-out); embedding size = hidden size.
-* ``--word-dropout p``: source and decoder-input tokens replaced by <unk> w.p. p in training (§6.3.1).
-* ``--target-vocab-mask {train,FILE}``: logits of types outside the target training vocabulary set
-  to −1e9 in training and decoding (see :mod:`fairseq_ext.criterions.masked_label_smoothed_cross_entropy`).
-
-Archs (thesis systems, Table 5.4): ``lstm_luong`` (= **untied**; 2×512), ``lstm_luong_tied``
-(**tied**), ``lstm_luong_fixnorm`` (**fixnorm**, r = 5), ``lstm_luong_fixnorm_lex`` (**fixnorm+lex**,
-r = 3.5), ``lstm_luong_arthur`` (**Arthur**: tied + the discrete-lexicon bias below). Sizes per
-Table 5.3 via ``--encoder-layers/--decoder-layers`` and ``--*-embed-dim`` (hidden sizes follow the
-embedding size).
-
-**Arthur et al. (2016) baseline** (§5.5.2; Arthur et al. 2016, Eq. 9), both model families:
-``--arthur-lexicon lex.pt`` (built by :mod:`fairseq_ext.tools.corpora.arthur_lexicon`) and ``--arthur-eps``
-(ε, default 0.001) add log(L_f a_t + ε) to the logits
-(:class:`fairseq_ext.modules.lexical.DiscreteLexiconBias`), with a_t the attention the lexical module
-uses: the Luong attention of the LSTM, the head-averaged cross-attention of the last decoder layer of
-``transformer_lex``. The lexicon is a buffer of the model (saved in checkpoints: decoding does not
-need the file). Archs ``lstm_luong_arthur`` and ``transformer_lex_arthur`` (earlier ``transformer_arthur``; ``transformer_lex`` sizes,
-no lexical module) require the flag; the other ``lstm_luong*`` / ``transformer_lex*`` archs accept it.
+**Arthur et al. (2016) baseline** (§5.5.2; their Eq. 9), both families: ``--arthur-lexicon lex.pt``
+(:mod:`fairseq_ext.tools.corpora.arthur_lexicon`) and ``--arthur-eps`` add log(L_f a_t + ε) to the logits
+(:class:`fairseq_ext.modules.lexical.DiscreteLexiconBias`); archs ``lstm_luong_arthur`` and
+``transformer_lex_arthur``.
 
 References: T. Q. Nguyen and D. Chiang, "Improving Lexical Choice in Neural Machine Translation",
 NAACL 2018; P. Arthur, G. Neubig, S. Nakamura, "Incorporating Discrete Translation Lexicons into

@@ -1,57 +1,27 @@
 """The Non-Autoregressive Transformer with fertility (NAT) of Gu's thesis, ch. 8 — model ``nat_fertility``.
 
-References: Gu, J., Bradbury, J., Xiong, C., Li, V.O.K., Socher, R. "Non-Autoregressive Neural Machine
-Translation", ICLR 2018; and Gu, J. "Efficient Neural Machine Translation", PhD thesis, The University of
-Hong Kong, 2019, ch. 8 (equation numbers here and in the family's other modules are the thesis').
-
 The model factorises translation through a fertility latent variable (Eq. 8.4)::
 
     p_NA(Y|X) = Σ_{f∈𝓕} Π_{t'} p_F(f_{t'} | x_{1:T'}) · Π_t p(y_t | x_1{f_1}, …, x_{T'}{f_{T'}})      (8.4)
 
-with 𝓕 = {f : Σ_{t'} f_{t'} = T}; x{f} is source word x repeated f times, so the output length is Σf and
-no separate length model is needed.
+Components: fairseq's Transformer encoder (``--init-encoder-from`` a teacher, §8.5.1); the fertility
+predictor (:meth:`NATFertilityModel.fertility_logits`, ``--max-fertility``); the decoder inputs
+(``--decoder-input copy-fertility|uniform|positional``, :meth:`NATFertilityModel.decoder_inputs`); decoder
+layers with unmasked self-attention (diagonal masked), positional attention (Eq. 8.2), encoder-decoder
+attention and FFN; the per-position argmax translation (:meth:`NATFertilityModel.decode`).
 
-Components:
+This module holds the network only: fertility choice and teacher scoring in
+:mod:`fairseq_ext.modules.nat_fertility`; decoding (Eqs. 8.5-8.8) in :mod:`fairseq_ext.generators.nat_fertility`;
+losses (Eqs. 8.9-8.11) in :mod:`fairseq_ext.criterions.nat_fertility_label_smoothed_cross_entropy`; fertilities
+from :mod:`fairseq_ext.tools.corpora.fertility`, batched by :mod:`fairseq_ext.data.fertility`; task
+:mod:`fairseq_ext.tasks.translation_fertility`.
 
-* **encoder**: fairseq's Transformer encoder (``FairseqNATEncoder``); ``--init-encoder-from CKPT`` copies
-  the ``encoder.*`` weights of an autoregressive teacher checkpoint of the same shape ("helpful", §8.5.1);
-* **fertility predictor** (:meth:`NATFertilityModel.fertility_logits`): one ``Linear(d_model, L)`` + softmax
-  over the classes 0..L−1 (``--max-fertility L``, default 50) on the last encoder layer, independently at
-  every source word; ``--sg-fertility`` stops its gradient into the encoder.  Padding and the source ⟨eos⟩
-  always get fertility 0;
-* **decoder inputs** (``--decoder-input``, :meth:`NATFertilityModel.decoder_inputs`):
-  ``copy-fertility`` — source word j's (scaled) token embedding copied f_j times, in order (decoder position
-  t copies the j with C_{j−1} ≤ t < C_j, C = cumsum f);
-  ``uniform`` — position t = 1..T copies source word Round(T'·t/T) (1-indexed, clamped to [1, T']; the
-  thesis formula, computed exactly in integers); the length T is the oracle/target length in training and
-  Σf̂ (or ``--oracle-length``) at inference;
-  ``positional`` — no input beyond the positional embeddings (the ablation that "fails to train");
-  in every mode the decoder's positional embeddings are then added;
-* **decoder**: post-LN layers of (i) self-attention with **no causal mask and the diagonal masked** (a query
-  may not attend to itself; ``--no-self-attn-diag-mask`` for the unmasked ablation), (ii) **positional
-  attention** (Eq. 8.2; query = key = sinusoidal position encodings, value = the decoder states; residual
-  + LayerNorm; ``--no-positional-attention`` removes it, ``--pos-attn-diag-mask`` also masks its diagonal as
-  the authors' released code does), (iii) encoder-decoder attention, (iv) FFN;
-* **translation predictor**: the output softmax; Ŷ = G(x, f) is the per-position argmax
-  (:meth:`NATFertilityModel.decode` gives the logits of one parallel pass for given fertilities).
+Archs: ``nat_fertility`` (Transformer-base sizes), ``nat_fertility_iwslt16``, ``nat_fertility_bench`` (the
+bench transformer's shape, so its encoder can start from the bench teacher), ``nat_fertility_tiny``.
 
-This module holds the network only.  Choosing fertilities and scoring with the autoregressive teacher
-(shared by training and decoding) are in :mod:`fairseq_ext.modules.nat_fertility`; decoding with argmax /
-average fertilities (Eqs. 8.5, 8.6) and noisy / exact parallel decoding (Eqs. 8.7, 8.8) in
-:mod:`fairseq_ext.generators.nat_fertility`, which calls this model's public methods; the losses
-(Eqs. 8.9–8.11) in :mod:`fairseq_ext.criterions.nat_fertility_label_smoothed_cross_entropy`; the fertilities (from word alignments of
-distilled pairs) are computed offline by :mod:`fairseq_ext.tools.corpora.fertility` and batched by
-:mod:`fairseq_ext.data.fertility`; the task is :mod:`fairseq_ext.tasks.translation_fertility`.
-
-Choices not fixed by the thesis: attention uses fairseq's 1/√d_head scaling (the thesis' Eq. 8.2 writes
-√d_model); the copied vector is the scaled token embedding without source positions (fairseq's NAT
-convention); the diagonal mask is a large finite negative (−1e9) so that a length-1 output, whose only key
-is itself, still attends to itself instead of producing NaN.
-
-Archs: ``nat_fertility`` (Transformer-base sizes, 512/2048/6+6/8, the thesis' WMT model),
-``nat_fertility_iwslt16`` (278/507/5+5/2, dropout 0.079), ``nat_fertility_bench`` (earlier ``nat_fertility_small``; the bench's 3+3 d256 FFN
-1024 4-head PreNorm shared-embedding transformer, so its encoder can start from the bench teacher) and
-``nat_fertility_tiny`` (2+2 d32 FFN 64 4 heads, shared embeddings — the shape of the tests' tiny teacher).
+References: Gu, J., Bradbury, J., Xiong, C., Li, V.O.K., Socher, R. "Non-Autoregressive Neural Machine
+Translation", ICLR 2018; and Gu, J. "Efficient Neural Machine Translation", PhD thesis, The University of
+Hong Kong, 2019, ch. 8 (equation numbers here and in the family's other modules are the thesis').
 """
 import logging
 from typing import Dict, List, Optional, Tuple

@@ -1,53 +1,24 @@
 """``transformer_selattn``: the context-aware Transformer of Maruf (2019) ch. 4 — hierarchical selective
-attention (Maruf, Martins & Haffari, NAACL 2019) — and the ``transformer_maruf_base`` sentence model it
-is warm-started from.
+attention — and the ``transformer_maruf_base`` sentence model it is warm-started from.
 
-The sentence model is fairseq's :class:`~fairseq.models.transformer.TransformerModel`, unchanged (same
-parameter names, so any ``transformer`` checkpoint of the same shape warm-starts it). One
-Document-level Context Layer (§4.3.1, :class:`~fairseq_ext.modules.doc_attention.DocContextLayer`)
-and a context gate (Eq. 4.6–4.7) are added to the encoder **or** the decoder (footnote 8):
+The sentence model is fairseq's :class:`~fairseq.models.transformer.TransformerModel`, unchanged. One
+Document-level Context Layer (§4.3.1, :class:`~fairseq_ext.modules.doc_attention.DocContextLayer`) and a
+context gate (Eqs. 4.6-4.7) are added to the encoder or the decoder (footnote 8):
 
-* ``--ctx-integration encoder`` (monolingual context, Fig. 4.3): K_w = V_w = the last-encoder-layer
-  vectors of every word of the context sentences (BOS/EOS/pad excluded), K_s = V_s = their
-  per-sentence averages; the queries are the current sentence's encoder outputs r; the gated
-  r̃ = γ⊙r + (1−γ)⊙c replaces the encoder output the decoder attends to.
-* ``--ctx-integration decoder`` (bilingual context, Fig. 4.4; needs ``ctx_tgt_tokens``, i.e. the task's
-  ``--doc-target-context gold|generated``): the decoder is run teacher-forced over the context
-  translations; keys = the last decoder layer's source-attention sub-layer outputs, values = the final
-  decoder outputs (words = the positions whose decoder input is a word); the queries are the current
-  tokens' last-layer source-attention outputs (post-residual, post-LayerNorm under PostNorm; the
-  post-residual sum under PreNorm); the gate acts on the final decoder output before the output
-  projection. In incremental decoding the projected context keys/values are computed once per
-  sentence, cached in the incremental state and reordered with the beam.
-* ``--doc-attn hierarchical|sentence|word`` (Eq. 4.2–4.4 / Eq. 4.5), ``--word-norm softmax|sparsemax``
-  (hierarchical: sentence level always sparsemax; "sparse-soft" / "sparse-sparse").
-* ``--ctx-rep-model pretrained`` (default; the thesis: "the Encoder Context Encoding block stores the
-  sentence and word-level keys and values produced from the pre-trained sentence-level NMT model",
-  our choice, the same at training and test time): the context vectors come from a **frozen copy** of
-  the sentence model's encoder (and decoder, for decoder integration), filled when a sentence
-  checkpoint warm-starts the model (``--finetune-from-model``; :mod:`fairseq_ext.modules.warm_start`).
-  ``current``: the model's own encoder/decoder, detached (run under ``no_grad``; the thesis's code
-  recomputes the context with the fine-tuned model at test time).
-* ``--empty-context zero`` (default): a sentence without context gets a zero context vector c = 0, so
-  r̃ = σ(W_r r)⊙r (our choice; the thesis's code instead spreads the weight uniformly over masked
-  sentences, leaking future sentences online). ``identity``: r̃ = r for such sentences, so with no
-  context at all the model *is* its sentence model.
+* ``--ctx-integration encoder`` (monolingual context, Fig. 4.3) or ``decoder`` (bilingual context,
+  Fig. 4.4; needs ``--doc-target-context gold|generated``);
+* ``--doc-attn hierarchical|sentence|word`` (Eqs. 4.2-4.4 / 4.5), ``--word-norm softmax|sparsemax``;
+* ``--ctx-rep-model pretrained`` (context from a frozen copy of the sentence model, filled at the warm
+  start, :mod:`fairseq_ext.modules.warm_start`) or ``current``;
+* ``--empty-context zero|identity``: what a sentence without context gets.
 
-Which sentences are the context (offline / online, size) is decided by the dataset (``ctx_index`` of
-the batch contract, ``doc_translation``); the model uses what it is given.
+Which sentences are the context is decided by the dataset (``doc_translation``).
 
-Architectures (thesis system → arch; Table 4.2–4.5): ``transformer_selattn_{enc,dec}_{sent,word,hier_sparsesoft,
-hier_sparsesparse}`` at the thesis size (4+4 layers, 512/2048/8, separate source/target embeddings,
-decoder input/output tied, all dropouts 0.2 in stage 2), each also ``..._bench`` (the bench shape of
-:mod:`fairseq_ext.modules.arch_utils`); ``transformer_maruf_base`` (+ ``_bench``) is the stage-1 sentence
-model (fairseq ``transformer``, dropout 0.1). The Zhang et al. (2018) baseline of ch. 4 is
-``transformer_zhang2018`` (:mod:`fairseq_ext.models.zhang2018_doc_transformer`). The earlier names
-(``selattn_transformer``, ``selattn_*``) stay registered as aliases (``arch_utils.ARCH_ALIASES``).
-
-Parameters (``new_parameter_count``; the frozen copies of ``pretrained`` are not trainable and not
-counted): +ATTENTION = 4d² (bias-free Q, K, V, O) + 2·d·d_ff + d_ff + d (FFN) + 4d (two LayerNorms) +
-2d² (gate) = 3,674,624 at d = 512; +H-ATTENTION adds 2d² (separate Q_s/K_s): 4,198,912 — with a 20k
-source and target vocabulary 49.9M → 53.6M / 54.1M, Table 4.5's 50M → 53.7M / 54.2M.
+Architectures (Tables 4.2-4.5): ``transformer_selattn_{enc,dec}_{sent,word,hier_sparsesoft,hier_sparsesparse}``
+at the thesis size, each also ``..._bench``; ``transformer_maruf_base`` (+ ``_bench``) is the stage-1
+sentence model. The Zhang et al. (2018) baseline is :mod:`fairseq_ext.models.zhang2018_doc_transformer`.
+Old names stay registered as aliases (``arch_utils.ARCH_ALIASES``). ``new_parameter_count`` gives the
+parameter overhead of Table 4.5.
 
 References: S. Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash University, 2019
 (ch. 4); S. Maruf, A. F. T. Martins and G. Haffari, "Selective Attention for Context-aware Neural

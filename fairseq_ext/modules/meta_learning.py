@@ -2,8 +2,7 @@
 episode as plain functions on any :class:`torch.nn.Module` (torch only; the fairseq side is the task
 ``meta_translation`` of :mod:`fairseq_ext.tasks.meta_translation`).
 
-Language pairs are tasks T^k.  An episode draws one task k ~ U({1..K}) and two independent batches D, D′
-of it; language-specific learning on D gives θ′, whose loss on D′ is the meta objective (Eq. 6.4):
+Language pairs are tasks T^k; an episode draws one task and two batches D, D′ of it (Eq. 6.4)::
 
     (6.5)  θ′_k = Learn(D_{T^k}; θ) = θ − η ∇_θ L^{D}(θ)         ``inner_steps`` steps, η = ``inner_lr``
     (6.6)  θ ← θ − η′ Σ_k ∇_θ L^{D′}(θ′_k)                       the meta optimiser η′ (fairseq's)
@@ -11,49 +10,16 @@ of it; language-specific learning on D gives θ′, whose loss on D′ is the me
     (6.8)  ∇_θ L^{D′}(θ′) ≈ ∇_{θ′} L^{D′}(θ′) − (η/ν) [ ∇_θ L^D(θ)|_{θ̂} − ∇_θ L^D(θ)|_θ ]
     (6.9)  θ̂ = θ + ν ∇_{θ′} L^{D′}(θ′)                          ``"finite_difference"``, ν = ``fd_nu``
 
-(L is the NLL, minimised; the thesis writes the log-likelihood in 6.3/6.4 and descends "∇L" in 6.5–6.10.)
+:func:`maml_episode` runs one episode: Δε (Eq. 6.12) zeroed, :func:`language_specific_learning` (a fresh
+inner Adam on D), :func:`meta_objective_gradient` (the loss on D′ at θ′, its gradient added to ``.grad``),
+θ restored.
 
-:func:`maml_episode` runs one episode:
+Parameter partition (§6.3.3, :func:`model_partition`): a model's ``meta_partition_names()`` names the
+parameters fixed in the inner loop (ε_U, A), fixed in the meta update and reset each episode (Δε);
+without it every trainable parameter is both fast and meta (plain FOMAML).
 
-0. the ``reset`` parameters (Δε^k of Eq. 6.12: the language-specific change of the universal
-   embedding) are set to 0 — "starting from an all-zero vector" (§6.3.3);
-1. the ``fast`` parameters θ are snapshot;
-2. a *fresh* inner optimiser over the fast parameters (Adam, β = (0.9, 0.98), ε = 1e−9, lr η; the Adam
-   state is not carried across episodes) takes ``inner_steps`` steps on D, each on the per-token mean loss
-   ``loss / sample_size`` (what a fairseq update sees): θ′;
-3. the loss on D′ at θ′ is backpropagated: the gradients at θ′ of the ``meta`` parameters become their
-   ``.grad`` (Eq. 6.10) — added to what earlier episodes of the same update left there (the Σ_k of
-   Eq. 6.6); with ``finite_difference`` the Hessian term of Eq. 6.8 is added (∇L^D at θ is the first inner
-   step's gradient; at θ̂ it is evaluated with the same dropout masks);
-4. θ is restored and Δε is 0 again; the parameters outside ``meta`` (Δε) keep the ``.grad`` they had.
-
-Steps 1–2 are :func:`language_specific_learning` (the task's inner loop), step 3
-:func:`meta_objective_gradient` (the meta-objective; the criterion ``metanmt_cross_entropy`` computes it with
-its likelihood term). The caller's optimiser (the meta optimiser η′) then steps θ.  The meta-gradient is
-in the scale of the ``loss_fn``'s loss (a sum, as fairseq criterions return it); fairseq's trainer divides
-it by the returned ``sample_size`` of D′.
-
-Parameter partition (§6.3.3 and the spec's REC): ``fast`` = updated by language-specific learning =
-encoder, decoder, Δε; ``meta`` = updated by the meta step = encoder, decoder, ε_U, A.  "During
-language-specific learning, the ULR ε^0[x] is held constant, while only Δε^k[x] is updated ...  we hold
-Δε^k[x]'s constant while updating ε_U and A during the meta-learning stage."  A model states its split by
-a method ``meta_partition_names()`` returning ``{"learn_frozen": names fixed in language-specific
-learning (inner loop and fine-tuning), "meta_frozen": names fixed in the meta update, "reset": names
-zeroed at each episode start}`` (:func:`model_partition`); without it every trainable parameter is both
-fast and meta (plain FOMAML).  Frozen buffers (ε_Q, ε_K) are never parameters.
-
-Fine-tuning on the target task (§6.4.2, after Zoph et al., 2016), :func:`apply_finetune_strategy`:
-``emb`` = the source embedding's trainable part (Δε with ULR, the embedding table otherwise), ``emb+enc``
-= + the encoder, ``all`` = + the decoder (and everything else); the ``learn_frozen`` parameters (ε_U, A)
-are frozen in every strategy.
-
-The proximal prior of Eq. 6.2–6.3 (language-specific learning as MAP estimation under θ_i ~ N(θ_i^0, 1/β²)):
-the NLL plus β‖θ − θ^0‖², :func:`proximal_term`; its gradient is 2β(θ − θ^0).
-
-Finite differences: Eq. 6.8 differentiates one *SGD* step θ′ = θ − η∇L^D(θ); with ``inner_optimizer="sgd"``
-and small ν it is the exact second-order MAML gradient (a test checks it against autograd); with the
-default inner Adam it is applied as written (the thesis uses the first-order Eq. 6.10 in its experiments).
-It needs ``inner_steps == 1``.
+Fine-tuning (§6.4.2, :func:`apply_finetune_strategy`): ``emb``, ``emb+enc``, ``all``. The proximal prior of
+Eqs. 6.2-6.3: :func:`proximal_term` (β‖θ − θ^0‖²).
 
 References: J. Gu, Y. Wang, Y. Chen, K. Cho, V. O. K. Li, "Meta-Learning for Low-Resource Neural Machine
 Translation", EMNLP 2018; J. Gu, "Efficient Neural Machine Translation", PhD thesis, The University of

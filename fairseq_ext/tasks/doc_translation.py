@@ -1,54 +1,26 @@
 """``doc_translation``: document-level translation (Maruf 2019 ch. 3-4; batch contract:
 :mod:`fairseq_ext.data.documents`).
 
-``translation_decoding`` (so ``--decoding-algorithm``, the greedy/beam generators and the input checks
-keep working) whose datasets are fairseq's ``LanguagePairDataset`` wrapped in
-:class:`~fairseq_ext.data.documents.DocumentPairDataset`, which adds the document keys to every batch
-(see :mod:`fairseq_ext.data.documents` for the exact keys and for which models receive them)::
+``translation_decoding`` whose datasets are wrapped in
+:class:`~fairseq_ext.data.documents.DocumentPairDataset`, which adds the document keys to every batch::
 
-    --doc-context-mode {offline,online}      offline: every other sentence of the document (default);
-                                             online: the earlier sentences only
+    --doc-context-mode {offline,online}      every other sentence (default) / the earlier ones only
     --doc-context-size N                     the N nearest context sentences (0 = all, default)
-    --doc-max-context 128                    hard cap K, also with N = 0 (0 = no context sentences)
-    --doc-id-pattern auto                    how a line id names its document (auto: cut a trailing #N, :N
-                                             or .N; whole: the id; or a regular expression with one group)
-    --doc-target-context {none,gold,generated}
-                                             add ctx_tgt_tokens: the reference, or the stage-1 model's
-                                             translations read from --doc-generated-dir DIR/{split}.{tgt}
-                                             (python -m fairseq_ext.tools.corpora.doc_context writes it)
-    --doc-ids-dir DIR                        read {split}.ids from DIR (wins over the one next to the data)
-    --doc-batching {document,size}           whole documents per batch (default; shuffled per epoch in
-                                             training; a document larger than --max-tokens/--batch-size is
-                                             cut into chunks, in training, validation and decoding alike),
-                                             or fairseq's length-sorted batches
-    --doc-concat-prev N                      concatenation baseline: prev N sources + <brk> each, then
-                                             the sentence (no context keys; any sentence model)
-    --decoding-algorithm doc_bcd             block-coordinate-descent document decoding (generator
-      [--doc-iterations 1]                   :mod:`fairseq_ext.generators.doc_bcd`): greedy pass 0, then K
-      [--bcd-update {jacobi,gauss_seidel}]   passes re-translating every sentence of the document with
-      [--bcd-init {auto,base_model,zero_context}]  the others' translations as target context
+    --doc-max-context 128                    hard cap K on the context sentences
+    --doc-id-pattern auto                    how a line id names its document
+    --doc-target-context {none,gold,generated}   add ctx_tgt_tokens (reference / stage-1 translations
+                                             from --doc-generated-dir)
+    --doc-ids-dir DIR                        read {split}.ids from DIR
+    --doc-batching {document,size}           whole documents per batch (default) or fairseq's batches
+    --doc-concat-prev N                      concatenation baseline: previous N sources + <brk> each
+    --decoding-algorithm doc_bcd             block-coordinate-descent document decoding
+                                             (:mod:`fairseq_ext.generators.doc_bcd`)
 
-The ids file ``{split}.ids`` (one id a line, line-aligned with the split: ``Ruth.1.3``, ``help/page#3``,
-``doc:12``, or the document's name repeated on every line; the lines of a document are contiguous) is read
-from ``--doc-ids-dir`` when given, else next to the binarized data (``fairseq-ext-data prepare`` copies
-``raw/{split}.ids`` there). A split whose documents are almost all one sentence long (>= 90%) is refused as
-misread ids, more than half is a warning. Per split the task logs the number of documents, the mean and
-maximum document length and how many sentences the cap shortened.
-
-**Memory bound.** A batch never holds more than ``--max-tokens`` tokens (B x its longest sentence) or
-``--batch-size`` sentences, in validation and decoding as in training: a longer document is cut into
-consecutive chunks, and the sentences of the other chunks that are in a sentence's context join the batch as
-extra context rows (so every sentence keeps exactly its context). Each sentence attends to at most
-``--doc-max-context`` K context sentences, so the context attention of a batch holds at most about
-``max_tokens x heads x K x (longest context sentence)`` scores, whatever the document length.
-
-``<brk>`` (``--doc-concat-prev N > 0``) is appended to the source dictionary in ``setup_task``, and to
-the target dictionary too when both dictionaries are equal (a joined dictionary, as
-``--share-all-embeddings`` needs, stays joined); ``--share-all-embeddings`` with different dictionaries
-is one clear error. The flags must be given again to ``fairseq-generate`` (the dictionary sizes follow
-them). A sentence checkpoint of the same model without ``<brk>`` warm-starts the concatenation model
-(``--finetune-from-model``: its embedding and output rows are copied, the ``<brk>`` row keeps its
-initialisation; :func:`fairseq_ext.modules.warm_start.accept_grown_dictionary`).
+The ids file ``{split}.ids`` is line-aligned with the split. A batch never exceeds ``--max-tokens`` /
+``--batch-size``, in every split: a longer document is cut into chunks and each sentence keeps its
+context as extra rows. ``<brk>`` is added to the dictionaries in ``setup_task``; a sentence checkpoint
+without it warm-starts the concatenation model
+(:func:`fairseq_ext.modules.warm_start.accept_grown_dictionary`).
 """
 import logging
 import os

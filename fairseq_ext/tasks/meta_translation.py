@@ -1,53 +1,19 @@
 """MetaNMT tasks (Gu 2019 ch. 6): ``meta_translation`` (first-order MAML over source languages) and
 ``ulr_finetune_translation`` (fine-tuning on the target language), both on the data of
-``universal_translation`` (marked union source dictionary ``<piece>__<lang>``, ``<split>.lang`` side files,
-``manifest.json``).
+``universal_translation``.
 
-``meta_translation`` (§6.3.2): each update runs one episode per ``train_step`` call (``--update-freq N``:
-N episodes whose meta-gradients add up, the Σ_k of Eq. 6.6); the batch fairseq hands to ``train_step``
-(a mixed-language one) is only a tick. An episode
+``meta_translation`` (§6.3.2): each ``train_step`` runs one episode (``--update-freq N``: the Σ_k of
+Eq. 6.6): a language k ~ U(``--meta-langs``), two batches D, D′ drawn as a function of (seed, update),
+then :func:`fairseq_ext.modules.meta_learning.maml_episode` (``--inner-steps``, ``--inner-lr``; Eq. 6.10,
+or Eq. 6.8 with ``--meta-gradient finite_difference``); fairseq's optimiser is the meta optimiser. A
+checkpoint resumes meta-training exactly. Meta-validation (§6.4.2): ``--meta-valid-lang L`` fine-tunes a
+copy on L (``--meta-valid-steps``, ``--meta-valid-lr``) before validating it.
 
-* draws a language k ~ U(``--meta-langs``) (default: the auxiliary languages) and two independent batches
-  D, D′ of k (each a uniformly chosen batch of the fixed length-sorted ``--episode-max-tokens`` batching of
-  k's training examples; they may coincide), with ``numpy.random.default_rng([seed, update, episode])`` —
-  a pure function of the seed and the update number, so a resumed run draws what an uninterrupted one
-  does;
-* runs :func:`fairseq_ext.modules.meta_learning.maml_episode`: Δε zeroed, ``--inner-steps`` steps of a
-  fresh inner Adam (β (0.9, 0.98), ε 1e−9, lr ``--inner-lr``, default the meta optimiser's current lr) on
-  D over the fast parameters, the loss on D′ at θ′ backpropagated through fairseq's ``optimizer.backward``
-  (Eq. 6.10; ``--meta-gradient finite_difference`` adds the Hessian term of Eq. 6.8 with ν = ``--fd-nu``),
-  θ restored; then fairseq's optimiser (the meta optimiser, η′) steps θ with the gradient divided by
-  D′'s sample size. The loss at θ′ on D′ and its meta-gradient (step 3) are the criterion's when it has a
-  ``meta_objective`` (``--criterion metanmt_cross_entropy``); with another criterion (``cross_entropy``) they
-  are that criterion's loss and the same meta-gradient. Parameter roles come from the model
-  (``ulr_transformer --ulr``: ε_U, A fixed in the inner loop, Δε fixed in the meta update and zero at every
-  episode start). The logged ``loss`` is L^{D′}(θ′), ``inner_loss`` L^D(θ).
-
-The meta state is θ, fairseq's optimiser and lr scheduler (the inner Adam is fresh every episode, Δε is
-zero between episodes, the episode draws are a function of (seed, update)): a fairseq checkpoint resumes
-meta-training exactly.
-
-Meta-validation (§6.4.2, "strict" meta-learning): with ``--meta-valid-lang L`` (a language of the task
-not among ``--meta-langs``), each validation first fine-tunes a *copy* of the model on L's training
-examples — ``--meta-valid-steps`` Adam steps (lr ``--meta-valid-lr``, β (0.9, 0.98), ε 1e−9) on batches
-drawn like D (seeded by the update number), the ``--finetune-strategy`` parameters only — and validates
-the copy (loss, ``--eval-bleu``, early stopping and best checkpoints follow it); the meta model is left
-untouched. The valid split should be L's dev set. Without it, validation scores θ itself (zero-shot).
-(The thesis keeps the best dev BLEU over up to 5 × 32 fine-tuning steps; here: one fine-tuning run of
-the given length.)
-
-``ulr_finetune_translation`` (§6.4.2): trains on the examples of ``--lowres-lang`` in the training split
-only, optionally a draw of them: ``--target-token-budget N`` keeps a random subset (order drawn with
-``--subsample-seed``, 5 draws = seeds 1..5) of whole sentence pairs whose target tokens (subword tokens,
-EOS not counted) add up to at most N (at least one pair) — the thesis's 4k/16k/40k/160k English-token
-training sets; ``--finetune-strategy`` (``all`` / ``emb+enc`` / ``emb``, §6.4.2 after Zoph et al. 2016) sets
-``requires_grad`` in ``build_model`` (fairseq's optimiser only takes parameters that require grad; ε_U and
-A are frozen in all three). Start it from a meta-learned (or multilingual) checkpoint with
-``--finetune-from-model``; ``--criterion metanmt_cross_entropy --proximal-weight β`` adds the proximal prior
-β‖θ − θ^0‖² of Eq. 6.3 towards that checkpoint's parameters.
-
-The multilingual-transfer baseline of Fig. 6.3 (Eq. 6.11) needs no code of its own: ``universal_translation``
-+ ``ulr_transformer --ulr --ulr-freeze-delta`` joint training, then ``ulr_finetune_translation``.
+``ulr_finetune_translation`` (§6.4.2): trains on ``--lowres-lang`` only, optionally a draw of
+``--target-token-budget N`` target tokens (``--subsample-seed``; the thesis's 4k-160k sets), with
+``--finetune-strategy all|emb+enc|emb``; ``--criterion metanmt_cross_entropy --proximal-weight β`` adds the
+proximal prior of Eq. 6.3. The multilingual-transfer baseline of Fig. 6.3 (Eq. 6.11) is
+``universal_translation`` + ``ulr_transformer`` followed by this task.
 
 References: J. Gu, Y. Wang, Y. Chen, K. Cho, V. O. K. Li, "Meta-Learning for Low-Resource Neural Machine
 Translation", EMNLP 2018; J. Gu, "Efficient Neural Machine Translation", PhD thesis, HKU, 2019, ch. 6.

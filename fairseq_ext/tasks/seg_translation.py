@@ -1,50 +1,20 @@
 """``seg_translation``: translation with retrieved translation pairs, the translation stage of SEG-NMT (Gu 2019
-ch. 4, §4.2.2–§4.2.3; models ``seg_nmt`` and ``seg_copynet``).
+ch. 4, §4.2.2-§4.2.3; models ``seg_nmt`` and ``seg_copynet``).
 
-``translation_decoding`` (so ``--decoding-algorithm``, the generators and the input checks keep working) whose
-examples come with the pairs the offline retrieval stage found for them (§4.2.1, ``fairseq-ext-tm``). The
-memory is the training split itself: the binarized source and target of ``--train-subset`` (default
-``train``) in the (first) data folder are loaded once, and every split the task loads needs its side file
-``{split}.tm.jsonl`` (+ ``.tm.meta.json``, :mod:`fairseq_ext.data.translation_memory`) next to the data;
-a missing or stale file (other line count, other memory size, ids outside the memory) is one error naming
-the file. Options::
+``translation_decoding`` whose examples come with the pairs the offline retrieval stage found (§4.2.1,
+``fairseq-ext-tm``); the memory is the training split, and every split needs its side file
+``{split}.tm.jsonl`` (:mod:`fairseq_ext.data.translation_memory`). Options::
 
     --tm-topk K                 the K best retrieved pairs per example (default 2; 0 = no memory)
-    --tm-selection topk         top-K (training, and Fig. 4.4's K = 1, 2, 4, 8, 16), or
-                   adaptive     Algorithm 1's greedy coverage selection (the side file's "adaptive" list)
-    --tm-max-k 16               cap on the pairs of one example (both selections)
-    --tm-export FILE            fairseq-generate: JSON lines with zeta_t per output token and the argmax
-                                memory slot of every hypothesis (Fig. 4.5; models with ``tm_trace``)
+    --tm-selection topk|adaptive   top-K (Fig. 4.4) or Algorithm 1's coverage selection
+    --tm-max-k 16               cap on the pairs of one example
+    --tm-export FILE            fairseq-generate: zeta_t per output token (Fig. 4.5)
 
-On the training split an example's own line is never among its pairs (§4.2.3 "ensuring that the exact
-copy is not included"; the retrieval tool excludes it already, the task drops it if present and says so).
-Pairs longer than ``--max-source-positions`` / ``--max-target-positions`` keep their first limit − 1
-tokens + ⟨/s⟩.
-
-Batch contract (:class:`TMPairDataset`): fairseq's ``LanguagePairDataset`` batch plus the R distinct
-retrieved pairs of the batch (a pair retrieved for two examples of the batch is one row)::
-
-    net_input["tm_src_tokens"]         (R, Ls)  X' of every row, padded like src_tokens (left-padded by
-                                                default), ending in </s>; R = 0 gives shape (0, 1)
-    net_input["tm_src_lengths"]        (R,)
-    net_input["tm_prev_output_tokens"] (R, Lt)  </s> Y'[:-1], right-padded (teacher forcing over Y')
-    net_input["tm_tgt_tokens"]         (R, Lt)  Y' ending in </s>, right-padded (the slot tokens y'_τ)
-    net_input["tm_index"]              (B, K)   rows of each example's pairs, best first (the selection's
-                                                order), -1 where an example has fewer than K (K = the most
-                                                pairs of an example in the batch; may be 0)
-    sample["tm_id"]                    (R,)     the training line of every row
-    sample["tm_fuzzy"]                 (B, K)   S_fuzzy of each pair (Eq. 4.1; NaN when the side file has
-                                                no score for it), NaN at -1
-
-An example without a retrieved pair has an all -1 row of ``tm_index``: the model sees an empty memory (for
-``seg_nmt``: ζ = 0, the plain NMT distribution). Batching counts the pairs: an example's ``num_tokens`` is
-max(|X|, |Y|) + Σ_k max(|X'_k|, |Y'_k|), so ``--max-tokens`` bounds the memory pass too (its ``size``,
-used for the ``--max-positions`` filter, stays (|X|, |Y|)).
-
-Which models get the ``tm_*`` keys: those with the class attribute ``uses_translation_memory = True``
-(``seg_nmt``, ``seg_copynet``); for any other model (e.g. the rnnsearch "NMT" baseline of Table 4.2, trained
-on the same data) they are removed from ``net_input`` before the step, so it trains and decodes unchanged.
-Interactive input (``fairseq-interactive``) has no retrieved pairs: the models translate without memory.
+An example's own line is never among its training pairs (§4.2.3). Batch contract
+(:class:`TMPairDataset`): the distinct retrieved pairs of the batch as ``net_input`` keys
+``tm_src_tokens``/``tm_src_lengths``, ``tm_prev_output_tokens``, ``tm_tgt_tokens`` and ``tm_index`` (B, K; -1
+padding), with ``sample["tm_id"]`` and ``sample["tm_fuzzy"]`` (Eq. 4.1). ``--max-tokens`` counts the pairs.
+Only models with ``uses_translation_memory = True`` get the ``tm_*`` keys.
 
 References: Gu, Wang, Cho, Li, "Search Engine Guided Neural Machine Translation", AAAI 2018; Gu, "Efficient
 Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019.

@@ -2,56 +2,17 @@ r"""Diagnostic corpora of the multilingual mechanisms of Gu (2019) ch. 5: synthe
 which the multilingual baseline is limited *by construction* and the mechanism is not (``fairseq-ext-diagnostics
 generate ulr_cipher|mole_shared``; the document-context tasks are :mod:`fairseq_ext.tools.analysis.diagnostics`).
 
-Every task is word level: ``C`` concepts (default 300), the English word of concept c is ``e<c>``, a source
-sentence is 3-7 concepts drawn uniformly and independently, and its translation is word by word, monotone
-(source position i → target position i). The folder has the layout of ``fairseq-ext-data universal`` (marked
-source dictionary ``<word>__<lang>``, ``<split>.lang``, ``manifest.json``), so ``universal_translation`` and
-``universal_rnn`` train on it unchanged, and the ULR arrays are made by the real ``fairseq-ext-ulr project``
-(Eq. 5.4) from the monolingual vectors and seed dictionaries written here:
+Every task is word level and monotone; the folder has the layout of ``fairseq-ext-data universal``, and
+the ULR arrays are made by ``fairseq-ext-ulr project`` (Eq. 5.4) from the monolingual vectors (random
+rotations of shared concept vectors plus noise) and seed dictionaries written here.
 
-* **monolingual vectors** (``ulr/emb.<lang>.vec``, what ``fairseq-ext-ulr embed`` would write): concept c has
-  a random unit vector E_c (``--dim``, 32); English ``e<c>`` gets unit(E_c + n), a source word of concept c in
-  language k gets unit((E_c + n_k) R_k) with a random rotation R_k and its own noise (‖n‖ ≈ ``--noise``, 0.3):
-  skip-gram vectors of two corpora with the same distribution are such an isometry of each other up to noise;
-* **seed dictionaries** (``ulr/seed.<lang>.tsv``, what ``seed-dict`` would write): ``--seed-pairs`` (150) word
-  pairs source → English per language, drawn from the concepts; Procrustes on them rotates every word of
-  the language, the non-seed ones included, onto the English keys.
+* ``ulr_cipher`` (ULR, §5.3.1): a zero-resource language that is a cipher of an auxiliary one, with no
+  parallel sentence; Multi-NMT (Eq. 5.1) is at chance (≈ 1/C), ULR reaches it through the universal tokens.
+* ``mole_shared`` (MoLE, §5.3.2): two languages sharing word forms with other meanings, told apart only by a
+  marker word; a model that does not know the language is right on at most half of each twin pair.
 
-Tasks:
-
-``ulr_cipher`` (ULR, §5.3.1)
-    Auxiliary language ``sa`` (words ``s<k>``, a random relabelling of the concepts) with ``--n-train``
-    parallel sentences; zero-resource language ``zc``, a *cipher* of ``sa`` (a bijective relabelling ``z<k>`` of
-    its word types): **no parallel sentence at all**, only its monolingual vectors and a seed dictionary of
-    ``--seed-pairs`` cipher → ``sa`` word pairs composed with ``sa``'s translations into English (cipher →
-    English, as the tool needs). test = twins: every concept sequence once in ``sa``, once in ``zc`` (same
-    reference). **Bound** (Multi-NMT, Eq. 5.1, marked vocabulary): no ``zc`` symbol occurs in training, so its
-    embedding rows keep their random initialisation (zero gradient, Adam leaves them unchanged): the output for
-    a cipher word is independent of its meaning, accuracy ≈ 1/C (= 0.0033 at C = 300) in expectation over the
-    cipher. ULR reaches ``zc``'s words through the universal tokens its projected vectors select.
-``mole_shared`` (MoLE, §5.3.2)
-    Two auxiliary languages ``la`` and ``lb`` that share their word forms ``w<k>`` but not their meanings:
-    ``w<k>`` is concept k in ``la`` and concept π(k) in ``lb`` (π a derangement), so every content word is
-    ambiguous without the language; each sentence carries one marker word at a random position, ``ma`` (``la``,
-    → ``ta``) or ``mb`` (``lb``, → ``tb``). ``lb``'s monolingual vectors and seed pairs are ``la``'s (false friends:
-    ``w<k>`` → ``e<k>`` in both), so under pure ULR (``--ulr --ulr-no-language-specific``: no language-specific
-    embedding) the two languages' words have *identical* representations and only the marker tells them apart.
-    The low-resource language ``lc`` of the task has no data (the task needs one; MoLE detaches it). test =
-    twins (the same words and marker position, once per language); ``test1`` = the same twins *without* the
-    marker. **Bound**: a model that does not know the language gets at most one of a pair of twins right at
-    each content position: ≤ 0.5 of the content words, exactly (on ``test1`` every pure-ULR model sees identical
-    twins).
-
-Output (``generate TASK --out DIR``)::
-
-    DIR/raw/{train,valid,test[,test_blind]}.{src,en,lang}   unmarked words / English / language code
-    DIR/spm/{split}.src, {split}.en, train.src, text.<lang>, text.en   marked source (the tool's layout)
-    DIR/ulr/emb.<lang>.vec, seed.<lang>.tsv, query.npy, key.npy, alpha.npy, ...   (fairseq-ext-ulr project)
-    DIR/bin/                                               fairseq-preprocess: dict.src.txt (every marked word
-                                                           of every language), dict.en.txt, splits, {split}.lang
-    DIR/manifest.json                                      aux, lowres, langs (read by the task and the tool)
-    DIR/diagnostics.json                                   task, parameters, bound, the concept of every word,
-                                                           the seed concepts, the test lines' roles
+Output (``generate TASK --out DIR``): ``DIR/raw/``, ``DIR/spm/``, ``DIR/ulr/``, ``DIR/bin/``,
+``DIR/manifest.json`` and ``DIR/diagnostics.json`` (task, parameters, bound, roles of the test lines).
 """
 from __future__ import annotations
 

@@ -1,50 +1,20 @@
 """Bilingual two-speaker conversations from the Bible (Maruf 2019 ch. 5, Bi-MSMT), their Table 5.1
 statistics and per-direction BLEU.
 
-The English World English Bible (SWORD ``engWEB2015eb``) marks who speaks: ``<q who="Jesus">`` spans in the
-gospels, Acts and Revelation, ``<speaker>`` labels (Beloved / Lover / Friends / Brothers) in the Song of
-Songs. A verse of the verse-aligned es-en Bible (``data/bible_es_en/raw/all.tsv``; RV1909 -- WEB) is
-the unit (a "sentence"); its speaker is the party that says most of its English words:
-
-* party **A** = Jesus (``<q who="Jesus">``) and the Beloved (Song of Songs) -- their verses are *English*
-  sources, translated into Spanish (``en`` lines, En→F);
-* party **B** = the narrator and everyone else -- their verses are *Spanish* sources, translated into
-  English (``es`` lines, F→En).
-
-A conversation is a chapter in which both parties speak (at least two turns; a turn = a maximal run of one
-language, :func:`fairseq_ext.data.conversations.segment_turns`); chapters with one party only are left
-out (counted in ``stats.json``). Splits keep the held-out books of :mod:`fairseq_ext.tools.corpora.sword`
-(:data:`~fairseq_ext.tools.corpora.sword.TEST_BOOKS`: Mark is the test gospel); the held-out *valid* books have
-no conversation, so the dev set is carved from the training conversations: ``--dev-conversations N``
-chapters drawn with ``--seed`` (the thesis splits randomly by conversation, 100:2:3).
+The World English Bible marks who speaks; a verse of the es-en Bible is a sentence, its speaker the party
+that says most of its English words: party A (Jesus, the Beloved) are English sources (En→F), party B
+(everyone else) Spanish sources (F→En). A conversation is a chapter in which both parties speak (turns:
+:func:`fairseq_ext.data.conversations.segment_turns`). Splits keep the held-out books of
+:mod:`fairseq_ext.tools.corpora.sword`; the dev set is ``--dev-conversations N`` training chapters.
 
 Subcommands::
 
-    python -m fairseq_ext.tools.corpora.conversations build [--cache data/cache/sword]
-        [--pairs data/bible_es_en/raw/all.tsv] [--out data/bible_conv_es_en]
-        [--spm data/bible_es_en/spm8000/spm.model] [--dict data/bible_es_en/spm8000/bin/dict.en.txt]
-        [--dev-conversations 6] [--seed 1] [--min-share 0.5]
-
-writes ``OUT/raw/{split}.{src,tgt,conv}`` (source sentence, its translation, ``CONV<TAB>LANG<TAB>SPEAKER
-<TAB>VERSE``), ``OUT/raw/stats.json``, then (with ``--spm``) the segmented ``OUT/spm/`` (the es-en
-sentencepiece model, so the joint vocabulary is the es-en Bible's) and (with ``--dict``) the binarized
-``OUT/bin/`` (fairseq-preprocess ``-s src -t tgt`` with that dictionary on both sides), with the ``.conv``
-files copied next to the data. Prints the Table 5.1 statistics.
-
-    python -m fairseq_ext.tools.corpora.conversations stats FOLDER [--langs en,es]      # Table 5.1 of a folder
-    python -m fairseq_ext.tools.corpora.conversations lm-data FOLDER OUT [--langs en,es]
-
-``lm-data`` writes the training text of the per-language bi-directional RNNLMs (the source sentence vectors
-of ``--src-sent-encoder rnnlm``): ``OUT/{split}.{lang}.fwd`` = every sentence of FOLDER (a ``raw`` or ``spm``
-folder) in that language, source or target side, and ``OUT/{split}.{lang}.bwd`` = the same with the tokens
-reversed; binarize each with ``fairseq-preprocess --only-source --srcdict DICT`` (the translation dictionary)
-and train ``lstm_lm`` on it (``--task language_modeling --sample-break-mode eos``); the four checkpoints are
-``--sent-lm EN.fwd,EN.bwd,ES.fwd,ES.bwd``.
+    python -m fairseq_ext.tools.corpora.conversations build [--out data/bible_conv_es_en] [--dev-conversations 6]
     python -m fairseq_ext.tools.corpora.conversations score GENERATE_OUT FOLDER/test.conv [--langs en,es]
 
-``score`` reads ``fairseq-generate`` output (D- and T- lines, i.e. run it with ``--post-process sentencepiece``
-on the ``spm`` data; ids = lines of the split) and prints corpus BLEU overall and per direction (Table 5.3's
-layout), with sacrebleu on the detokenised text (``--tokenize 13a``) or as given (``--tokenize none``).
+``build`` writes the conversation folder (``{split}.conv`` and the texts, Table 5.1's statistics) and the
+texts for the sentence-vector LMs (``--sent-lm``); ``score`` prints corpus BLEU overall and per direction
+(Table 5.3's layout).
 
 Reference: Maruf, Martins, Haffari, "Contextual Neural Model for Translating Bilingual Multi-Speaker
 Conversations", WMT 2018; Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash University,

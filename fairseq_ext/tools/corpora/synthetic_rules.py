@@ -4,58 +4,22 @@
     python -m fairseq_ext.tools.corpora.synthetic_rules generate OUT [--seed 1] [--scale 0.1] [size flags]
     python -m fairseq_ext.tools.corpora.synthetic_rules accuracy OUT --hyp encdec=enc.txt --hyp copynet=gen.out [--json]
 
-What the thesis says (§3.3.1, Table 3.1): "we first randomly generate transformation rules
-with 5~20 symbols and variables x & y, e.g. ``a b x c d y e f -> g h x m``, with {a b c d e f g h m} being
-regular symbols from a vocabulary of size 1,000"; each rule produces instances "by replacing the
-variables with randomly generated subsequences (1~15 symbols) from the same vocabulary"; five rule types
-``x->∅``, ``x->x``, ``x->xx``, ``xy->x``, ``xy->xy``; "200 artificial rules ..., for each rule 200
-instances are generated, which will be split into training (50%) and testing (50%)" (20,000 / 20,000);
-correct "only when the generated sequence is exactly the same as the given one".
+As in §3.3.1 / Table 3.1: random transformation rules of 5-20 symbols over a 1,000-symbol vocabulary with
+variables x, y filled by random subsequences of 1-15 symbols; five rule types ``x->∅``, ``x->x``,
+``x->xx``, ``xy->x``, ``xy->xy``; 200 rules, 100 training and 100 test instances each (plus 5 validation
+instances per rule). Every choice where the thesis is silent (target pattern length, variable order,
+balanced types, unique sources, seeds) is a flag and is recorded in ``synthetic_rules.json``; ``--scale``
+shrinks the data for CPU runs.
 
-Choices where the thesis is silent (all recorded in ``synthetic_rules.json``):
-
-* **symbols**: the vocabulary is the zero-padded numbers ``000`` .. ``999`` (``--vocab-size 1000``; as in the
-  author's code, REF-CODE), used for the rules' regular symbols and for the variable fillers alike;
-* **"5~20 symbols"** = the length of the rule's *source pattern*, variable slots included
-  (``--src-len 5 20``): the slot(s) go to random positions, the other positions get regular symbols drawn
-  uniformly (with repetition); two rules never share a source pattern;
-* **target pattern**: 1..8 regular symbols (``--tgt-len 1 8``; Table 3.1 has 2-3) drawn from the whole
-  vocabulary, plus the variable occurrences the type requires (``x->∅``: none; ``x->x``, ``xy->x``: x once;
-  ``x->xx``: x twice; ``xy->xy``: x and y once), all at random positions;
-* **variable order**: for ``xy`` types, the order of x and y in the source is random (Table 3.1 puts y first);
-* **rule types**: balanced, not sampled: rule *i* of a shuffled round robin, i.e. 40 rules per type at 200
-  rules (the first ``rules mod 5`` types get one more when 5 does not divide ``--rules``);
-* **fillers**: the lengths of x and y are uniform in 1..15 (``--var-len 1 15``), tokens uniform over the
-  vocabulary; every instance's *source* is unique over the whole data set (re-drawn on a collision), so no
-  test source occurs in training and one source never has two targets;
-* **splits**: per rule, ``--train-per-rule 100`` and ``--test-per-rule 100`` (the thesis's 200 instances,
-  50/50); the thesis has no validation set: ``--valid-per-rule 5`` *extra* instances per rule (1,000 lines,
-  5% of train, for early stopping) so that train and test keep the thesis sizes;
-* **seed**: ``--seed 1``; rules come from ``random.Random("synthetic-rules:<seed>")`` and the instances of
-  rule ``r`` from ``random.Random("synthetic-rules:<seed>:<r>")`` (CPython's Mersenne Twister with string
-  seeds: the same files on every platform and Python 3 version);
-* **CPU runs**: ``--scale F`` multiplies the default number of rules and instances per rule (each rounded,
-  at least 1 per type / split); an explicit size flag wins over ``--scale``.
-
-Output folder (written through temp files, renamed together; a second run with the same parameters is a
-no-op thanks to a stamp, ``--force`` redoes it)::
+Output folder (temp files renamed together; a stamp makes a second identical run a no-op)::
 
     {train,valid,test}.src / .tgt   one instance a line, tokens separated by one space
-    {train,valid,test}.rule         per line: RULE_ID <tab> TYPE <tab> {"x": "...", "y": "..."} (JSON fillers)
-    rules.tsv                       the published rule file: id, type, source pattern, target pattern
-                                    (header line; the variables are written x and y)
+    {train,valid,test}.rule         RULE_ID <tab> TYPE <tab> {"x": "...", "y": "..."}
+    rules.tsv                       the rules (id, type, source pattern, target pattern)
     synthetic_rules.json            the parameters and the counts per type and split
 
-Rule types are written ``x_empty``, ``x_x``, ``x_xx``, ``xy_x``, ``xy_xy`` (shown as Table 3.2's
-``x→∅`` ... ``xy→xy``). Binarise ``src``/``tgt`` with ``fairseq-preprocess --source-lang src --target-lang
-tgt --joined-dictionary`` (the synthetic task has one vocabulary).
-
-``accuracy DATA --hyp [NAME=]FILE ...``: exact-match accuracy (whitespace-normalised token sequences)
-per rule type and overall, one row per system, as Table 3.2 (Markdown on stdout, or ``--json``). A
-hypothesis file is ``fairseq-generate`` output (H-/D- lines, first of an n-best list; read by
-:mod:`fairseq_ext.tools.hypotheses`) or plain text, one hypothesis a line in the order of
-``DATA/{split}.src``. Bad input is a :class:`~fairseq_ext.tools.common.ToolError` naming file and line
-(the CLI prints ``error: FILE:LINE: message`` and exits 2).
+``accuracy DATA --hyp [NAME=]FILE ...``: exact-match accuracy per rule type and overall, as Table 3.2,
+from ``fairseq-generate`` output or plain text. Bad input is one ``error: FILE:LINE: message`` line, exit 2.
 """
 from __future__ import annotations
 

