@@ -2,41 +2,18 @@
 §9.4.3, Alg. 5) on a ``simul_agent`` model (frozen uni-directional NMT + agent;
 :mod:`fairseq_ext.models.simul_agent`), with the ``simul_rl_translation`` task.
 
-**Rollouts** (Alg. 5 line 5): every sentence of the batch is repeated ``--traj-per-sent`` times (thesis: 5;
-with ``--batch-size 10``, the thesis's 10 sentences × 5 trajectories) and decoded simultaneously on the frozen
-environment (:class:`fairseq_ext.modules.simultaneous.environment.SimulEnvironment`) with actions *sampled* from the
-agent (torch's global RNG, which fairseq seeds with ``--seed`` + the update number). A READ after the source
-end is a no-op (``--train-force-write``: forced to WRITE as at test time; forced steps get no policy
-gradient); rollouts stop at τ_MAX = ``--simul-max-len-a``·|X| + ``--simul-max-len-b`` words and are cut after
-|X| + τ_MAX + 1 steps. The NMT runs without gradients; the agent's log-probabilities, entropies and
-baseline values are kept with theirs.
-
-**Rewards** (lines 7–8, :func:`fairseq_ext.modules.simultaneous.rewards.trajectory_rewards`): r_t = r^Q_t + r^D_t.
-Quality: the increments of the smoothed sentence BLEU⁰ (Eq. 9.6) against the target, the brevity penalty at
-the last step (``--quality-reward telescoping``: Σ_t r^Q_t = sentence BLEU; ``literal``: r^Q_T = BLEU as
-printed), on subwords or, with ``--reward-bpe sentencepiece|subword_nmt``, on merged words. Delay, one type
-(``--delay-type``): ``ap`` — β·[d − d*]_+ at t = T (``--delay-beta`` β ≤ 0, ``--target-ap`` d*); ``cw`` —
-α·[sgn(c_t − c*) + 1] at every step (Eq. 9.9; ``--cw-penalty linear``: α·[c_t − c*]_+; ``--delay-alpha``
-α ≤ 0, ``--target-cw`` c*). The thesis does not give α, β (spec §4.12.4: sweep α ∈ {−0.01, −0.03, −0.1},
-β ∈ {−0.5, −1, −2}).
-
-**Update** (lines 9–13): R_t = Σ_{k≥t} r_k (undiscounted returns-to-go, Eq. 9.10 with the index read as t');
-R̂_t = R_t − b_φ(o_t); R̃_t = (R̂_t − b)/√(σ² + e) with a running mean b and variance σ² of R̂
-(``--adv-norm running``, momentum ``--agent-adv-momentum`` of the model, stored in its checkpoint;
-``batch``: this batch's statistics, as the released code; ``none``). Loss per batch (sample size = the
-trajectories, so a mean per trajectory):
-
-    Σ_t −log π_θ(a_t) R̃_t  −  κ Σ_t 𝓗(π_θ(·|t))  +  c_b Σ_t (R_t − b_φ(o_t))²
-
-(Eq. 9.10, the entropy bonus with ``--entropy-coef`` κ = 0.001, the baseline regression of Eq. 9.11 with
-``--baseline-coef`` c_b = 1). R̃ and the regression target carry no gradient, so the policy learns only
-from the first two terms and the baseline only from the last; one optimiser (Adam, lr 2e-4 in the released
-code) serves both, and the frozen NMT never reaches it.
-
-**Validation** (eval mode): argmax actions, a WRITE forced after the source end (test-time decoding);
-loss = −mean Σ_t r_t, and the logged ``bleu`` (mean sentence BLEU × 100), ``ap``, ``cw`` and
-``bleu_over_ap`` (the thesis's model-selection ratio BLEU/AP, ``--best-checkpoint-metric bleu_over_ap
---maximize-best-checkpoint-metric``).
+* **Rollouts** (Alg. 5 line 5): every sentence is repeated ``--traj-per-sent`` times and decoded on the
+  frozen environment (:class:`fairseq_ext.modules.simultaneous.environment.SimulEnvironment`) with actions
+  sampled from the agent; ``--train-force-write`` forces a WRITE after the source end.
+* **Rewards** (lines 7-8, :func:`fairseq_ext.modules.simultaneous.rewards.trajectory_rewards`):
+  r_t = r^Q_t + r^D_t, quality from the smoothed sentence BLEU (Eq. 9.6, ``--quality-reward``), delay of one
+  type (``--delay-type ap|cw``; CW as Eq. 9.9; ``--delay-alpha``, ``--delay-beta``, ``--target-ap``,
+  ``--target-cw``).
+* **Update** (lines 9-13): returns-to-go R_t, advantage R_t − b_φ(o_t) normalised (``--adv-norm``), and the
+  loss Σ_t −log π_θ(a_t) R̃_t − κ Σ_t 𝓗(π_θ(·|t)) + c_b Σ_t (R_t − b_φ(o_t))² (Eqs. 9.10-9.11;
+  ``--entropy-coef`` κ, ``--baseline-coef`` c_b).
+* **Validation**: argmax actions; logs ``bleu``, ``ap``, ``cw`` and ``bleu_over_ap`` (the thesis's model
+  selection ratio).
 
 References: Gu, Neubig, Cho, Li, "Learning to Translate in Real-time with Neural Machine Translation",
 EACL 2017; Gu, "Efficient Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019 (ch. 9);

@@ -1,44 +1,17 @@
-"""``trainable_greedy_actor_critic`` (earlier ``actor_critic``):
-critic-aware actor learning of trainable greedy decoding (Gu 2019 §7.3, Alg. 3) on a
-``trainable_greedy`` model (frozen NMT θ, actor φ, critic ψ; :mod:`fairseq_ext.models.trainable_greedy`),
-with the ``trainable_greedy_decoding`` task (which runs DECODE's greedy search).
+"""``trainable_greedy_actor_critic``: critic-aware actor learning of trainable greedy decoding (Gu 2019 §7.3,
+Alg. 3) on a ``trainable_greedy`` model (frozen NMT θ, actor φ, critic ψ;
+:mod:`fairseq_ext.models.trainable_greedy`), with the ``trainable_greedy_decoding`` task.
 
-**Alternation.** fairseq update u (0-based) is a critic update when u mod (N_c + N_a) < N_c, an actor
-update otherwise (``--critic-updates`` N_c = 10, ``--actor-updates`` N_a = 1, §7.4.1: "ten updates to the
-critic before each time we update the actor once"). Each update draws its own batch (Alg. 3 lines 6 and
-10: one shuffled stream instead of the two shuffles D_ψ, D_φ). Only the phase's parameters receive
-gradients — the critic step runs the rollouts without gradients, the actor step runs the critic with its
-parameters frozen for the pass — so an optimiser that skips parameters without gradients (every torch
-optimiser; :mod:`fairseq_ext.optim.rmsprop` gives the two groups their two learning rates) changes only
-that phase's network. The phase is a function of the update number that fairseq restores on resume, so
-an interrupted and resumed run takes the same steps as an uninterrupted one.
-
-**DECODE(S, X, Y, c)** (Alg. 3): every sentence is repeated S times (``--tg-critic-samples`` S_c,
-``--tg-actor-samples`` S_a); each copy gets its own exploration noise σ·n per step and action dimension
-(Eq. 7.4, ``--tg-noise-std`` σ), is decoded greedily with the actor (the task's greedy decoder), and its
-states z^k_{1:T} are collected by a teacher-forced pass over Ŷ^k with the same actor and noise (line 5):
-in the actor step with gradients, which flow from the critic through the frozen decoder's recurrence
-into every action (the tokens Ŷ are constants). In the critic step (c = 1) the reference trajectory is
-added: the reference Y teacher-forced through the NMT *without* the actor (lines 9–11). Rewards
-(line 14, ``--tg-objective``): ``bleu`` — BLEU+1 of Ŷ against Y on token ids (⟨eos⟩ excluded; the reference
-scores 1); ``perplexity`` — the negative-perplexity objective (1/|Ŷ|) Σ_t log p_θ(ŷ_t | ŷ_<t, X) of the frozen,
-unperturbed NMT, ⟨eos⟩ included (perplexity = exp(−r)). The critic's output activation follows the
-objective: sigmoid for BLEU, none for perplexity (§7.4.1).
-
-**Losses** (sample size = sentences, so each is a mean over sentences):
-
-* critic (Eq. 7.2, line 8): Σ_k (r^c_k − r_k)² / (S_c + 1) per sentence, over its S_c samples and reference;
-* actor (Eq. 7.3/7.5, lines 12–14): −Σ_k w̃_k r^c_k with w̃_k = exp(−(r^c_k − r_k)²/τ) / Σ_k' (…) (``--tg-tau`` τ),
-  normalised over each sentence's samples (``--tg-weight-norm sentence``, Alg. 3 at batch size 1) or over
-  the whole batch (``batch``, then scaled by the number of sentences); ``--tg-uniform-weights``: w̃ = 1/S
-  (no critic-awareness, the ablation of Fig. 7.4).
-
-**Validation** (eval mode): deterministic greedy decoding with the actor (no noise); loss = −mean R, so
-fairseq's best checkpoint is the actor with the best validation decoding objective (§7.4.1); ``reward``
-and ``critic_mse`` are logged too.
-
-Logged: ``reward`` (mean R of the rollouts), ``critic_mse`` (mean (r^c − r)² of the rows the critic saw),
-``critic_loss`` / ``actor_obj`` (Σ w̃ r^c) on their updates, ``actor_step`` (fraction of actor updates).
+* **Alternation** (§7.4.1): ``--critic-updates`` N_c critic updates, then ``--actor-updates`` N_a actor
+  updates, as a function of the update number (so a resumed run takes the same steps); only the phase's
+  parameters get gradients.
+* **DECODE(S, X, Y, c)** (Alg. 3): S noisy greedy rollouts per sentence (Eq. 7.4, ``--tg-noise-std``;
+  ``--tg-critic-samples``, ``--tg-actor-samples``), plus the reference trajectory in the critic step;
+  rewards ``--tg-objective bleu|perplexity``.
+* **Losses**: critic (Eq. 7.2) Σ_k (r^c_k − r_k)²; actor (Eqs. 7.3/7.5) −Σ_k w̃_k r^c_k with
+  w̃_k ∝ exp(−(r^c_k − r_k)²/τ) (``--tg-tau``, ``--tg-weight-norm``; ``--tg-uniform-weights`` is the
+  ablation of Fig. 7.4).
+* **Validation**: deterministic greedy decoding with the actor; loss = −mean R (§7.4.1).
 
 References: Gu, Cho, Li, "Trainable Greedy Decoding for Neural Machine Translation", EMNLP 2017; Gu,
 "Efficient Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019 (ch. 7).

@@ -1,44 +1,22 @@
 """Decoding the fertility NAT (Gu's thesis, §8.3.4; references in :mod:`fairseq_ext.models.nat_fertility`):
 argmax, average, noisy and exact parallel decoding.
 
-Given fertilities f̂ the translation factorises, so decoding is one parallel decoder pass and a per-position
-argmax, Ŷ = G(x_{1:T'}, f̂_{1:T'}; θ).  The fertilities come from
+Given fertilities f̂, decoding is one parallel decoder pass and a per-position argmax,
+Ŷ = G(x_{1:T'}, f̂_{1:T'}; θ). The fertilities come from
 
-* **argmax** (Eq. 8.5): f̂_{t'} = argmax_f p_F(f_{t'} | x_{1:T'});
-* **average** (Eq. 8.6): f̂_{t'} = Round(Σ_f p_F(f_{t'} | x_{1:T'})·f) (classes 0..L−1);
-* **noisy parallel decoding, NPD** (Eq. 8.7): Ŷ_NPD = G(x, argmax_{f∼p_F} p_AR(G(x, f) | X)) — s
-  fertility sequences are sampled from p_F, all s·B candidates are decoded in one batch, and the frozen
-  autoregressive teacher scores them in one teacher-forced pass (by default the mean token log-probability,
-  i.e. length-normalised, a choice the thesis leaves open; ``--npd-score-eos`` adds ⟨eos⟩,
-  ``--npd-no-length-norm`` ranks by the total); the best candidate of each sentence is kept.  s counts
-  sampled sequences only (the argmax one is not added).  Sampling uses torch's global RNG, so
-  ``fairseq-generate --seed`` makes NPD reproducible;
-* **exact parallel decoding, EPD** (Eq. 8.8): Ŷ_EPD = G(x, argmax_{f ∈ argsort^K p_F} p_AR(G(x, f) | X)) —
-  the K most probable fertility sequences under the factorised p_F (heap search, duplicates after the
-  length cap removed: :func:`topk_fertility`; the argmax sequence comes first, so K = 1 is argmax decoding)
-  instead of samples, then the same batched decoding and teacher rescoring as NPD.  Deterministic.
+* **argmax** (Eq. 8.5) or **average** (Eq. 8.6) of p_F;
+* **noisy parallel decoding, NPD** (Eq. 8.7): s sampled fertility sequences, all candidates decoded in one
+  batch and rescored by the frozen autoregressive teacher (length-normalised by default);
+* **exact parallel decoding, EPD** (Eq. 8.8): the K most probable fertility sequences
+  (:func:`topk_fertility`), then the same rescoring.
 
-The pieces, in the order :meth:`NATFertilityGenerator.generate` uses them:
+:meth:`NATFertilityGenerator.generate` uses the model's public interface, the fertility search of
+:mod:`fairseq_ext.modules.nat_fertility`, ``model.decode`` and, with NPD/EPD, the shared rescorer
+:func:`teacher_sequence_scores` / :func:`~fairseq_ext.generators.rescoring.best_per_group`
+(``--rescore-batch`` bounds its memory). Σf̂ is capped at ``max_len_ratio``·T'.
 
-1. the model's public interface: ``model.encoder``, ``model.fertility_logits``, ``model.source_mask``;
-2. the fertility search — :func:`~fairseq_ext.modules.nat_fertility.predict_fertility` (argmax, average,
-   NPD samples) or :func:`topk_fertility` (EPD);
-3. ``model.decode`` (one parallel pass over every candidate);
-4. with NPD/EPD, the rescoring step :func:`teacher_sequence_scores` — "score candidate target sequences with
-   a teacher model, length-normalised, chunked by ``--rescore-batch``" — which is the rescorer that the
-   autoregressive noisy parallel decoding uses too (:mod:`fairseq_ext.generators.rescoring`), then
-   :func:`~fairseq_ext.generators.rescoring.best_per_group`. The teacher's decoder and vocabulary
-   log-softmax run on ``rescore_batch`` candidates at a time (``--rescore-batch``, default 64; 0: all at once), which bounds its memory and
-   does not change the scores.
-
-In every mode Σf̂ is capped at ``max_len_ratio``·T' and an all-zero f̂ gets one word
-(:func:`~fairseq_ext.modules.nat_fertility.constrain_fertility`); models trained with ``--decoder-input
-uniform|positional`` use Σf̂ as the output length unless ``oracle_length``.
-
-Used through ``task.build_generator`` of ``translation_fertility`` (so ``fairseq-generate`` works unchanged);
-hypotheses carry ``tokens`` (+⟨eos⟩), the student's mean log-probability as ``score``, per-token
-``positional_scores``, the ``fertility`` used and, with NPD/EPD, the teacher's ``teacher_score`` and the
-number of ``candidates`` it chose from.
+Used through ``task.build_generator`` of ``translation_fertility``, so ``fairseq-generate`` works unchanged;
+hypotheses also carry the ``fertility`` used and, with NPD/EPD, the ``teacher_score``.
 """
 import heapq
 import itertools

@@ -1,41 +1,23 @@
 """``rnnsearch``: the attention-based RNN encoder–decoder of Gu (2019) §2.1 (RNNsearch) and its no-attention
 Enc-Dec baseline, one model for every thesis that builds on it.
 
-* Encoder (Eq. 2.6): ``--encoder-layers`` bidirectional (``--encoder-unidirectional``: left-to-right
-  only) GRU or LSTM layers (``--rnn-type``) over the source embeddings; fairseq's left-padded sources
-  are handled exactly (:class:`fairseq_ext.modules.rnn.BiRNNEncoderStack`).
-* Attention (Eq. 2.7): Bahdanau MLP attention vᵀ tanh(W z + U h_τ) of size ``--attention-dim``;
-  ``--no-attention`` replaces c_t by the fixed vector [→h_{T'}; ←h_1] (the "Enc-Dec" row of Table 3.2).
-* Decoder (Eq. 2.5): initial state z_0 = tanh(W_init · mean_τ h_τ) (with ``--no-attention``: of the
-  fixed context) for every layer; the first layer's transition is ``--decoder-variant plain`` (c_t from
-  z_{t−1}, then RNN([ε_I[y_{t−1}]; c_t])) or ``conditional`` (the dl4mt conditional GRU: RNN₁ on the
-  word, attention from its state, RNN₂ on c_t); layers 2..``--decoder-layers`` are plain RNNs over the
-  layer below, so the context enters only the first layer. Readout o_t = tanh(W_z z_t + W_e ε_I[y_{t−1}]
-  + W_c c_t + b) of size ``--decoder-out-embed-dim``, then a linear map to the vocabulary and a softmax
-  (Eq. 2.3; ``--share-decoder-input-output-embed`` ties it to ε_I).
-* Incremental decoding keeps {hidden, cell (LSTM), projected keys} per sentence in the incremental state;
-  ``reorder_incremental_state`` re-indexes every tensor of it, so a subclass's extra entries follow the
-  beam for free. Step-by-step decoding runs the very same per-step code as the teacher-forced pass.
+* Encoder (Eq. 2.6): bidirectional (or ``--encoder-unidirectional``) GRU/LSTM layers
+  (:class:`fairseq_ext.modules.rnn.BiRNNEncoderStack`).
+* Attention (Eq. 2.7): Bahdanau MLP attention; ``--no-attention`` gives the "Enc-Dec" row of Table 3.2.
+* Decoder (Eq. 2.5): z_0 = tanh(W_init · mean h); ``--decoder-variant plain|conditional`` (the dl4mt
+  conditional GRU) in the first layer, plain layers above; readout, then the softmax of Eq. 2.3.
+* Incremental decoding runs the same per-step code as the teacher-forced pass.
 
-Extension points (for CopyNet, the trainable-greedy actor of Gu ch. 7, document context):
-
-* :meth:`RNNSearchDecoder.transform_state` ``(state, step, incremental_state) -> state`` — called on the
-  previous decoder state z_{t−1} (the dict above) before each transition, t = 1, 2, ...; the identity,
-  except that a generator may set ``decoder.state_perturbation`` (a callable ``(hidden, step) -> hidden``)
-  for the duration of a decode: noisy parallel decoding adds n_t ~ N(0, σ0²/t²) this way (Eq. 2.14).
-* ``decoder.state_action`` ``(z_{t−1} (B, H), c_t (B, C), step, encoder_out) -> z'`` (first layer; c_t from the
-  unperturbed z_{t−1}, the step then continues from z' with that c_t) and ``decoder.output_action``
-  ``(z_t (B, H), c_t, step, encoder_out) -> z̃_t`` (top layer, before the readout; also the next state):
-  the two sites of the trainable-greedy actor (:mod:`fairseq_ext.models.trainable_greedy`); None: off.
-* :meth:`RNNSearchDecoder.initial_state` (add entries), :meth:`RNNSearchDecoder.initial_preactivation` (terms
-  inside z_0's tanh: Maruf's InitDec), :meth:`RNNSearchDecoder.step_input` (the cell's
-  input from ε_I[y_{t−1}] and the state: CopyNet's [ε_I; ζ(y_{t−1})], Eq. 3.6),
-  :meth:`RNNSearchDecoder.decoder_step` (one step; returns the readout features and the next state), and
-  fairseq's ``output_layer`` / ``get_normalized_probs`` (the output distribution, e.g. Eqs. 3.1–3.5).
+Extension points (CopyNet, the trainable-greedy actor of ch. 7, document context):
+:meth:`RNNSearchDecoder.transform_state` (with ``decoder.state_perturbation`` for the noise of Eq. 2.14),
+``decoder.state_action`` / ``decoder.output_action`` (the actor's two sites),
+:meth:`RNNSearchDecoder.initial_state`, :meth:`RNNSearchDecoder.initial_preactivation` (InitDec),
+:meth:`RNNSearchDecoder.step_input` (e.g. Eq. 3.6), :meth:`RNNSearchDecoder.decoder_step` and fairseq's
+``output_layer`` / ``get_normalized_probs``.
 
 Architectures: ``rnnsearch`` (dl4mt-like defaults: conditional GRU, emb 512, hidden 1024), ``rnnsearch_tiny``
-(tests), ``rnnsearch_bench`` (the CPU benchmark size, ``recipes/bench/configs.py``) and one preset per
-thesis setting (:data:`THESIS_PRESETS`).
+(tests), ``rnnsearch_bench`` (the CPU benchmark size) and one preset per thesis setting
+(:data:`THESIS_PRESETS`).
 
 References: Bahdanau, Cho, Bengio, "Neural Machine Translation by Jointly Learning to Align and
 Translate", ICLR 2015; Gu, "Efficient Neural Machine Translation", PhD thesis, The University of Hong

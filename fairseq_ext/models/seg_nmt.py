@@ -1,48 +1,20 @@
 """``seg_nmt``: the translation stage of SEG-NMT, search-engine guided non-parametric NMT (Gu 2019 ch. 4,
-§4.2.2, Eqs. 4.2–4.7, Algorithm 2), an extension of ``rnnsearch`` (:mod:`fairseq_ext.models.rnnsearch`)
-through its documented hooks; the memory math is in :mod:`fairseq_ext.modules.tm_memory`. The retrieved
-pairs arrive in ``net_input`` as the ``seg_translation`` task gives them (:mod:`fairseq_ext.tasks.seg_translation`:
-``tm_src_tokens``, ``tm_src_lengths``, ``tm_prev_output_tokens``, ``tm_tgt_tokens``, ``tm_index``).
+§4.2.2, Eqs. 4.2-4.7, Algorithm 2), an extension of ``rnnsearch`` (:mod:`fairseq_ext.models.rnnsearch`)
+through its hooks; the memory math is in :mod:`fairseq_ext.modules.tm_memory`. The retrieved pairs arrive
+in ``net_input`` as the ``seg_translation`` task gives them.
 
-* **Key–value memory** (Eqs. 4.2–4.3, Alg. 2 lines 6–12): the encoder encodes every retrieved source X'
-  with the sentence encoder and the *same* decoder runs teacher-forced over its Y' (footnote 2: "a single
-  copy of attention-based model for both key extraction and translation"; dropout and gradients as in the
-  sentence pass, so the memory is trained end to end). The step that predicts y'_τ gives the key
-  c'_τ (its attention context) and the value (z'_τ, y'_τ) (its top-layer state and the token). The slots
-  of all pairs of an example are concatenated; they are computed once per sentence, by the encoder, and
-  kept in ``encoder_out`` (``tm_keys`` (B, M, C), ``tm_values`` (B, M, H), ``tm_tokens`` (B, M),
-  ``tm_padding_mask`` (B, M), ``tm_pair`` / ``tm_position`` (B, M): which pair k and position τ a slot
-  is, −1 at padding), so ``reorder_encoder_out`` carries them through beam search — the keys and values
-  stay one row per sentence there, read through ``tm_row`` (the row of each hypothesis).
-* **Matching** (Eq. 4.6): q_{t,τ} = softmax_τ(c_tᵀ M c'_τ − λ β_{t−1,τ}), the query c_t = this step's
-  attention context; ``--tm-metric diagonal`` (default) or ``full``, M initialised to the identity; λ
-  initialised to 0. **Coverage** (Eq. 4.7): β_t = β_{t−1} + q_t ζ_t per slot, in the decoder state
-  (``tm_coverage``), so it follows the beam; ``--no-tm-coverage``: no λ, no β (Eq. 4.2).
-* **Gate**: ζ_t = σ(f_gate([c_t; z_t; z̃_t])), z̃_t = Σ_τ q_{t,τ} z'_τ (Eq. 4.3), z_t the state that
-  predicts y_t; f_gate an MLP with ``--gate-hidden-size`` tanh units (0: linear). An example without a
-  retrieved pair has ζ = 0 exactly: the model is then rnnsearch bit for bit.
-* **Fusion**: ``--fusion shallow`` (Eq. 4.5, the thesis's main model): p = ζ p_copy + (1 − ζ) p_NMT with
-  p_copy(w) = Σ_{τ: y'_τ = w} q_{t,τ} and p_NMT rnnsearch's softmax of the same step (the memory changes
-  the distribution only through the mixture); ``deep`` (Eq. 4.4): z_fusion = ζ z̃ + (1 − ζ) z replaces
-  z_t in the readout only (not in the recurrence), then rnnsearch's softmax.
+* **Key-value memory** (Eqs. 4.2-4.3, Alg. 2 lines 6-12): the same encoder and decoder run teacher-forced
+  over every retrieved pair; the step predicting y'_τ gives the key c'_τ and the value (z'_τ, y'_τ).
+* **Matching** (Eq. 4.6, ``--tm-metric diagonal|full``) with **coverage** (Eq. 4.7; ``--no-tm-coverage``).
+* **Gate** ζ_t (``--gate-hidden-size``); an example without a retrieved pair has ζ = 0: rnnsearch exactly.
+* **Fusion**: ``--fusion shallow`` (Eq. 4.5, the main model) or ``deep`` (Eq. 4.4).
 
-The decoder's output is log p over the target vocabulary (normalised: ``get_normalized_probs`` returns it,
-the log of the mixture); ``decoder(..., features_only=True)`` returns per step [readout o_t; log ζ_t;
-log(1 − ζ_t); log q_t (M)] — the components before the mixture — and the decoder's ``extra`` has
-``tm_gate`` [ζ (B, T)] and ``tm_attn`` [q (B, T, M)]. :meth:`SegNMTModel.tm_trace` re-scores given
-hypotheses teacher-forced and returns ζ_t per output token and the argmax slot (pair, position, token);
-the task's ``--tm-export FILE`` writes it for every hypothesis of ``fairseq-generate`` (Fig. 4.5). The
-teacher-forced pass equals incremental decoding step by step, so these are the beam's values.
+:meth:`SegNMTModel.tm_trace` gives ζ_t per output token and the slot it points at (Fig. 4.5, the task's
+``--tm-export``). Training: ``--criterion seg_nmt_cross_entropy``; an rnnsearch checkpoint of the same
+size warm-starts the model (``--finetune-from-model``, :class:`SentenceWarmStartMixin`).
 
-Training: task ``seg_translation``, ``--criterion seg_nmt_cross_entropy`` (−log of the mixture). Warm start:
-every sentence tensor has rnnsearch's name and shape and the memory tensors are ``decoder.tm_*``, so
-``--finetune-from-model RNNSEARCH.pt`` copies a sentence checkpoint of the same size (e.g. ``rnnsearch_bench``
-into ``seg_nmt_bench``) and initialises M = I, λ = 0 and the gate (:class:`SentenceWarmStartMixin`).
-
-Archs: ``seg_nmt`` (= ``seg_nmt_jrc``, the thesis's setting: ``rnnsearch_jrc`` = GRU 1024 encoder and
-conditional-GRU decoder, emb 512, shallow fusion, diagonal metric, coverage, gate hidden = decoder hidden),
-``seg_nmt_bench`` (``rnnsearch_bench``'s sizes), ``seg_nmt_tiny`` (tests). The COPYNET baseline of Table 4.2
-is ``seg_copynet`` (:mod:`fairseq_ext.models.seg_copynet`).
+Archs: ``seg_nmt`` (= ``seg_nmt_jrc``, the thesis's setting), ``seg_nmt_bench``, ``seg_nmt_tiny``. The
+COPYNET baseline of Table 4.2 is ``seg_copynet`` (:mod:`fairseq_ext.models.seg_copynet`).
 
 References: Gu, Wang, Cho, Li, "Search Engine Guided Neural Machine Translation", AAAI 2018; Gu, "Efficient
 Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019.

@@ -1,43 +1,21 @@
 """``trainable_greedy``: trainable greedy decoding (Gu 2019, ch. 7) — an actor that steers a frozen ``rnnsearch``
 NMT by adding a_t to its decoder state, and the critic that teaches it.
 
-The model is the frozen NMT (``--nmt-path``, loaded with :func:`fairseq_ext.modules.checkpoint.load_ensemble`,
-eval mode, every parameter ``requires_grad=False``; its encoder and decoder are this model's
-``encoder``/``decoder``), the actor π_φ and the critic R^c_ψ (:mod:`fairseq_ext.modules.actor_critic`).
-With the actor installed the model is an ordinary fairseq encoder–decoder, so every decoder of the
-plugin (``--decoding-algorithm greedy|beam|shrinking_beam|npd``) and fairseq's beam search decode *with*
-the actor (§7.4.1: "greedy decoding and beam search"); :meth:`set_actor_enabled` (the task's
-``--tg-actor off``) decodes with the plain NMT for comparison.
+The model is the frozen NMT (``--nmt-path``), the actor π_φ and the critic R^c_ψ
+(:mod:`fairseq_ext.modules.actor_critic`). With the actor installed it is an ordinary fairseq
+encoder-decoder, so every decoder of the plugin and fairseq's beam search decode with the actor (§7.4.1);
+:meth:`set_actor_enabled` decodes with the plain NMT.
 
-Where a_t enters (``--tg-action-site``; the spec's §2.8.1, the thesis §7.2.2 "replaces the noise ε_t" of
-Eq. 2.14):
+Where a_t enters (``--tg-action-site``; §7.2.2, it replaces the noise of Eq. 2.14): ``state`` (default,
+the first layer's previous state, the decoder's ``state_action`` hook) or ``output`` (the top layer's
+state before the readout, ``output_action``). Training noise (Eq. 7.4) comes through
+:meth:`with_action_noise`.
 
-* ``state`` (default): a_t = π_φ([z_{t−1}; c_t]) with c_t the context of the *unperturbed* step (Eq. 2.7:
-  attention from z_{t−1} for the ``plain`` decoder, from RNN₁(ε_I[ŷ_{t−1}], z_{t−1}) for the dl4mt
-  ``conditional`` GRU), then z_t = f^DEC(ε_I[ŷ_{t−1}], z_{t−1} + a_t, c_t) with that same c_t (the
-  decoder's ``state_action`` hook, first decoder layer);
-* ``output``: z̃_t = z_t + π_φ([z_t; c_t]), used by the readout at step t and as the recurrent state
-  (the decoder's ``output_action`` hook, top decoder layer).
+Checkpoints hold the frozen NMT's tensors too; the NMT never reaches the optimiser. The actor's and the
+critic's parameters carry ``param_group = "actor" | "critic"`` for :mod:`fairseq_ext.optim.rmsprop`.
+:meth:`influence` gives KL(p_with ‖ p_without) per token (Fig. 7.5).
 
-Training noise (Eq. 7.4, ã_t = π_φ(·) + σ·n): the criterion puts a per-row, per-step noise tensor in the
-encoder output (:meth:`with_action_noise`); it follows every batch re-ordering of the decoders and is added
-to a_t at step t. Without it the actor is deterministic (test time).
-
-Checkpoints: the saved ``model`` state holds the NMT's tensors too (the frozen copy the actor was trained
-with; it wins over the file at ``--nmt-path``, which is read again for the NMT's architecture when the
-checkpoint is loaded, so ``fairseq-generate --path ACTOR.pt`` needs only that file to exist; the path is
-stored absolute). The NMT's parameters never reach the optimiser (fairseq optimises ``requires_grad``
-parameters only), so they are neither updated nor in the optimiser state. The actor's and the critic's
-parameters carry ``param_group = "actor" | "critic"`` (the attribute fairseq's ``composite`` optimiser
-reads), which :mod:`fairseq_ext.optim.rmsprop` uses for its two learning rates. The NMT stays in eval mode
-whatever ``train()`` is asked.
-
-Influence (Fig. 7.5): :meth:`influence` teacher-forces a hypothesis with the actor and, at every step,
-compares the output distribution with and without the action from the same previous state and symbol:
-KL(p_with ‖ p_without) per token.
-
-Architectures: ``trainable_greedy`` (thesis: actor 32 tanh units; critic embeddings and GRU of the NMT's
-sizes) and ``trainable_greedy_tiny`` (tests: actor 8, critic 16).
+Architectures: ``trainable_greedy`` (the thesis's sizes) and ``trainable_greedy_tiny`` (tests).
 
 References: Gu, Cho, Li, "Trainable Greedy Decoding for Neural Machine Translation", EMNLP 2017; Gu,
 "Efficient Neural Machine Translation", PhD thesis, The University of Hong Kong, 2019 (ch. 7).

@@ -1,44 +1,25 @@
-"""``transformer_ulr`` (earlier ``ulr_transformer``): fairseq's transformer whose source token embedding is the universal lexical
-representation plus a language-specific change, the model of MetaNMT (Gu 2019 ch. 6, §6.3.3):
+"""``transformer_ulr``: fairseq's transformer whose source token embedding is the universal lexical
+representation plus a language-specific change, the model of MetaNMT (Gu 2019 ch. 6, §6.3.3)::
 
     (6.12)  ε^k[x] = ε^0[x] + Δε^k[x],      ε^0[x] = Σ_i ε_U[u_i] q(u_i | x)  (Eq. 5.2),
             q(u | x) = softmax_u( ε_K[u]ᵀ · A · ε_Q[x] / τ )                  (Eq. 5.3)
 
-* ε^0 is :class:`fairseq_ext.modules.ulr.ULREmbedding` with ``language_specific=False`` (pure ULR, no ε_E
-  term): ε_U and A are trained (by the meta update, or by joint training), ε_Q (projected query
-  embeddings, one row per marked source symbol) and ε_K (universal-token keys) are frozen buffers read
-  from ``--ulr-dir`` (``fairseq-ext-ulr project`` writes them; default ``<data>/../ulr``) and saved in the
-  checkpoint. Special symbols and pieces without a query vector have a zero query row, so their ε^0 is
-  the mean of ε_U (a uniform q); Δε is their only own representation.
-* Δε is one zero-initialised ``nn.Embedding`` over the marked union vocabulary ``<piece>__<lang>``: its
-  rows are language specific because the symbols are, so the one table is the Δε^k of every language k.
-  ``meta_translation`` keeps it at zero in meta-training (reset at each episode start, trained only by
-  the inner loop, fixed in the meta update) and ``ulr_finetune_translation`` trains it on the target
-  language (§6.3.3). ``--ulr-freeze-delta`` makes it a non-trained zero in plain training (e.g. the
-  multilingual-transfer baseline's joint phase with ``universal_translation``, Eq. 6.11, so that ε_U and A
-  learn what the meta model's do); the two meta tasks set ``requires_grad`` themselves.
-* Scaling: the sum ε^0[x] + Δε[x] *is* the encoder's ``embed_tokens(x)``, so fairseq's
-  ``forward_embedding`` multiplies it by ``embed_scale`` = √d (unless ``--no-scale-embedding``) and adds
-  the positions, exactly as for its own token embedding. ε_U is initialised N(0, d^−½) like fairseq's
-  embeddings, so the scaled input has fairseq's magnitude, and Δε lives in the units of ε^0.
+* ε^0 is :class:`fairseq_ext.modules.ulr.ULREmbedding` (pure ULR): ε_U and A trained, ε_Q and ε_K frozen
+  buffers read from ``--ulr-dir``.
+* Δε is one zero-initialised embedding over the marked union vocabulary ``<piece>__<lang>`` (so it is the
+  Δε^k of every language); ``--ulr-freeze-delta`` keeps it zero (the multilingual-transfer baseline,
+  Eq. 6.11).
+* The sum is the encoder's ``embed_tokens(x)``, scaled and positioned by fairseq as usual.
 
-The model declares the MetaNMT parameter roles through ``meta_partition_names()`` (see
-:mod:`fairseq_ext.modules.meta_learning`): ε_U and A fixed in language-specific learning (inner loop and
-fine-tuning), Δε fixed in the meta update and zeroed at every episode start.
+The MetaNMT parameter roles come from ``meta_partition_names()`` (:mod:`fairseq_ext.modules.meta_learning`).
+Without ``--ulr`` the model is fairseq's ``transformer``. The ULR options are
+:func:`fairseq_ext.modules.ulr.add_ulr_args`.
 
-Without ``--ulr`` the model is fairseq's ``transformer`` (same parameters, same outputs for a seed; a test
-says so). The ULR options are those of ``universal`` (:func:`fairseq_ext.modules.ulr.add_ulr_args`: ``--ulr``,
-``--ulr-dir``, ``--ulr-temperature``; the hidden ``--ulr-num-universal`` / ``--ulr-query-dim`` record the array
-shapes so that a checkpoint rebuilds without the folder).
-
-Architectures (:data:`PRESETS`): ``transformer_ulr_base`` (§6.4.2: d_model = d_hidden = 512, 6+6 layers,
-8 heads, dropout 0.1), ``transformer_ulr_bench`` (the CPU ``bench`` shape of
-:mod:`fairseq_ext.modules.arch_utils`, 3+3 layers, 256/1024/4, PreNorm, but untied: a marked source
-vocabulary cannot share the English embeddings) and ``transformer_ulr_tiny`` (tests). Target embeddings
-are untied from the output projection (REC: "untied").
+Architectures (:data:`PRESETS`): ``transformer_ulr_base`` (§6.4.2), ``transformer_ulr_bench`` (the CPU bench
+shape, untied embeddings) and ``transformer_ulr_tiny`` (tests).
 
 References: J. Gu, Y. Wang, Y. Chen, K. Cho, V. O. K. Li, "Meta-Learning for Low-Resource Neural Machine
-Translation", EMNLP 2018; J. Gu, "Efficient Neural Machine Translation", PhD thesis, HKU, 2019, ch. 5–6.
+Translation", EMNLP 2018; J. Gu, "Efficient Neural Machine Translation", PhD thesis, HKU, 2019, ch. 5-6.
 """
 from typing import Dict, List
 

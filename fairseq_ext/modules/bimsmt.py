@@ -3,41 +3,18 @@ language-specific Turn-RNNs, the history of a sentence as padded tensors, the so
 §5.3.1.1 with the language gate (Eq. 5.1) and the reduction (Eq. 5.2), the target-side history (§5.3.1.2)
 and the Src-Tgt-Mix dual context (§5.3.2).
 
-Notation (one *direction* model, source language s = "own", target language t = "other"; "English" in
-the thesis's equations is s, "Foreign" is t, so the same module serves both directions with its own
-parameters): D = 2H the width of a Turn-RNN state and of the query h^j = [→h_M; ←h_1] of the current
-sentence's NMT encoder; H the decoder size, the width of every context vector fed to the decoder.
+Notation: one direction model, source language s ("English" in the equations), target language t; D = 2H
+the width of a Turn-RNN state and of the query h^j, H the decoder size.
 
-* :class:`TurnRNN` -- a bi-GRU (H per direction) over the sentence vectors of one turn: the sentence-level
-  states r^{j,i} = [→; ←] (D) and the turn vector r^i = [last →; first ←] (D).
-* :class:`History` -- what one sentence sees, padded over the batch: the turn vectors (completed turns of
-  both languages, then the ongoing turn's prefix j' < j as the last "turn", §10.28), the sentence-level
-  states of the same sentences, and the target vectors (H) of their translations; each item carries the
-  language of its *source* sentence (0/1). :func:`assemble_history` pads per-row lists;
-  :func:`encode_history` builds it from the N-set of a batch (every distinct turn segment is run once).
-* Source context (``--src-ctx``), all returning o^src (B, H) and the gate α:
+* :class:`TurnRNN`: a bi-GRU over the sentence vectors of one turn (sentence states and turn vector).
+* :class:`History`: what one sentence sees, padded over the batch (:func:`assemble_history`,
+  :func:`encode_history`).
+* Source context (``--src-ctx``): ``direct`` (Eq. 5.1), ``hier_gating`` (Eqs. 5.1-5.2), ``lang_attn``
+  (Eq. 5.3), ``lang_sent_attn`` (Lang-Specific S-Attention), ``combined_attn`` (Eq. 5.2).
+* Target context (``--tgt-ctx lang_sent_attn``, §5.3.1.2, Eq. 5.1) and Src-Tgt-Mix (§5.3.2).
 
-  - ``direct`` (Direct Transformation, §10.27): o_s = tanh(W_s Σ_{s turns} r^i + b_s), o_t likewise, W: H×D;
-    Eq. 5.1, no Eq. 5.2;
-  - ``hier_gating`` (Hierarchical Gating, reconstructed, §10.26): every r^i → tanh(P r^i + c) (H), then a
-    left-to-right fold a ← g(a, r) = β⊙tanh(W a + b) + (1−β)⊙tanh(W' r + b'), β = σ(U a + U' r + b'') per
-    language; Eqs. 5.1 and 5.2 (H→H);
-  - ``lang_attn`` (Eq. 5.3): p_s = softmax(R_sᵀ h), p_t = softmax(R_tᵀ tanh(W h + b)), o_s = tanh(W R_s p_s + b),
-    o_t = R_t p_t (W: D×D shared by the query and the output projection); Eqs. 5.1 and 5.2 (D→H);
-  - ``lang_sent_attn`` (Lang-Specific S-Attention): the same over the sentence-level states;
-  - ``combined_attn``: R = [r_s^i = tanh(W r^i + b) for s turns, r^i for t turns] in turn order,
-    p = softmax(Rᵀ tanh(W h + b)), o = R p; no gate; Eq. 5.2.
-* Target context (``--tgt-ctx lang_sent_attn``, §5.3.1.2 with §10.31's two matrices): R_s = target vectors
-  of the translations of earlier s sentences (text in t), R_t = of earlier t sentences (text in s);
-  p_s = softmax(R_sᵀ tanh(W^q_tr h + b)), o_s = R_s p_s; p_t = softmax(R_tᵀ (W_dim h + b)),
-  o_t = tanh(W^c_tr R_t p_t + b); Eq. 5.1 → o^tgt (H).
-* Src-Tgt-Mix (§5.3.2): R_{s,m} = [tanh(L_s r^{j,i}) for s sentences; target vectors of text in s],
-  R_{t,m} likewise for t; p_{s,m} = softmax(R_{s,m}ᵀ (W_dim h + b)), o^{s,m} = tanh(W_tl R_{s,m} p + b);
-  p_{t,m} = softmax(R_{t,m}ᵀ tanh(W_tr h + b)), o^{t,m} = R_{t,m} p; both are fed (they replace o^src, o^tgt).
-
-**Empty history** (§10.14's recommendation): an empty side reads the zero vector and the gate then takes
-the other side alone (α = 1 or 0); a sentence without any history gets the context vector 0 exactly (no
-Eq. 5.2 bias), so the decoder sees the base model's input (:mod:`fairseq_ext.models.bimsmt`).
+An empty side reads the zero vector and the gate takes the other side alone; a sentence without any
+history gets the context vector 0 exactly, so the decoder sees the base model's input.
 
 Reference: Maruf, Martins, Haffari, "Contextual Neural Model for Translating Bilingual Multi-Speaker
 Conversations", WMT 2018; Maruf, "Document-wide Neural Machine Translation", PhD thesis, Monash University,

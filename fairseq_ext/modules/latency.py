@@ -1,36 +1,17 @@
 r"""Latency of simultaneous translation: the metrics papers report today, on the delays of one sentence.
 
-The delay g(τ) of target token τ (τ = 1..|Y|) is the number of source tokens read when it was written
-(:func:`delays_from_actions` turns a READ/WRITE sequence into delays); |X| is the source length, |Y| the
-hypothesis length, |Y*| the reference length, all in the same units as the delays (Gu 2019 ch. 9: subwords,
-⟨/s⟩ counted on both sides). Every function is defined as SimulEval computes it
-(``simuleval/evaluator/scorers/latency_scorer.py``); where SimulEval's choice of |Y| differs from the paper
-that introduced the metric, both are given, each under its own name.
+The delay g(τ) of target token τ is the number of source tokens read when it was written
+(:func:`delays_from_actions`); units as in Gu 2019 ch. 9 (subwords, ⟨/s⟩ counted). Every function is defined
+as SimulEval computes it; where SimulEval's choice of |Y| differs from the paper that introduced the
+metric, both are given under their own names.
 
-* **AP** — average proportion (Cho & Esipova 2016; Gu 2019 Eq. 9.7): Σ_τ g(τ) / (|X|·|Y|), |Y| the
-  hypothesis (:func:`average_proportion`; SimulEval divides by |Y*| when it has a reference).
-* **CW** — consecutive wait: the mean length of the non-empty READ runs that end in a WRITE
-  (:func:`consecutive_wait`; the pre-read of x_1 is no action).
-* **AL** — average lagging (Ma et al. 2019): (1/τ_g) Σ_{τ=1}^{τ_g} [g(τ) − (τ−1)/γ], γ = |Y|/|X|,
-  τ_g the first τ with g(τ) ≥ |X|; g(1) when g(1) > |X|. Two definitions of the rate γ are in use:
-
-  - :func:`average_lagging_hyp` — Ma et al. 2019: |Y| = the **hypothesis** length;
-  - :func:`average_lagging_ref` — SimulEval's ``AL``: |Y| = the **reference** length |Y*| (the hypothesis
-    length when there is no reference). A hypothesis longer than the reference is then rewarded: its later
-    words are "ahead" of an oracle that writes |Y*| words, so AL drops (can go negative).
-
-  :func:`average_lagging` is the formula with |Y| given (``tgt_len``; default the hypothesis length).
-* **LAAL** — length-adaptive average lagging (Papi et al. 2022; SimulEval's ``LAAL``): AL with
-  γ = max(|Y|, |Y*|)/|X| (:func:`length_adaptive_average_lagging`): over-generation is not rewarded, and
-  without a reference LAAL = AL of the hypothesis.
-* **DAL** — differentiable average lagging (Cherry & Foster 2019): g'(1) = g(1),
-  g'(τ) = max(g(τ), g'(τ−1) + 1/γ), DAL = (1/|Y|) Σ_τ [g'(τ) − (τ−1)/γ], γ = |Y|/|X| with |Y| the
-  hypothesis (SimulEval too) (:func:`differentiable_average_lagging`).
-* **AL_CA** — computation-aware AL (SimulEval's ``AL_CA``, Ma et al. 2020): AL on the *elapsed* times
-  instead of the delays: token τ is emitted at e(τ) = g(τ)·Δ + (t_τ − t_0), the time the source needs to
-  arrive (Δ seconds per source token) plus the wall-clock time the system has spent since the sentence
-  started (timestamps t_τ, start t_0), against a source of duration |X|·Δ
-  (:func:`computation_aware_average_lagging`; result in seconds).
+* **AP**, average proportion (Cho & Esipova 2016; Gu 2019 Eq. 9.7): :func:`average_proportion`.
+* **CW**, consecutive wait: :func:`consecutive_wait`.
+* **AL**, average lagging (Ma et al. 2019): :func:`average_lagging_hyp` (|Y| the hypothesis),
+  :func:`average_lagging_ref` (SimulEval's, |Y| the reference), :func:`average_lagging` (|Y| given).
+* **LAAL** (Papi et al. 2022): :func:`length_adaptive_average_lagging`.
+* **DAL** (Cherry & Foster 2019): :func:`differentiable_average_lagging`.
+* **AL_CA**, computation-aware AL (Ma et al. 2020), in seconds: :func:`computation_aware_average_lagging`.
 
 The corpus score of every metric is the mean of the sentence scores (SimulEval's convention).
 

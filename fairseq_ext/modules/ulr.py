@@ -3,47 +3,22 @@ low-resource NMT: Jiatao Gu, "Efficient Neural Machine Translation", PhD thesis,
 Kong, 2019, ch. 5 (also Gu, Hassan, Devlin, Li, "Universal Neural Machine Translation for Extremely Low
 Resource Languages", NAACL 2018).
 
-ULR (§5.3.1).  Every source token x of language k has a fixed *query* embedding ε_Q[x] (monolingual
-skip-gram vectors projected into the English space by the orthogonal O_k of Eq. 5.4, see
-:func:`procrustes`), each of the M universal tokens u (English pieces) a fixed *key* ε_K[u] and a trained
-*value* ε_U[u]; A is a trained (dq × dq) matrix shared by all languages (initialised to I):
+ULR (§5.3.1, :class:`ULREmbedding`): fixed query embeddings ε_Q[x] (projected by the orthogonal O_k of
+Eq. 5.4, :func:`procrustes`), fixed keys ε_K[u] and trained values ε_U[u] of the universal tokens, a trained
+matrix A::
 
     (5.3)  q(u | x) = softmax_u( ε_K[u]ᵀ · A · ε_Q[x] / τ )                   τ = 0.05, fixed
     (5.2)  ε[x] = Σ_i ε_U[u_i] · q(u_i | x)
     (5.5)  ε[x] = α(x) · ε_E[x] + β(x) · Σ_i ε_U[u_i] · q(u_i | x)            β = 1
 
-with ε_E the ordinary language-specific NMT embedding and α(x) = 1 for the 500 most frequent pieces of
-each language, 0 otherwise (the α mask comes with the data: ``DIR/ulr/alpha.npy``).
+Queries, keys and α are buffers (saved, never trained); a zero query row gives a uniform q
+(:func:`alpha_with_missing` for a learned fallback); ``language_specific=False`` is pure ULR (Eq. 5.2);
+``closest_only=True`` is the "Closest Uni-Token Only" ablation of Table 5.4.
 
-Conventions here:
+MoLE (§5.3.2): K experts and a gate on every encoder state (Eq. 5.6) with the gate loss of Eq. 5.7
+(:func:`mole_gate_loss`); sentences of the low-resource language do not update MoLE.
 
-* ``query`` rows are the *projected* queries O_kᵀ ε_Q[x] (row form ``x @ O``), unit norm, one row per
-  entry of the source dictionary; ``key`` rows are ε_K (unit norm).  Both, and α, are persistent buffers
-  (saved in checkpoints, never in ``parameters()``, never trained); A is a parameter (a buffer with
-  ``fixed_A=True``, the "+ULR (A=I)" ablation); ε_U is a parameter initialised N(0, d^-1/2).
-* A zero query row (special symbols, pieces without a monolingual embedding) gives equal scores, i.e. a
-  *uniform* q(u | x): such a token's universal part is the mean of ε_U.  The spec's fallback for them is a
-  learned embedding: build α with :func:`alpha_with_missing` (α = 1 where the query is zero).
-* ``language_specific=False`` drops ε_E entirely (pure ULR, Eq. 5.2); ``closest_only=True`` replaces q by
-  a one-hot at the best-scoring universal token (the "Closest Uni-Token Only" ablation, Table 5.4; rows
-  with a zero query keep the uniform q, there is no closest token for them).
-* The padding index gives a zero vector.
-* Efficiency: q is computed once per *distinct* token id of the batch (``torch.unique``), a (U, M) matrix,
-  and gathered back; no (B, T, M) tensor is formed in ``forward`` (only :meth:`ULREmbedding.universal_probs`,
-  for inspection, returns one).  Scores and the softmax run in float32.
-
-MoLE (§5.3.2): K experts f_k (Linear(C→hidden)–ReLU–Linear(hidden→C)) and a one-layer gate g
-(Linear(C→K)) on every encoder state h:
-
-    (5.6)  s' = Σ_k f_k(h) · softmax_k(g(h))_k                               (optionally + h, ``residual``)
-    (5.7)  L^gate = Σ_aux tokens −log softmax_k(g(h))_{k(sentence)}          (:func:`mole_gate_loss`)
-
-"We do not update the MoLE module for training on a sentence from the low-resource language": for those
-sentences the experts and the gate run with *detached* parameters, so MoLE gets no gradient from them while
-the gradient still flows into h (s' = m·MoLE(h; θ) + (1−m)·MoLE(h; sg(θ))).
-
-Torch only (no fairseq, no tools): the offline side (``fairseq-ext-ulr``) writes the arrays, the model
-loads them and builds these modules.
+Torch only: the offline side (``fairseq-ext-ulr``) writes the arrays, the model loads them.
 """
 import argparse
 import os

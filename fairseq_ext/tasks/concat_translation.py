@@ -3,47 +3,16 @@
 
     --concat {none,consec,rand}     D_orig ∪ D_new with CONSEC / RAND pairs      (§4.2.1)
     --position-shift {none,sim,uniform} --shift-prob P --shift-max 100             (§4.3, Table 4.4)
-    --concat-attn-mask              a segment attends only to itself (enc self, dec self and
-                                    target segment k -> source segment k)        [Table 4.5 "mask"]
-    --concat-sep-batch              D_new built from length-sorted neighbours, and batches never mix
-                                    D_orig and D_new                            [Table 4.5 "sep-batch"]
+    --concat-attn-mask              a segment attends only to itself           [Table 4.5 "mask"]
+    --concat-sep-batch              batches never mix D_orig and D_new          [Table 4.5 "sep-batch"]
     --concat-reset-pos              positions restart at 0 in every segment     [Table 4.5 "reset-pos"]
     --concat-resample               redraw RAND pairs and shifts every epoch (default: drawn once)
-    --concat-eval {none,consec,rand}  valid/test sets replaced by their concatenations, decoded
-                                    segment-aware (Table 4.3)
+    --concat-eval {none,consec,rand}  valid/test replaced by their concatenations (Table 4.3)
 
-Choices where the thesis is silent:
-
-* D_new and the shifts are drawn once from ``--concat-seed`` (``--concat-resample``: per epoch).
-* A shift is drawn for every training example, original or concatenated (so "RAND +
-  uniform-shift" also shifts concatenations); shift lengths count the final ``</s>``.
-* sep-batch: D_new joins neighbours of the whole training set sorted by (source, target) length
-  (random tie order), for consec and rand alike (drawn once, not per Morishita chunk, a
-  simplification); with ``--batching chunked`` the batches of each chunk are still never mixed.
-
-Batching (inherited from ``translation_ext``, :class:`~fairseq_ext.tasks.translation_ext.TrainBatchingMixin`),
-the setting of every ch. 4 system (§4.2.2, Table 4.1)::
-
-    --batching chunked --chunk-size 10000 --max-tokens 4096   Morishita et al.: shuffle, 10k-example
-                                    chunks sorted by length, packed to 4096 tokens, batches shuffled
-    --updates-per-epoch {100,600,1500,2000}   an "epoch" is N updates (validation, checkpoints,
-                                    --max-epoch and --patience count them); the next epoch continues
-                                    the shuffled stream of passes where this one stopped
-
-``--updates-per-epoch`` with ``--concat-resample`` is refused (a pass would change under its batches).
-* ``--concat-eval rand`` pairs neighbours of one seeded permutation (N-1 examples, as consec).
-* Decoding concatenated inputs: give room, e.g. ``--max-len-a 1.2 --max-len-b 10``; pass
-  ``--concat-reset-pos`` to fairseq-generate too if the model was trained with it (it only matters
-  for multi-segment inputs). ``--concat-attn-mask`` is a training-time ablation: masks are not
-  applied in incremental decoding, so decoding concatenated inputs with it is refused.
-
-Mechanics (no fairseq code is copied; the model is untouched when no flag needs it): explicit positions
-and segment masks are hooks on the model (:mod:`fairseq_ext.modules.concat_hooks`), installed by
-:meth:`ConcatTranslationTask.build_model` when ``--concat-reset-pos``, ``--concat-attn-mask`` or
-``--position-shift`` asks for them; the task hands each batch's shifts to them
-(:class:`~fairseq_ext.modules.concat_hooks.ConcatRuntime`). Segment-aware decoding (``--concat-eval`` or ``--segment-aware-decoding``:
-a hypothesis ends at the k-th ``</s>``, k = number of ``</s>`` in the source) is
-:mod:`fairseq_ext.generators.segment_aware`.
+Batching of every ch. 4 system (§4.2.2, Table 4.1) is inherited from ``translation_ext``
+(``--batching chunked``, ``--updates-per-epoch``). Choices where the thesis is silent are documented on the
+options. Positions and segment masks are hooks on the model (:mod:`fairseq_ext.modules.concat_hooks`),
+installed only when a flag needs them; segment-aware decoding is :mod:`fairseq_ext.generators.segment_aware`.
 
 References: T. Q. Nguyen, K. Murray, D. Chiang, "Data Augmentation by Concatenation for Low-Resource
 Translation: A Mystery and a Solution", IWSLT 2021; Nguyen's thesis (see :mod:`fairseq_ext.models.twt`).

@@ -1,44 +1,20 @@
 """``conversation_translation``: bilingual multi-speaker conversation translation (Maruf 2019 ch. 5,
 Bi-MSMT; data contract: :mod:`fairseq_ext.data.conversations`).
 
-``translation_ext`` whose data is one language pair ``src``/``tgt`` of *mixed* directions (each line's source
-is in one of the two languages, its target in the other), binarized with one joint dictionary, plus the
-line-aligned conversation file ``{split}.conv`` (``CONV<TAB>LANG<TAB>SPEAKER[<TAB>ID]``; looked up next to
-the binarized data, then in ``--conv-dir``)::
+``translation_ext`` whose data is one pair ``src``/``tgt`` of mixed directions with one joint dictionary,
+plus the line-aligned conversation file ``{split}.conv`` (next to the data, or in ``--conv-dir``)::
 
-    --conv-langs en,es                 the two language tags: the first is "English" (En->F), the second
-                                       "Foreign" (F->En)
-    --conv-context all                 the history of a sentence: all earlier sentences (default), or the
-                                       evaluation switches prev_sent | current_turn | same_lang_prev_turns |
-                                       other_lang_prev_turns (Tables 5.4, 5.5)
-    --conv-target-history {none,gold,generated}  (reference: the earlier spelling of gold)
-                                       the translations of the history in training/validation (target
-                                       context): the references, or a base model's output read from
-                                       --conv-generated-dir DIR/{split}.tgt (one line per example); at test
-                                       time the conversation_online generator uses its own translations and
-                                       this side of the batch is dropped before decoding
-    --conv-allow-monolingual           accept conversations with one language only (default: an error
-                                       naming the file and line)
+    --conv-langs en,es                 the two language tags ("English" En->F, "Foreign" F->En)
+    --conv-context all                 the history of a sentence, or the evaluation switches of
+                                       Tables 5.4-5.5
+    --conv-target-history {none,gold,generated}   the translations of the history in training (§5.3;
+                                       generated: a base model's output from --conv-generated-dir)
+    --conv-allow-monolingual           accept conversations with one language only
 
-The generated target history of the thesis (§5.3: a base model's translations of the training set, §10.30)::
-
-    fairseq-generate DATA --user-dir fairseq_ext --task conversation_translation --path BASE.pt \\
-        --gen-subset train --beam 1 > gen.train.txt          # (and the same for valid)
-    python -m fairseq_ext.tools.corpora.doc_context gen.train.txt --data DATA --split train --out DIR
-    fairseq-train DATA ... --conv-target-history generated --conv-generated-dir DIR
-
-Each sentence is translated in its own direction: the model routes a row by ``direction`` (its source
-language). Batches hold whole conversations (shuffled per epoch in training, a long training conversation
-cut into chunks whose earlier sentences come as history rows; never cut at inference). The task logs per
-split the number of conversations, sentences per direction, turns; the criterion
-``conversation_cross_entropy`` reports the loss per direction, and ``python -m fairseq_ext.tools.corpora.conversations
-score`` the BLEU per direction.
-
-Decoding: ``fairseq-generate`` with a ``bimsmt_rnn*`` model uses the ``conversation_online`` generator
-(online, greedy as in the thesis or ``--beam K`` for the shrinking beam, own translations as target history,
-Turn-RNN cache). A sentence model (e.g. ``rnnsearch``)
-trains and decodes on this task too: the conversation keys are removed for models that do not opt in
-(``uses_conversation_history``), so it is the one-model-for-both-directions sentence baseline.
+Each sentence is translated in its own direction; batches hold whole conversations. Decoding with a
+``bimsmt*`` model uses the ``conversation_online`` generator (own translations as target history). A
+sentence model trains and decodes on this task too (the conversation keys are removed for models that do
+not opt in), the one-model-for-both-directions baseline.
 """
 import logging
 import os

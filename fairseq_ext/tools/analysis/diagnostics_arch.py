@@ -3,42 +3,17 @@ lexical translation module (Nguyen 2021 ch. 5, Eq. 5.1 with the lexical term of 
 attention (Nguyen 2021 ch. 7, Eq. 7.6) (``fairseq-ext-diagnostics generate conv_register|rare_lex|position_perm``;
 the document-context tasks are :mod:`fairseq_ext.tools.analysis.diagnostics`).
 
-Every task is word level and translates word by word; the folder holds ``raw/{split}.src|tgt`` and ``bin/``
-(fairseq-preprocess, one joined dictionary of every word of the task).
+Every task is word level and translates word by word:
 
-``conv_register`` (Bi-MSMT, ``conversation_translation``)
-    A conversation is two turns of two languages (``en`` words ``e<k>``, ``es`` words ``s<k>``, ``e<k>`` ↔
-    ``s<k>``): the first turn (either language, ``--gap`` filler sentences after its first) opens with a
-    sentence holding a *register marker* (``eT``/``eV`` ↔ ``sT``/``sV``: the first speaker sets tu or vous);
-    the second turn, in the other language, is one sentence holding the pronoun ``eYOU`` (→ ``sYOU_T`` or
-    ``sYOU_V``) or ``sYOU`` (→ ``eYOU_T`` / ``eYOU_V``): its form is the register of the earlier turn. The
-    ``.conv`` file (``CONV <TAB> LANG <TAB> SPEAKER``) is the task's format. test = twins: every conversation
-    once with ``T`` and once with ``V``, the probe sentence identical. **Bound** (the sentence model, i.e. the
-    same model with its context off): the probe sentence of a pair of twins is the same input, so the model is
-    right on at most one of them: ≤ 0.500 of the probes, exactly.
-``rare_lex`` (lexical module)
-    Source words ``f<k>`` (``--frequent``, 40 types, drawn uniformly) and rare words ``r<k>`` (``--rare``, 120
-    types), each rare word in exactly 1, 2 or 4 training sentences (a third of the types each), every word with
-    a fixed one-word translation (``F<k>``, ``R<k>``). test: one rare word per sentence, every rare type in
-    turn. **No clean bound**: a model without the lexical module can learn a rare word's translation from the
-    same k examples (nothing in the input is withheld from it); the diagnostic is the measured gap in rare-word
-    accuracy at equal updates, per k.
-``position_perm`` (untied positions)
-    A source sentence is ``--length`` (6) words ``w<k>`` of ``--concepts`` (20) types drawn uniformly; its
-    translation is the words' translations ``t<k>`` in a fixed permutation of the positions (target position i
-    holds the translation of the word at source position π(i), π a derangement). **Bound** (a model whose
-    encoder has no position information: permutation-equivariant, sees the multiset): at target position i the
-    best answer is a most frequent word of the sentence, right with probability max-count/L; the exact value on
-    the test set is in ``diagnostics.json`` (≈ 0.23 at L = 6, 20 types). Both the tied baseline (sinusoidal
-    positions added to the input embeddings) and untied positions carry absolute positions, so the task does
-    **not** separate them: it separates both from a position-blind model.
+* ``conv_register``: a pronoun's form follows the register set in an earlier turn of the other language;
+  twin test conversations bound a model without context to <= 0.5 of the probes, exactly.
+* ``rare_lex``: rare words seen in 1, 2 or 4 training sentences; no clean bound, the diagnostic is the gap
+  in rare-word accuracy at equal updates.
+* ``position_perm``: the translation is a fixed permutation of the words; a position-blind model is bounded
+  (the exact value is written to ``diagnostics.json``).
 
-Output (``generate TASK --out DIR``)::
-
-    DIR/raw/{train,valid,test}.{src,tgt}[,.conv]   words (conv_register: the conversation file too)
-    DIR/dict.txt                                   the joined dictionary (every word of the task)
-    DIR/bin/                                       fairseq-preprocess --joined-dictionary (+ {split}.conv)
-    DIR/diagnostics.json                           task, parameters, bound, the probes of the test lines
+Output (``generate TASK --out DIR``): ``DIR/raw/``, ``DIR/dict.txt``, ``DIR/bin/`` and ``DIR/diagnostics.json``
+(task, parameters, bound, the probes of the test lines).
 """
 from __future__ import annotations
 

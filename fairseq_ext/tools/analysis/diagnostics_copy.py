@@ -3,50 +3,15 @@ tasks on which a plain NMT model is limited *by construction* and the mechanism 
 (``fairseq-ext-diagnostics generate copy|retrieval``; the document-context tasks are in
 :mod:`fairseq_ext.tools.analysis.diagnostics`).
 
-Both tasks are word-level "language pairs" ``src``→``tgt``: filler ``wK`` → ``vK`` one-to-one, and one kind of
-probe token whose translation only the mechanism can produce.
+* ``copy`` (CopyNet, Eqs. 3.1-3.6): out-of-vocabulary names that translate as themselves; a model without a
+  copy path gets name accuracy 0, exactly.
+* ``retrieval`` (SEG-NMT, Eqs. 4.2-4.7; the COPYNET-over-Y' baseline of Table 4.2): a key's value is given
+  only by the retrieved neighbours; on the test tuplets a model that does not read them is right on at
+  most 1/``--values``, exactly. ``bin_test_random`` and ``bin_test_swapped`` are control memories.
 
-``copy`` (CopyNet, Eqs. 3.1-3.6)
-    Every sentence holds 1-2 *names* (``N`` + a random 5-letter string) that translate as themselves. The
-    joint dictionary (``dict.txt``, written here and given to fairseq-preprocess) holds the fillers only: every
-    name is outside the vocabulary, read as ⟨unk⟩ by the encoder, and the names of the test set come from a
-    pool disjoint from the training (and valid) names, so no test name occurs anywhere in training.
-    **Bound**: a model without a copy path writes from the target dictionary, which has no name: exact name
-    accuracy **0** (exactly, for every such model: the rnnsearch baseline, and CopyNet with its copy scores
-    switched off, ``--model-overrides "{'no_copy': True}"``). CopyNet copies a source OOV into its per-sentence
-    copy slot (task ``copy_translation``, ``--copy-raw-dir DIR/raw``), so it can be at 100%.
-``retrieval`` (SEG-NMT, Eqs. 4.2-4.7; the COPYNET-over-Y' baseline of Table 4.2)
-    Every sentence holds one *key* ``kJ`` (``--keys`` types) whose translation is one of ``--values`` target words
-    ``uI``, drawn at random **per translation-memory cluster**: the training lines come in clusters of
-    ``--cluster`` near-duplicates (the same fillers with one filler redrawn, the same key, the same value), and
-    the retrieved pairs of a line (``train.tm.jsonl``) are the other members of its cluster. The key → value
-    mapping is redrawn for every cluster, so no training pair tells the value of another cluster: the value is
-    given only by the retrieved neighbour's target.
-    The **test set** is made of *tuplets*: one source sentence written ``--values`` times, once per value; each
-    member's retrieved pairs (``--tm-pairs`` near-duplicates with that member's value) exist only in the test
-    memory (``bin_test/train`` = the training lines, then the test pairs; never trained on). **Bound**: a model
-    that does not read the neighbours (rnnsearch; SEG-NMT with ``--tm-topk 0``, which is rnnsearch bit for bit;
-    seg_copynet without a pair) sees the same input for every member of a tuplet and writes the same output,
-    so it is right on at most one member in ``--values``: value accuracy <= 1/``--values`` **exactly**
-    (= only if it always writes one of the candidate values). Other test memories of the same test set:
-    ``bin_test_random`` (each member's pairs replaced by random training lines: the value there is independent
-    of the answer, chance in expectation) and ``bin_test_swapped`` (each member gets the pairs of the next member
-    of its tuplet: a model that follows the memory writes that member's value, accuracy 0).
-
-Output (``generate TASK --out DIR``)::
-
-    DIR/raw/{train,valid,test}.{src,tgt}    one sentence a line (copy: the text copy_translation reads)
-    DIR/raw/{split}.probes.jsonl            one record a line of the split (below)
-    DIR/dict.txt                            the joint dictionary (fairseq format)
-    DIR/bin/                                fairseq-preprocess with --srcdict dict.txt --joined-dictionary
-                                            (retrieval: train/valid + their .tm.jsonl side files)
-    DIR/bin_test{,_random,_swapped}/        retrieval: the test memory as the ``train`` split, ``test``, and
-                                            test.tm.jsonl (data files shared: symbolic links)
-    DIR/diagnostics.json                    task, parameters, counts, the bound
-
-Probe records: copy ``{"line", "names"}`` (the names of the line, in order); retrieval ``{"line", "tuplet",
-"member", "key", "position", "correct", "candidates", "swapped"}`` (``swapped``: the value the swapped memory
-gives). :func:`name_scores` and :func:`value_scores` score fairseq-generate output against them.
+Output (``generate TASK --out DIR``): ``DIR/raw/`` (texts and ``{split}.probes.jsonl``), ``DIR/dict.txt``,
+``DIR/bin/``, ``DIR/bin_test{,_random,_swapped}/`` (retrieval) and ``DIR/diagnostics.json``.
+:func:`name_scores` and :func:`value_scores` score fairseq-generate output against the probes.
 """
 from __future__ import annotations
 

@@ -1,46 +1,21 @@
-r"""SEG-NMT analyses (Gu thesis ch. 4) as an offline tool: BLEU per fuzzy-score bin
-of the top-1 retrieved pair (Fig. 4.3), BLEU against the number of retrieved pairs (Fig. 4.4), the gate
-ζ_t of a few translations (Fig. 4.5), and the JRC-Acquis dev/test split with its length limits (§4.5,
-Table 4.1).
+r"""SEG-NMT analyses (Gu thesis ch. 4) as an offline tool: BLEU per fuzzy-score bin of the top-1 retrieved pair
+(Fig. 4.3), BLEU against the number of retrieved pairs (Fig. 4.4), the gate ζ_t of a few translations
+(Fig. 4.5), and the JRC-Acquis dev/test split with its length limits (§4.5, Table 4.1).
 
 Usage::
 
     python -m fairseq_ext.tools.analysis.tm_analysis fuzzy-bins --side BIN/test.tm.jsonl --ref test.en \
-        --hyp NMT=nmt/generate-test.txt --hyp SEG-NMT=seg/generate-test.txt [--hyp TM=tm.txt] \
-        [--bins 0,0.3,0.5,0.7,1.0] [--tokenised] [--json F] [--md F] [--plot fig4_3.png]
+        --hyp NMT=nmt/generate-test.txt --hyp SEG-NMT=seg/generate-test.txt [--bins 0,0.3,0.5,0.7,1.0]
     python -m fairseq_ext.tools.analysis.tm_analysis k-sweep --side BIN/test.tm.jsonl --ref test.en \
-        --hyp 1=k1/generate-test.txt --hyp 2=k2/... --hyp 16=k16/... --hyp adaptive=adaptive/... \
-        [--baseline NMT=nmt/generate-test.txt] [--max-k 16] [--json F] [--md F] [--plot fig4_4.png]
-    python -m fairseq_ext.tools.analysis.tm_analysis gate --export zeta.jsonl [--side BIN/test.tm.jsonl] \
-        [--n 3 | --ids 4,17] [--ref test.en] [--memory-tgt train.en] [--md F] [--json F]
+        --hyp 1=k1/generate-test.txt ... --hyp adaptive=adaptive/... [--baseline NMT=nmt/generate-test.txt]
+    python -m fairseq_ext.tools.analysis.tm_analysis gate --export zeta.jsonl [--n 3 | --ids 4,17]
     python -m fairseq_ext.tools.analysis.tm_analysis split-corpus --prefix JRC/en-fr/all --langs en fr \
-        --out JRC/en-fr [--dev 3000] [--test 3000] [--max-len-train 80] [--max-len-test 100] [--seed 1] \
-        [--tokenize moses]
+        --out JRC/en-fr [--dev 3000] [--test 3000] [--max-len-train 80] [--max-len-test 100]
 
-``fuzzy-bins`` (Fig. 4.3): every example of the split goes to the bin of the fuzzy score (Eq. 4.1) of its
-top-1 retrieved pair (the side file's first candidate; an example without a candidate scores 0, as in
-``fairseq-ext-tm stats``); bins are ``[a, b)``, the last ``[a, b]`` (default 0, 0.3, 0.5, 0.7, 1.0), and
-every example must fall in one (an error otherwise). Per bin and system: sacreBLEU corpus BLEU and chrF of
-the bin's sentences (:func:`fairseq_ext.tools.evaluation.bleu.score_corpus`, i.e. sacreBLEU itself on the subset),
-and n; the Markdown table adds each system's difference to the first one. ``k-sweep`` (Fig. 4.4): the
-hypotheses of one model decoded with ``--tm-topk K`` (named by K) and ``--tm-selection adaptive`` (named
-``adaptive``), with the average number of pairs each selection gives an example (the task's rule:
-``ids[:K]`` or ``adaptive``, at most ``--max-k``); the plot marks the adaptive point at its average number
-of pairs, and ``--baseline`` (e.g. the NMT) as a horizontal line. ``gate`` (Fig. 4.5): from the
-``--tm-export`` file of ``fairseq-generate`` (task ``seg_translation``), the best hypothesis of a few
-sentences (``--ids``, or the ``--n`` with the highest top-1 fuzzy score) with ζ_t per output token and the
-memory token it points at. ``split-corpus``: from a sentence-aligned corpus ``PREFIX.{a,b}``, drops the
-pairs with an empty side or a side of special characters only (no letter or digit), samples ``--dev`` and
-``--test`` pairs uniformly (``--seed``), then applies the length limits (tokens: ``--max-len-train`` on
-train, ``--max-len-test`` on dev/test, both sides; §4.8 "sample 3,000, then filter; log counts") and
-writes ``OUT/raw/{train,valid,test}.{a,b,ids}`` (the input lines; ids = ``line<N>`` of the input) and, with
-``--tokenize moses`` (``sacremoses``, XML escapes as in the thesis's examples), the Moses-tokenised
-``OUT/tok/`` (the length limits then count Moses tokens) plus ``OUT/split.json`` (counts).
-
-Hypothesis files are ``fairseq-generate`` outputs (the ``D-`` lines; ``H-`` with ``--tokenised``) or plain
-text, one line per reference sentence (:mod:`fairseq_ext.tools.hypotheses`). Bad input prints one
-``error: ...`` line, exit status 2 (:mod:`fairseq_ext.tools.common`); matplotlib only when a plot is
-asked for.
+``fuzzy-bins`` bins examples by the fuzzy score (Eq. 4.1) of their top-1 pair and scores each bin with
+sacreBLEU; ``k-sweep`` compares decodings with ``--tm-topk K`` and the adaptive selection; ``gate`` reads the
+``--tm-export`` file of ``fairseq-generate``; ``split-corpus`` samples dev/test, then applies the length
+limits. Bad input prints one ``error: ...`` line, exit status 2; matplotlib only when a plot is asked for.
 """
 from __future__ import annotations
 

@@ -1,44 +1,17 @@
-"""The offline half of the Universal Lexical Representation (Gu 2019 thesis ch. 5, §5.3.1):
-monolingual embeddings, seed dictionaries, the Procrustes projection (Eq. 5.4) and the arrays the ULR
-embedding (:class:`fairseq_ext.modules.ulr.ULREmbedding`) loads.  ``python -m fairseq_ext.tools.corpora.ulr <cmd>``
+"""The offline half of the Universal Lexical Representation (Gu 2019 thesis ch. 5, §5.3.1): monolingual
+embeddings, seed dictionaries, the Procrustes projection (Eq. 5.4) and the arrays the ULR embedding
+(:class:`fairseq_ext.modules.ulr.ULREmbedding`) loads. ``python -m fairseq_ext.tools.corpora.ulr <cmd>``
 (``fairseq-ext-ulr``), on a data folder DIR written by ``fairseq-ext-data universal``.
 
-Subcommands (run in this order; each one is skipped when its stamp is up to date, ``--force`` redoes it)::
+Subcommands (in this order; each is skipped when its stamp is up to date, ``--force`` redoes it)::
 
-    embed      skip-gram embeddings (gensim FastText or Word2Vec, one worker, fixed seed) per language on
-               DIR/spm/text.<lang> and DIR/spm/text.en → DIR/ulr/emb.<lang>.vec (word2vec text format,
-               every vector at norm 1).  FastText also writes the vectors of the pieces of
-               DIR/spm/spm.<lang>.vocab that the text lacks (composed from character n-grams: the spec's
-               fallback for words without an embedding).
-    seed-dict  seed pairs source piece → English piece per language → DIR/ulr/seed.<lang>.tsv, lines
-               ``src<TAB>en<TAB>count<TAB>source`` (source ``align`` or ``identical``), most frequent first:
-               (b) eflomal alignments of DIR/spm/para.<lang> with para.<lang>.en (forward ∩ reverse links by
-               default), pairs of whole-word pieces ("▁…" followed by a word start or the end: no BPE
-               fragments) seen ≥ --min-count times, for each source piece the English piece of highest
-               P(e|f); (a) identical whole-word pieces (names, digits) in both vocabularies, for source
-               pieces the alignment gave no candidate; then one-to-one (greedy, most frequent first) and at
-               most --max-pairs.
-    project    per language O_k = procrustes(seed queries, seed keys) (Eq. 5.4), then DIR/ulr/:
-               query.npy (len(dict.src.txt), d) float32, row i = ε_Q[x] @ O_k (unit norm) for the marked
-               piece i ("<piece>__<lang>" in DIR/bin/dict.src.txt; fairseq Dictionary indices, specials
-               first) — zero rows for specials and pieces without an embedding;
-               key.npy (M, d) float32, ε_K of the M most frequent English pieces of DIR/spm/text.en
-               (unit norm; M = --num-universal capped at the English pieces with an embedding);
-               universal.txt (those M pieces, most frequent first); alpha.npy (len(dict),) bool, True for
-               the --alpha-top most frequent pieces of each language in DIR/spm/train.src (Eq. 5.5 α);
-               rotation.npz (O_k per language); manifest.json (M, dim, langs, seed-pair counts, mean
-               cosine of the seed pairs before/after the projection, seed precision@1, missing queries).
-    closest    the --top nearest universal tokens of each source piece under q(u|x) (Eq. 5.3 with A = I)
-               as a TSV (index, symbol, lang, rank, universal, q, cosine), for inspection.
-    gates      (after training) the MoLE gate of a ``universal_rnn --mole`` checkpoint (Fig. 5.8):
-               ``--path CKPT --data DIR/bin [--split test] [--n 5 | --ids ID,...] --json OUT.jsonl --plot OUT.png``
-               runs the encoder on the first N sentences of the split (or the verse ids of DIR/raw/<split>.ids)
-               and writes per sentence a JSON line (index, id, lang, experts = the auxiliary languages, src,
-               tokens: [{piece, symbol, gate = softmax_k(g(h)) over the experts, top}], padding and </s>
-               left out) and one heatmap per sentence (experts x pieces) in one PNG (``--plot-n N``: only the
-               first N); ``--summary OUT.json``: over all pieces the mean gate and top-expert share per expert,
-               the share of saturated pieces (max gate > 0.99) and the mean gate entropy (also logged).
-               A checkpoint without MoLE is one error.
+    embed      skip-gram embeddings per language -> DIR/ulr/emb.<lang>.vec
+    seed-dict  seed pairs source piece -> English piece (eflomal alignments, identical strings)
+               -> DIR/ulr/seed.<lang>.tsv
+    project    O_k = procrustes(seed queries, seed keys) (Eq. 5.4) -> DIR/ulr/query.npy, key.npy,
+               universal.txt, alpha.npy (Eq. 5.5 α), rotation.npz, manifest.json
+    closest    the nearest universal tokens of each source piece under q(u|x) (Eq. 5.3 with A = I)
+    gates      the MoLE gate of a ``universal_rnn --mole`` checkpoint (Fig. 5.8), as JSON and heatmaps
 
 Errors (one ``error: ...`` line, exit status 2): a language without its text / embeddings / seed file,
 an unknown language code, an empty seed dictionary, a dict.src.txt symbol without a ``__<lang>`` suffix.

@@ -2,51 +2,17 @@ r"""The community's contrastive test sets of document-level MT, read in their pu
 any fairseq model by the scorer of :mod:`fairseq_ext.tools.evaluation.contrastive` (``fairseq-ext-contrastive score
 --format contrapro|bawden``).
 
-Formats
--------
-**ContraPro** (Müller et al. 2018, English→German pronouns; also the English→French sets of Lopes et al. 2020,
-which use the same format): a JSON list, one object per instance, with the fields ``"src segment"``,
-``"ref segment"``, ``"errors"`` (a list of ``{"contrastive": TEXT, "replacement": ..., "type": ...}``, one per
-contrastive translation), ``"ante distance"`` (sentences between the pronoun and its antecedent: 0 = the same
-sentence), ``"document id"`` (the basename of the document's target file, e.g. ``2008_123_456.de``),
-``"segment id"`` (the 1-based line of the sentence in its document), ``"src pronoun"``, ``"ref pronoun"``,
-``"intrasegmental"``. The context sentences come from the documents, in one of two ways:
+* **ContraPro** (Müller et al. 2018; also the English→French sets of Lopes et al. 2020): the published JSON
+  list, with the context sentences from the OpenSubtitles documents (``--docs DIR``, ``--context N``) or
+  from the files of ContraPro's ``json2text_and_context.pl`` (``--text-prefix P``).
+* **Bawden et al. 2018** (anaphora and lexical choice): the published JSON, or the files of its
+  ``json2rawtext.py``; every pair has the previous sentence as context (distance 1).
 
-* ``--docs DIR`` — the OpenSubtitles documents of ContraPro's ``setup_opensubs.sh`` (``DIR/<year>/<doc>.en`` and
-  ``.de``, one sentence a line), looked up by document id; the ``--context N`` lines before the segment
-  (fewer at the start of a document) are its context, and the document's source line must be the instance's
-  ``"src segment"`` (whitespace aside);
-* ``--text-prefix P`` — the files that ContraPro's ``conversion_scripts/json2text_and_context.pl --context N``
-  writes: ``P.text.{src,tgt}`` (per instance: the source with the reference, then the source with each
-  contrastive translation: 1 + len(errors) lines) and ``P.context.{src,tgt}`` (N lines before every text line,
-  oldest first; an empty line where the document has none). N is read from the line counts.
-
-**Bawden et al. 2018** (discourse-mt-test-sets, English→French, anaphora and lexical choice): a JSON object of
-numbered blocks. Anaphora (``anaphora.json``): ``{"src": [previous, current], "trg": [{"correct" or
-"semi-correct": [prev, cur], "incorrect": [prev, cur]}, ...]}``; lexical choice (``lexical-choice.json``):
-``{"type": "repet"|"disambig"|..., "examples": [{"src": [prev, cur], "trg": {"correct": [prev, cur],
-"incorrect": [prev, cur]}}, ...]}``. Or the files of its ``scripts/json2rawtext.py``:
-``P.current.{src,tgt}`` and ``P.prev.{src,tgt}``, two lines per contrastive pair (the correct translation, then
-the incorrect one; the source repeated). Every pair is one instance with the previous sentence (source and its
-translation in that pair) as context, so its distance is 1; the category is ``correct``/``semi-correct``
-(anaphora) or the block's type (lexical choice).
-
-Scoring
--------
-Every instance is a document of its context sentences followed by the sentence itself. These documents are
-segmented (``--spm``, or taken as segmented), binarized with the task's own dictionaries into a split of a
-scratch copy of the data folder (the other files linked) with an ids file naming the document of every line,
-and loaded by the task exactly as ``fairseq-generate`` loads a split (``doc_translation`` gives a document model,
-one whose class sets ``uses_document_context``, the context sentences and, with ``--doc-target-context gold``,
-their translations; a sentence model sees the sentence alone). Each candidate translation of an instance is
-then scored by :func:`fairseq_ext.tools.evaluation.contrastive_scoring.score_instances` (log-probability,
-teacher forcing, the models loaded and prepared for inference as ``fairseq-generate`` does, so ``--quantize int8``
-applies).
-
-An instance is correct when the reference scores strictly higher than every contrastive translation (as
-ContraPro's ``evaluate.py`` and Bawden et al.'s ``evaluate.py`` decide). Accuracy is reported overall, by
-antecedent distance (``0``, ``1``, ``2``, ``3``, ``>3``, as ContraPro's evaluation buckets it) and by category
-(ContraPro: ``src pronoun:ref pronoun``).
+Every instance becomes a document of its context sentences and the sentence, binarized with the task's
+dictionaries into a scratch split and loaded as ``fairseq-generate`` loads a split; each candidate is scored
+by :func:`fairseq_ext.tools.evaluation.contrastive_scoring.score_instances`. An instance is correct when the
+reference scores strictly higher than every contrastive translation; accuracy is reported overall, by
+antecedent distance and by category.
 """
 from __future__ import annotations
 

@@ -1,37 +1,14 @@
 r"""Document-level lexical consistency of a translation (Maruf 2019, ch. 3 "lexical consistency",
-automated): the share of source names/terms repeated in a chapter that are translated
-the same way every time.
+automated): the share of source names/terms repeated in a chapter that are translated the same way
+every time.
 
-Terms (source side; a chapter = a document, from the ids ``Book.chapter.verse``). Words are
-``[^\W\d_]+`` runs (punctuation and numbers are tokens of their own but never terms). A term is a word
-type that occurs in at least two verses of the same chapter and is
-
-* a **name**: a capitalised type that occurs capitalised in a non-sentence-initial position somewhere in
-  the source text (the split, plus the training source when given; sentence-initial = first word of the
-  verse or after ``. ! ? : ;``, an opening quote, ``¿`` or ``¡``) and whose lowercase form makes at most
-  10% of its occurrences (``Jehová``, ``Dios``, ``Booz``, ``Moab``); its occurrences are the capitalised
-  ones; or
-* a **content term**: any other word, lowercased, that is not in the Spanish stopword list
-  (:file:`fairseq_ext/tools/evaluation/data/stopwords_es.tsv`, ``--stopwords``: articles, prepositions,
-  conjunctions, pronouns, auxiliaries, frequent adverbs) and has at least 3 letters.
-
-The two kinds are reported separately and together (``all``).
-
-Translation of an occurrence: the target words aligned to it (forward source→target links; punctuation
-and the possessive ``’s`` dropped; lowercased; usually one word, sometimes several, none = unaligned).
-A (chapter, term) group is **consistent** when one target word is aligned to every occurrence (the
-intersection of the occurrences' aligned words is not empty; an unaligned occurrence breaks it). The share
-is also given among the groups whose occurrences are all aligned (``share_aligned``), which separates
-consistency from dropped words. The
-measure is computed on the hypotheses and, for comparison, on the reference (the human level; not a
-strict upper bound: a more literal translation can be more consistent, e.g. the KJV scores above the WEB
-reference on the test split).
-
-Alignment: **eflomal** (``pip install eflomal``; the project's aligner, run through
-:func:`fairseq_ext.tools.corpora.arthur_lexicon.align`), trained in one run on the training bitext
-(``--train-src``/``--train-tgt``, lowercased and tokenised like the test text) plus the (source,
-hypothesis) and (source, reference) pairs of the split; there is no fallback aligner (an error when
-eflomal is missing). ``--seed`` fixes eflomal's sampler.
+A term is a source word type in at least two verses of one chapter: a **name** (capitalised away from
+sentence starts) or a **content term** (lowercased, not a stopword of
+``fairseq_ext/tools/evaluation/data/stopwords_es.tsv``, at least 3 letters). A (chapter, term) group is
+**consistent** when one target word is aligned to every occurrence; the share is also given among fully
+aligned groups (``share_aligned``), and for the reference as the human level. Alignment: **eflomal**
+(:func:`fairseq_ext.tools.corpora.arthur_lexicon.align`), trained on the training bitext plus the split's
+pairs (``--seed``).
 
 Usage::
 
@@ -39,11 +16,8 @@ Usage::
         --hyp gen.out [--remove-bpe sentencepiece] --ref data/bible_es_en/raw/test.en \
         --ids data/bible_es_en/raw/test.ids --train-src data/bible_es_en/raw/train.es \
         --train-tgt data/bible_es_en/raw/train.en [--json out.json] [--details groups.jsonl]
-    # or: --raw data/bible_es_en/raw --split test --src-lang es --tgt-lang en --hyp gen.out
 
-(installed: ``fairseq-ext-doc-consistency``). The hypotheses are fairseq-generate output (the ``D-``
-lines, ``--field H`` for the ``H-`` lines) or plain text, one a line
-(:mod:`fairseq_ext.tools.hypotheses`). Bad input prints one ``error: FILE:LINE: ...`` line, exit 2.
+(installed: ``fairseq-ext-doc-consistency``). Bad input prints one ``error: FILE:LINE: ...`` line, exit 2.
 """
 from __future__ import annotations
 

@@ -1,52 +1,22 @@
-"""Corpus BLEU / chrF, paired bootstrap significance and BLEU by source length, via sacreBLEU 2.6.
+r"""Corpus BLEU / chrF, paired bootstrap significance and BLEU by source length, via sacreBLEU 2.6.
 
 Every number comes from sacreBLEU's own API (``sacrebleu.metrics.BLEU`` / ``CHRF`` and
-``sacrebleu.significance.PairedTest``); nothing here re-implements BLEU, chrF or the bootstrap.
-This module imports neither torch nor fairseq (numpy only when a bootstrap is run, matplotlib
-only when a plot is asked for).
+``sacrebleu.significance.PairedTest``); nothing here re-implements BLEU, chrF or the bootstrap. Python API:
+``load_hypotheses``, ``score_corpus``, ``paired_bootstrap``, ``bleu_by_length``, ``score_files`` /
+``compare_files`` and ``oov_recall``. CLI::
 
-Python API
-----------
-``load_hypotheses(path, ids=None) -> {id: text}``   (fairseq-generate output or plain text)
-``score_corpus(hyps, refs, tokenised=False) -> dict``   (bleu, chrf, bp, ratio, signatures ...)
-``paired_bootstrap(baseline, systems, refs, n=1000, seed=12345) -> dict``
-``bleu_by_length(src, hyps, refs, edges) -> list[dict]``
-``score_files(...)`` / ``compare_files(...)``: the same starting from file paths (what the CLI runs).
-``oov_recall(hyps, refs, vocab, srcs=None) -> dict``   (how many of the reference's out-of-vocabulary
-tokens the hypotheses contain: the measure of a copying model on a word-level vocabulary)
+    python -m fairseq_ext.tools.evaluation.score score --hyp gen.out --ref test.en [--ref test.kjv] \
+        [--src test.es] [--ids test.ids] [--tokenised] [--remove-bpe sentencepiece|subword_nmt] [--json out.json]
+    python -m fairseq_ext.tools.evaluation.score compare --baseline gen_base.out --system gen_a.out --ref test.en
+    python -m fairseq_ext.tools.evaluation.score oov --hyp gen.out --ref test.en --dict bin/dict.en.txt
+    python -m fairseq_ext.tools.evaluation.score meteor --hyp gen.out --ref test.en
+    python -m fairseq_ext.tools.evaluation.score dbleu --hyp gen.out --ref test.en --ids test.ids
 
-CLI
----
-::
-
-    python -m fairseq_ext.tools.evaluation.score score --hyp gen.out --ref test.en [--ref test.kjv] \\
-        [--src test.es] [--ids test.ids] [--tokenised] [--remove-bpe sentencepiece|subword_nmt] \\
-        [--json out.json] [--buckets 0,10,20,30,40,50,inf] [--plot buckets.png]
-    python -m fairseq_ext.tools.evaluation.score compare --baseline gen_base.out \\
-        --system gen_a.out [--system gen_b.out] --ref test.en [--n-bootstrap 1000] [--seed 12345]
-    python -m fairseq_ext.tools.evaluation.score oov --hyp gen.out [--hyp gen2.out] --ref test.en \\
-        --dict bin/dict.en.txt [--src test.kjv]
-    python -m fairseq_ext.tools.evaluation.score meteor --hyp gen.out --ref test.en [--ref test.kjv] \\
-        [--tokenised] [--remove-bpe sentencepiece] [--json out.json]
-    python -m fairseq_ext.tools.evaluation.score dbleu --hyp gen.out --ref test.en --ids test.ids [--json out.json]
-
-``dbleu`` is document-level BLEU (:mod:`fairseq_ext.tools.evaluation.doc_metrics`): BLEU of each document's joined
-hypotheses against its joined references, the documents from the ids file.
-
-``meteor`` is METEOR (Lavie & Agarwal 2007) from nltk's ``nltk.translate.meteor_score`` with exact and
-Porter-stem matching only (a WordNet stub without synonyms is passed, so nothing is downloaded; no
-paraphrase table): labelled ``METEOR (exact+stem, nltk; not comparable to METEOR 1.5)``. nltk's defaults alpha=0.9, beta=3, gamma=0.5, lowercased; with several references a sentence
-gets its best score; the corpus score is the **mean of the sentence scores** (nltk has no corpus-level
-METEOR with pooled statistics as METEOR 1.5 has). Text is split with sacreBLEU's 13a tokenizer, or on
-whitespace with ``--tokenised``.
-
-(installed: ``fairseq-ext-score ...``; ``score`` is the default subcommand).  Bad input prints one
-``error: ...`` line, exit status 2 (:mod:`fairseq_ext.tools.common`).
-
-``--tokenised`` is the theses' ``multi-bleu.perl`` setting: BLEU over whitespace tokens of
-already tokenised text (sacreBLEU ``tokenize='none'``, no smoothing, so a zero n-gram precision
-gives 0 as in multi-bleu.perl); it is labelled ``BLEU (tokenised, multi-bleu style)`` and
-with fairseq-generate output it reads the tokenised ``H-`` lines instead of the ``D-`` lines.
+``dbleu`` is document-level BLEU (:mod:`fairseq_ext.tools.evaluation.doc_metrics`); ``meteor`` is nltk's METEOR
+with exact and stem matching only, labelled ``METEOR (exact+stem, nltk; not comparable to METEOR 1.5)``;
+``--tokenised`` is the theses' ``multi-bleu.perl`` setting (``tokenize='none'``). Installed:
+``fairseq-ext-score``. Bad input prints one ``error: ...`` line, exit status 2. Imports neither torch nor
+fairseq.
 """
 from __future__ import annotations
 
