@@ -1,7 +1,7 @@
 """``seg_nmt_cross_entropy``: the likelihood of SEG-NMT's shallow-fusion mixture (Gu 2019 ch. 4, Eq. 4.5 in
 the loss of Alg. 2 line 23). The loss of a gold token y_t is −log clip(p(y_t), ``--prob-floor``, 1) with
 p(y_t) = ζ_t Σ_{τ: y'_τ = y_t} q_{t,τ} + (1 − ζ_t) p_NMT(y_t) — the negative log of the *mixture*, not a sum
-of a copy loss and a generation loss (REF-CODE ``dl4mt-tm``: ``-log(clip(p, 1e-7, 1))``). The model's
+of a copy loss and a generation loss (the authors' ``dl4mt-tm`` code: ``-log(clip(p, 1e-7, 1))``). The model's
 ``get_normalized_probs`` already is log p of that mixture (``seg_nmt``), so the criterion only gathers the
 gold tokens; it works with any model whose ``get_normalized_probs`` is a distribution (an rnnsearch baseline
 on the same task gets plain cross-entropy, clipped).

@@ -1,6 +1,6 @@
 """``seg_copynet``: the COPYNET baseline of SEG-NMT (Gu 2019 ch. 4, Table 4.2: "copy directly over the target
 side of the searched pair"), CopyNet (§3.2, Eqs. 3.1–3.6; :mod:`fairseq_ext.models.copynet`) whose copy
-source is the top-1 retrieved target Y' instead of the source sentence (spec §4.8, REC).
+source is the top-1 retrieved target Y' instead of the source sentence.
 
 * The source X is encoded and attended as in rnnsearch (Eqs. 2.6–2.7).
 * Y' = the target side of the first pair of ``tm_index`` (the best retrieved pair; ``seg_translation``

@@ -3,7 +3,7 @@ the critic-aware importance weights of Eq. 7.6, and the two decoding objectives 
 
 * :class:`Actor` — a_t = W₂ tanh(W₁ [z; c_t] + b₁) + b₂ (§7.4.1: one hidden layer of 32 tanh units, a linear
   output of dim(z)); W₂ and b₂ start at zero, so an untrained actor is plain greedy decoding exactly.
-  Where a_t enters the decoder (the state site of §2.8.1 of the spec, or the output site) is the model's
+  Where a_t enters the decoder (the state site of §7.2.2, or the output site) is the model's
   business (:mod:`fairseq_ext.models.trainable_greedy`). The thesis's 2,056-d input is [z; c] of a 1,028-d
   context; with a bidirectional encoder c_t has 2·1028 dims, so the input size is taken from the NMT's
   actual dimensions (dim z + dim c).

@@ -14,9 +14,9 @@ the layer adds it to the output of its masked self-attention sublayer, ``h^l <- 
 :class:`AuxiliaryInformationFusion` holds the ``L x n`` matrices as one ``(L*d) x (n*d)`` weight so
 that the ``z^f_l`` of all layers come out of a single GEMM per token, ``[f^1; ..; f^n] W^T``.
 Block ``(l, i)`` of the weight is ``W_l^{a_i}`` (:meth:`block`); each block is Xavier-uniform
-initialised as a separate ``d x d`` matrix would be (spec B2 7(b)), or zero (``zero_init``: the
+initialised as a separate ``d x d`` matrix would be, or zero (``zero_init``: the
 model then starts as MS-l, since ``W = 0`` gives ``z^f = 0``).
-Parameters: ``n * L * d^2`` (spec B2: +0.262M per aux decoder for IWSLT small, +1.57M for base).
+Parameters: ``n * L * d^2`` (+0.262M per aux decoder for IWSLT small, +1.57M for base).
 """
 from typing import List
 

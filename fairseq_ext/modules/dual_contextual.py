@@ -13,7 +13,7 @@ The DC module replaces the self-attention sublayer of a Transformer layer (Sec. 
 :class:`DualContextual` returns ``z_hat``; the host fairseq layer applies the final
 ``z_f = LayerNorm(dropout(z_hat) + r)`` of Eq. 5.7 with its own residual and
 ``self_attn_layer_norm`` — so it slots in where fairseq's :class:`MultiheadAttention` was, with the
-same call signature, and the parameter count is the spec's ``(2f+4) d^2 + 7d`` more than a
+same call signature, and the parameter count is ``(2f+4) d^2 + 7d`` more than a
 self-attention block.
 
 Decoder (``causal=True``): the convolution is causal (left pad ``f-1``) and both FI units use the

@@ -17,19 +17,14 @@ the encoder, tied output projections, the plugin's own layers) still works, unch
 every *call* of the module runs in int8.  Inputs that are not float32 CPU tensors (``--cpu-bf16``
 autocast, CUDA) fall back to the float32 ``F.linear``.
 
-What it buys (``recipes/bench/cpu_inference.py``, quickstart model, beam 5, one thread): see the
-issue report / RESULTS.md; the Linear layers (the output projection over the vocabulary above all) are
-about half of a CPU beam-search step in float32, and int8 roughly halves their time.
-
 How the option gets there: the plugin cannot add options to fairseq's own parsers, so
 :func:`install_quantize_option` adds a field ``quantize`` to fairseq's ``GenerationConfig`` (the *Generation*
 argument group and ``cfg.generation`` are both built from that dataclass; hydra's schema is re-stored) and
 wraps ``BaseFairseqModel.prepare_for_inference_``, which both CLIs call on every model right after
 ``checkpoint_utils.load_model_ensemble``.
 
-Nothing else is changed: the search, the length rules, the outputs' format.  Only what measurably
-helped is kept here (``torch.inference_mode`` instead of fairseq's ``no_grad`` made no difference
-measurable under the interleaved timing and is not applied).
+Nothing else is changed: the search, the length rules, the outputs' format. Its speed is measured by
+``recipes/bench/cpu_inference.py`` (results in ``recipes/bench/RESULTS.md``).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
   encoder-decoder attention of a decoder layer, with the switches U0 (joint vs
   representation-specific attention weights) and U1 (context concatenation vs summation).
 
-Parameter counts follow the spec's reconstruction (``specs/000-001-ampomah.md`` §2): one WS/AGG
+Parameter counts (our reconstruction of the thesis's): one WS/AGG
 (or a chain of ``n-1`` two-input units) shared by all decoder layers; MLMHA has one Q/K/V
 projection per exposed layer and a single ``W_o in R^{d_c x d}`` per decoder layer.
 """

@@ -13,7 +13,7 @@ no retrieved pair has only padding slots (possibly zero of them).
   slots (Eq. 4.6; Eq. 4.2 when λ = 0); −∞ at padding, and −∞ everywhere (no NaN) for an example without slots.
 * :class:`TMGate` — ζ_t = σ(f_gate([c_t; z_t; z̃_t])): an MLP with one tanh hidden layer (the thesis's
   "feedforward network with a single hidden layer, just like the attention mechanism"), or linear with
-  hidden size 0 (REF-CODE); returns the logit, ζ = sigmoid(logit).
+  hidden size 0 (the authors' released code); returns the logit, ζ = sigmoid(logit).
 * :func:`copy_probs` — p_copy(w | M) = Σ_{τ: y'_τ = w} q_{t,τ} (Eq. 4.3 scattered onto the vocabulary).
 * :func:`shallow_fusion` — log p = log(ζ p_copy + (1 − ζ) p_NMT) (Eq. 4.5), exact in log space: a word
   that no slot holds gets log(1 − ζ) + log p_NMT bit for bit (so ζ = 0 is the NMT distribution itself).

@@ -1,15 +1,13 @@
 """``translation_ext``: fairseq's ``translation`` task plus what every fairseq_ext task shares.
 
-The plugin's other tasks (``transfer_translation``, ``concat_translation``, ``translation_fertility``;
-planned: document-level, multilingual and retrieval-guided tasks) subclass :class:`TranslationExtTask`
+The plugin's other tasks (``transfer_translation``, ``concat_translation``, ``translation_fertility``,
+...) subclass :class:`TranslationExtTask`
 so they inherit:
 
 * ``--cpu-bf16``: forward/backward/inference under ``torch.autocast("cpu", torch.bfloat16)``.
-  On CPUs with AMX/AVX512-BF16 this trains the small Bible transformer about 1.4x faster
-  (measured in recipes/bench); master weights, optimizer state and the loss stay float32.
+  Master weights, optimizer state and the loss stay float32.
 * ``--math-attention``: scaled-dot-product attention through PyTorch's math kernel.  For the short
-  sequences of sentence-level MT on CPU the fused flash kernel's backward is slower: with
-  ``--cpu-bf16`` the math kernel made a training step of the small transformer 1.3x faster.
+  sequences of sentence-level MT on CPU its backward beats the fused flash kernel's.
 * ``--gnmt-alpha``: decode with the GNMT length penalty (see
   :mod:`fairseq_ext.generators.length_penalty`) instead of fairseq's ``--lenpen``.
 * ``--batching {sorted,chunked} --chunk-size 10000``: the training batches. ``sorted`` (default) is

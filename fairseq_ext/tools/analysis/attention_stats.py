@@ -1,4 +1,4 @@
-"""Attention analyses of Ampomah's thesis (spec ``000-001-ampomah.md`` §2.10-3, §3.10-5, §4.10-2, §6).
+"""Attention analyses of Ampomah's thesis (the attention statistics of its chapters 2-4 and 6).
 
 Math (vectorised over any leading dimensions; distributions along the last dimension, natural log):
 

@@ -4,7 +4,7 @@ Source: the Debian bookworm packages ``sword-text-sparv`` (``spaRV1909eb``), ``s
 (``engWEB2015eb``) and ``sword-text-kjv`` (``engKJV2006eb``), all public domain; ``libsword-utils``
 provides ``mod2imp``, which dumps a module as ``$$$<Book> <ch>:<v>`` headers followed by the verse's OSIS
 XML. The pure-Python reader ``pysword`` (``--reader pysword``) reads the same module files without
-libsword (same output, ~10x slower; its dumps are cached too).
+libsword (same output; its dumps are cached too).
 
 Cleaning and alignment (ported from the project's reference extraction script):
 
