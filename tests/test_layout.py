@@ -215,3 +215,20 @@ def test_the_tools_packages_import_one_way():
                     and tp[2] not in TOOLS_MAY_USE[parts[2]]:
                 bad.append(f"{name} imports {t}")
     assert bad == []
+
+
+def test_module_docstrings_are_short_and_cite_the_thesis():
+    """A module docstring says what the module does and which equations/tables of the thesis it implements:
+    at most 40 lines, and no reference a reader of the repository cannot open (issues, specs, sessions)."""
+    import re
+
+    cites = re.compile(r"issue \d|spec \d|session \d", re.I)
+    long, bad = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
+        name = str(path.relative_to(PACKAGE.parent))
+        if len(doc.splitlines()) > 40:
+            long.append(f"{name}: {len(doc.splitlines())} lines")
+        if cites.search(doc):
+            bad.append(f"{name}: {cites.search(doc).group(0)!r}")
+    assert long == [] and bad == []
