@@ -2,40 +2,24 @@
 training and fine-tuning losses of the fertility NAT (Gu's thesis, §8.4;
 references in :mod:`fairseq_ext.models.nat_fertility`).
 
-**Supervised training** (Eq. 8.9).  With the deterministic external fertility model q (alignments of the
-distilled pairs) the variational bound reduces to two supervised terms::
+**Supervised training** (Eq. 8.9), with the external fertilities f ~ q::
 
-    L_KD = −Σ_t log p(y_t | x_1{f_1}, …, x_{T'}{f_{T'}})   [translation loss]
-           −Σ_{t'} log p_F(f_{t'} | x_{1:T'})               [fertility loss],   f ~ q          (8.9)
+    L_KD = −Σ_t log p(y_t | x_1{f_1}, …, x_{T'}{f_{T'}}) − Σ_{t'} log p_F(f_{t'} | x_{1:T'})       (8.9)
 
-Each term is one term of fairseq's ``nat_loss`` (a mean over target tokens, resp. source words, computed by
-``LabelSmoothedDualImitationCriterion._compute_loss``, which this criterion inherits); the fertility target
-is clamped to L−1; ``--fertility-loss-factor`` weights it (1 in the thesis), ``--label-smoothing`` smooths
-the translation term (0 in the thesis).
+two terms of fairseq's ``nat_loss`` (``--fertility-loss-factor``, ``--label-smoothing``).
 
-**Fine-tuning** (``--finetune``; Eq. 8.11, written as a loss to minimise: Eq. 8.10 as printed is
-Σ_t Σ_y p_NA · log p_AR, the negative of the cross-entropy below, so it enters with a minus sign)::
+**Fine-tuning** (``--finetune``; Eq. 8.11, with Eq. 8.10 written as a loss)::
 
     L_RKL(f) = −Σ_t Σ_y p_NA(y | x, f) · log p_AR(y | ŷ_{<t}, x),   ŷ = G(x, f)          (8.10, as a loss)
     L_FT = λ·( E_{f∼p_F}[L_RKL(f) − L_RKL(f̄)]  +  E_{f∼q}[L_RKL(f)] ) + (1 − λ)·L_KD      (8.11)
-                 └───────────── L_RL ─────────┘     └──── L_BP ────┘
 
-* L_RKL is word-level distillation from the frozen AR teacher (``--teacher-path`` of the task),
-  teacher-forced on the student's argmax output; p_AR is detached (a constant);
-* **L_BP** backpropagates through p_NA under the q-fertilities (the argmax ŷ is a constant);
-* **L_RL** is REINFORCE on the fertility predictor: one f ~ p_F per sentence, baseline f̄ = the average
-  fertility (Eq. 8.6); the cost of each sequence is its length-normalised L_RKL; the surrogate is
-  ``scale · (cost(f) − cost(f̄)) · Σ_{t'} log p_F(f_{t'})`` (gradient of E_f[cost]); ``--ft-rl-center``
-  subtracts the batch mean of the advantage and ``--ft-rl-scale`` scales it (the authors' released code
-  uses 0.1);
-* ``--ft-lambda`` λ = 0.25 (thesis); ``--ft-terms`` picks a subset of ``rl,bp,kd`` (Table 8.3 ablations;
-  the missing terms count 0).
+L_RKL distils from the frozen AR teacher (``--teacher-path``); the first term (L_RL) is REINFORCE on the
+fertility predictor with the average fertility f̄ (Eq. 8.6) as baseline (``--ft-rl-center``,
+``--ft-rl-scale``), the second (L_BP) backpropagates under q; ``--ft-lambda`` λ, ``--ft-terms`` for the
+ablations of Table 8.3.
 
 The pure functions (:func:`translation_loss`, :func:`fertility_loss`, :func:`reverse_kl`,
-:func:`reinforce_loss`, :func:`finetune_loss`) are the equations and are unit-tested on hand-computed
-values.  ``sample_size`` is 1 (every term is already a mean), as in ``nat_loss``.  Fertilities are chosen
-and the teacher is run by :mod:`fairseq_ext.modules.nat_fertility`; the model is used through its
-``forward`` and ``decode``.
+:func:`reinforce_loss`, :func:`finetune_loss`) are the equations. ``sample_size`` is 1, as in ``nat_loss``.
 """
 import math
 from dataclasses import dataclass, field

@@ -1,40 +1,20 @@
-"""``doc_bcd``: block-coordinate-descent document decoding of Maruf (2019) §3.3 (Maruf & Haffari, ACL 2018,
-"Document Context Neural Machine Translation with Memory Networks"): argmax over y^1..y^|d| of
+"""``doc_bcd``: block-coordinate-descent document decoding of Maruf (2019) §3.3: argmax over y^1..y^|d| of
 Π_j P(y^j | x^j, Y^{−j}, X^{−j}) (Eq. 3.2's factors), approximated by
 
-1. pass 0: every sentence translated greedily without target context, y^j(0) = greedy P(y^j | x^j) (the
-   "base model"): ``init="base_model"`` uses a second model (``--path DOC.pt:SENT.pt`` gives the
-   generator [doc model, sentence model]), ``init="zero_context"`` the document model with every memory
-   reading zero (:meth:`DocMemModel.memory_disabled`, its stage-1 sentence path), ``"auto"`` the first
-   when two models are given;
-2. K = ``iterations`` passes that re-translate every sentence of the batch greedily with the document
-   model, the other translations fixed, the target context (``ctx_tgt_tokens`` of the batch contract)
-   built from the current translations: ``update="jacobi"`` (default; every sentence of pass t sees pass
-   t−1's translations — the thesis's reported "two-pass decoding" for K = 1, footnote 9) or
-   ``"gauss_seidel"`` (in place: sentences are visited in document order — ``doc_index``, ``doc_pos`` of the
-   sample, else batch order as one document — and each sees the translations already updated in this
-   pass for the sentences before it, pass t−1's for those after; the k-th sentences of all documents of
-   the batch are decoded together, which is the same thing since documents do not see each other).
+1. pass 0: every sentence translated greedily without target context: ``init="base_model"`` with a
+   second (sentence) model (``--path DOC.pt:SENT.pt``), ``init="zero_context"`` with the document model's
+   memory off (:meth:`DocMemModel.memory_disabled`), ``"auto"`` the first when two models are given;
+2. K = ``iterations`` passes re-translating every sentence with the document model, the others'
+   current translations as target context (``ctx_tgt_tokens``): ``update="jacobi"`` (default; pass t sees
+   pass t−1, the thesis's "two-pass decoding" for K = 1, footnote 9) or ``"gauss_seidel"`` (in document
+   order, in place).
 
-The batch is the document(s); ``doc_translation`` cuts a document larger than ``--max-tokens``/``--batch-size``
-into chunks (its memory bound), and then the sentences of the other chunks are context rows. Context rows outside
-the batch ("extra" rows of the N-set) keep the target side the task gave (``--doc-target-context``); when
-the task gave none they are translated in pass 0 and kept. K = 0 returns pass 0: exactly the greedy output
-of the sentence model. A document model that does not read target context (source memory only,
-``jean2017``) is decoded once, whatever K ≥ 1.
+K = 0 returns pass 0, exactly the sentence model's greedy output; a model without target context is
+decoded once. Each pass is :class:`~fairseq_ext.generators.decoding.GreedyGenerator`. The document model
+offers ``uses_document_context``, optionally ``uses_target_context`` and ``memory_disabled()``. The task
+builds the generator from ``--doc-iterations K``, ``--bcd-update``, ``--bcd-init``.
 
-Each pass is :class:`~fairseq_ext.generators.decoding.GreedyGenerator` (fairseq's length limits and bans,
-its hypothesis format) fed the whole ``net_input``; the hypotheses are the last pass's.
-
-What the document model must offer (``docmem`` does; a Ch. 4 decoder-context model can too): an encoder
-that takes the context keys of ``net_input`` (as fairseq's own generators call it), ``uses_document_context``
-(the task's opt-in), optionally ``uses_target_context`` (False: decoded once) and ``memory_disabled()`` (a
-context manager running it as its sentence model, for ``init="zero_context"``). The sentence model of
-``init="base_model"`` gets ``src_tokens``/``src_lengths`` only, unless it opts in too.
-
-The task builds it (``--doc-iterations K`` > 0; ``--bcd-update``, ``--bcd-init``) as
-``DocBCDGenerator(models, tgt_dict, iterations=K, update=..., init=..., max_len_a=..., max_len_b=...,
-max_len=..., min_len=..., lenpen=..., normalize_scores=...)``.
+Reference: Maruf & Haffari, "Document Context Neural Machine Translation with Memory Networks", ACL 2018.
 """
 from typing import Dict, List, Optional, Sequence
 

@@ -1,42 +1,22 @@
 r"""The BM25 candidate engines of the SEG-NMT retrieval stage (Gu thesis ch. 4, §4.2.1; step 1 of Algorithm 1).
-
 :mod:`fairseq_ext.tools.tm.retrieval` (``fairseq-ext-tm``) asks a :class:`Retriever` for the BM25 candidates of
 a query; this module holds the tokens both sides share and the two engines (``--engine``):
 
-* :class:`NumpyRetriever` (``numpy``, the default): the memory's postings in numpy arrays, built from the
-  memory itself when the tool starts (well under a second for the Bible), every matching line scored,
-  the top ``n`` selected by partition. Its scores are **tantivy's BM25**, reproduced term by term:
-
-  - ``idf(t) = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))`` (``N`` lines, ``n_t`` lines containing ``t``),
-    the weight ``idf(t) * (1 + k1)`` with **k1 = 1.2, b = 0.75**;
-  - the length of a line is its number of index terms, quantised to one byte: the length is replaced by
-    the largest entry of :func:`fieldnorm_table` not above it (exact up to 40 terms, then steps of 2, 4, 8,
-    ... doubling every 8 entries), and ``norm(d) = k1 * (1 - b + b * len(d) / avglen)`` with ``avglen`` the
-    mean *unquantised* length;
-  - a term occurring ``c`` times in the query has its weight multiplied by ``c`` (the boost of its SHOULD
-    clause); the term score is ``w * tf / (tf + norm(d))``;
-  - every one of these steps is evaluated in single precision in tantivy's order (the logarithm by the C
-    library's ``logf``, which tantivy calls too), so a term score equals tantivy's bit for bit;
-  - the score of a line is the sum of its term scores, computed in double precision: the terms are
-    single-precision numbers, so the sum is exact (independent of the order of the terms) while it is
-    below 2^29 times the smallest term score in it (on the Bible memory the smallest term score is 0.15
-    and the largest test-query score 111), and lines with equal term scores tie exactly. tantivy sums in single
-    precision in the order its posting lists meet, so its score differs from this one in the last bits
-    of a single-precision float.
-
+* :class:`NumpyRetriever` (``numpy``, the default): the memory's postings in numpy arrays, built when the
+  tool starts, every matching line scored, the top ``n`` selected by partition. Its scores are **tantivy's
+  BM25** reproduced term by term: ``idf(t) = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))``, the weight
+  ``idf(t) * (1 + k1)`` with **k1 = 1.2, b = 0.75**, line lengths quantised to one byte
+  (:func:`fieldnorm_table`), a query term's weight multiplied by its count; each term score is evaluated in
+  single precision in tantivy's order (bit for bit), and a line's score is their exact sum.
 * :class:`TantivyRetriever` (``tantivy``): an embedded `tantivy <https://github.com/quickwit-oss/tantivy-py>`_
-  index in a folder (text field ``text`` with term frequencies, the memory line index as the fast field
-  ``line``), queried with a boolean OR of one term query per distinct term (boosted by its count; built
-  programmatically, so ``"`` ``:`` ``(`` ``*`` ``AND`` in a verse are plain text, never query syntax).
+  index queried with a boolean OR of one term query per distinct term (built programmatically, so verse
+  text is never query syntax). tantivy sums in single precision, so its scores can differ in the last bits.
 
-Both return the ``n`` best lines, best first; ties -- at the cut-off too -- are resolved by memory index,
-so the candidate set never depends on an engine's internal order. A memory that outgrows one machine can
-put a server engine behind the same interface (subclass :class:`Retriever`).
+Both return the ``n`` best lines, best first, ties resolved by memory index. A server engine can stand
+behind the same interface (subclass :class:`Retriever`).
 
-Tokens (shared by the index, the query and the fuzzy re-ranking): :func:`tokenize` gives ``\w+|[^\w\s]``
-(Unicode word runs; every other non-space character a token of its own), case kept; the index terms
-(:func:`index_terms`) are the word tokens lowercased (punctuation is not a term, as with Lucene's standard
-analyzer), for the query and the memory alike.
+Tokens (shared by the index, the query and the fuzzy re-ranking): :func:`tokenize` gives ``\w+|[^\w\s]``,
+case kept; the index terms (:func:`index_terms`) are the word tokens lowercased, for query and memory alike.
 """
 from __future__ import annotations
 
