@@ -1,41 +1,27 @@
 """Encoder-based Multi-level Supervision (MS-l) and Auxiliary Information Fusion (AIF) — Ampomah,
 thesis ch. 4 (Sec. 4.2, Figs. 4.2-4.4).
 
-Model ``transformer_ms``: the fairseq transformer plus one *Aux-Decoder l* per lower encoder layer
-``l`` in ``--aux-layers`` (alias ``--aux-decoder-layers``; ``"1"`` = MS-1, ``"1,2,3"`` = MS-123;
-``1 <= l < L``).  Each auxiliary decoder has the Main-Decoder's structure (same layers, d, d_ff,
-heads), attends to ``H_e^l`` (the output of encoder layer ``l``; with PreNorm passed through the
-encoder's final LayerNorm, shared, as ``H_e^L`` is) and shares the token embedding, the positional
-embedding and the output projection with the Main-Decoder, which attends to ``H_e^L`` (Fig. 4.2).
-All decoders read the same shifted target; the criterion
-:mod:`fairseq_ext.criterions.multi_supervision_label_smoothed_cross_entropy` trains them jointly with
-``J = L^m + gamma * sum_l L^{a_l}`` (Eq. 4.1).
+Model ``transformer_ms``: the fairseq transformer plus one *Aux-Decoder l* per lower encoder layer ``l`` in
+``--aux-layers`` (alias ``--aux-decoder-layers``; ``"1"`` = MS-1, ``"1,2,3"`` = MS-123). Each auxiliary
+decoder has the Main-Decoder's structure, attends to ``H_e^l`` and shares the embeddings and the output
+projection with the Main-Decoder (Fig. 4.2); the criterion
+:mod:`fairseq_ext.criterions.multi_supervision_label_smoothed_cross_entropy` trains them jointly
+(``J = L^m + gamma * sum_l L^{a_l}``, Eq. 4.1).
 
-``--aif`` (archs ``transformer_ms_aif_*``; MS-l+AIF, Figs. 4.3-4.4) adds the Auxiliary Feature
-Collector ``F^a = [f^1 .. f^n]`` (the aux decoders' final states) and, in every Main-Decoder layer,
-``z^f = sum_i W_l^{a_i} f^i`` (Eq. 4.2) added to the masked-self-attention sublayer output
-``h^l <- h^l + z^f`` (Eq. 4.3; after that sublayer's residual + LayerNorm in PostNorm, after its
-residual in PreNorm), before the encoder-decoder attention.  Gradients flow from the Main-Decoder
-into the aux decoders (no detach).  In beam search the aux decoders then run incrementally on the
-main hypothesis prefix, with their own (uniquely keyed) incremental states, reordered with the main
-decoder's.  Without AIF the aux decoders are skipped at inference (decoding cost = baseline).
+``--aif`` (archs ``transformer_ms_aif_*``; Figs. 4.3-4.4) collects the aux decoders' final states
+``F^a`` and adds ``z^f = sum_i W_l^{a_i} f^i`` (Eq. 4.2) to the masked-self-attention sublayer output of
+every Main-Decoder layer (Eq. 4.3). In beam search the aux decoders then run incrementally on the main
+prefix; without AIF they are skipped at inference.
 
-Inference switches (``fairseq-generate --model-overrides "{...}"``):
+Inference switches (``fairseq-generate --model-overrides "{...}"``): ``{'generate_from': 'aux2'}``
+(Table 4.7 "AD", Table 4.5 ``y^{a_l}``) and ``{'aif_disable': True}`` (the *ind-decoder* of Sec. 4.5.5;
+:meth:`MSDecoder.ind_decoder`, used by the dependency analysis of Eqs. 4.4-4.7). With no aux layers the
+model *is* the fairseq transformer.
 
-* ``{'generate_from': 'aux2'}`` (also ``aux:2``): generate with Aux-Decoder 2 alone (Table 4.7 "AD",
-  Table 4.5 ``y^{a_l}``); ``'main'`` (default) uses the Main-Decoder.
-* ``{'aif_disable': True}``: the *ind-decoder* of Sec. 4.5.5 — the Main-Decoder with every
-  ``W_l^{a_i} = 0`` (no fusion; aux decoders not run).  :meth:`MSDecoder.ind_decoder` toggles it in
-  Python (the dependency analysis, Eqs. 4.4-4.7, compares both on the same prefix).
-
-With no aux layers the model *is* the fairseq transformer (same parameters, names and outputs).
-
-Architectures (``--aux-layers`` default ``1``): ``transformer_ms_{bench,iwslt_small,wmt_en_de}``
-(MS-l) and ``transformer_ms_aif_{bench,iwslt_small,wmt_en_de}`` (MS-l+AIF), on the dims of
-:mod:`fairseq_ext.modules.arch_utils` (``bench`` = the repo's 3+3 d256 PreNorm benchmark
-transformer; ``iwslt_small`` 4+4 256/1024/4; ``wmt_en_de`` base), all with three-way tied embeddings.
-Parameter counts: each aux decoder adds ``L_dec`` decoder layers (+4.21M small, +25.2M
-base; PreNorm adds its final LayerNorm), AIF adds ``n * L_dec * d^2``.
+Architectures: ``transformer_ms_{bench,iwslt_small,wmt_en_de}`` (MS-l) and
+``transformer_ms_aif_{bench,iwslt_small,wmt_en_de}`` (MS-l+AIF), on the dims of
+:mod:`fairseq_ext.modules.arch_utils`, all with three-way tied embeddings. Each aux decoder adds ``L_dec``
+decoder layers; AIF adds ``n * L_dec * d^2`` parameters.
 """
 import contextlib
 import functools

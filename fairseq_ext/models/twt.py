@@ -1,34 +1,21 @@
 """``transformer_twt``: fairseq's transformer with the switches of Nguyen (2021) ch. 6,
-"Transformers without Tears" (Nguyen & Salazar 2019).
+"Transformers without Tears" (Nguyen & Salazar 2019). Everything is fairseq's
+:class:`~fairseq.models.transformer.TransformerModel`; this module only adds
 
-Everything is fairseq's :class:`~fairseq.models.transformer.TransformerModel`; this module only
-
-* swaps the LayerNorm modules of every layer and of the stacks for the ``--norm-type`` norm
-  (``layernorm`` keeps fairseq's own LayerNorm; ``scalenorm`` Eq. 6.5; ``scalenorm-fixed``: g = √d
-  frozen everywhere except the final decoder output norm, whose g is learned (Table 6.7; as in the reference implementation);
-  ``rmsnorm``). PostNorm (Eq. 6.2) / PreNorm (Eq. 6.3, plus a final norm after each stack) is
-  fairseq's ``--encoder-normalize-before --decoder-normalize-before``;
-* ``--fixnorm``: every word embedding and the (tied) output projection are ℓ2-normalised rows
-  (radius ``--fixnorm-radius``, 1 for the Transformer), initialised U[−0.01, 0.01] (§6.3.3). Input
-  = √d·ŵ + PE; with a ScaleNorm output norm the logits are g·(ŵ·x/‖x‖) + b (Eq. 6.6);
-* ``--output-bias`` / ``--no-output-bias``: a zero-initialised output bias b (default: on iff
-  ``--fixnorm``, as in the reference implementation);
-* ``--twt-init``: ``fairseq`` (unchanged), ``xavier`` (Xavier normal, Eq. 6.4, for every projection;
-  the "Baseline" of Table 6.2) or ``smallinit`` (attention Q, K, V, O with std √(2/(5d)), FFN Xavier
-  normal, biases 0; §6.2.2);
-* ``--word-dropout p`` (default 0): in training, source and decoder-input tokens (never targets nor
-  specials) are replaced by <unk> with probability p (§6.3.1: "we randomly replace tokens with UNK",
-  p = 0.1 in the thesis) — :class:`fairseq_ext.modules.word_dropout.WordDropoutMixin`.
+* ``--norm-type layernorm|scalenorm|scalenorm-fixed|rmsnorm`` (ScaleNorm Eq. 6.5; fixed g as in Table 6.7);
+  PostNorm (Eq. 6.2) / PreNorm (Eq. 6.3) is fairseq's ``--encoder/decoder-normalize-before``;
+* ``--fixnorm`` (``--fixnorm-radius``): ℓ2-normalised word embeddings and output projection (§6.3.3;
+  logits g·(ŵ·x/‖x‖) + b with a ScaleNorm output norm, Eq. 6.6); ``--output-bias``;
+* ``--twt-init fairseq|xavier|smallinit`` (Xavier Eq. 6.4, the "Baseline" of Table 6.2; SMALLINIT §6.2.2);
+* ``--word-dropout p`` (§6.3.1, :class:`fairseq_ext.modules.word_dropout.WordDropoutMixin`).
 
 With ``--norm-type layernorm``, no ``--fixnorm`` and ``--twt-init fairseq`` the model is fairseq's
-transformer (same parameters, same initial weights for a seed, same outputs).
+transformer.
 
-Architectures: ``transformer_twt`` (fairseq's ``transformer`` sizes), ``transformer_twt_bench`` (the
-bench shape of :mod:`fairseq_ext.modules.arch_utils`; also registered under its earlier name
-``transformer_twt_small``), and the thesis presets ``transformer_twt_<norms>`` (earlier ``twt_<norms>``) (512/2048,
-8 heads, 6+6 layers, one dropout rate 0.3 for sublayers/attention/ReLU, SMALLINIT, all embeddings
-shared; override sizes on the command line, e.g. gl→en ``--encoder-layers 4 --decoder-layers 4
---encoder-attention-heads 4 --decoder-attention-heads 4 --dropout 0.4``).
+Architectures: ``transformer_twt`` (fairseq's ``transformer`` sizes), ``transformer_twt_bench`` (the bench
+shape of :mod:`fairseq_ext.modules.arch_utils`; alias ``transformer_twt_small``) and the thesis presets
+``transformer_twt_<norms>`` (alias ``twt_<norms>``; 512/2048, 8 heads, 6+6 layers, dropout 0.3, SMALLINIT,
+shared embeddings; sizes overridable on the command line).
 
 References: T. Q. Nguyen, "Improving Neural Machine Translation for Low-Resource Languages", PhD
 dissertation, University of Notre Dame, 2021 (ch. 3-7 for this family, ``transformer_lex``,

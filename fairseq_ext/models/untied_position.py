@@ -1,39 +1,25 @@
 """Nguyen (2021) ch. 7: untied positional attention (cf. Ke et al., TUPE) — ``transformer_untied_pos``.
 
-With word embeddings e and positional embeddings p added at the input, an attention logit expands into
-four terms (Eqs. 7.3–7.5); ch. 7 keeps the word–word term, drops the two cross terms and gives the
-position–position term its own projections (Eq. 7.6):
+An attention logit of word plus position embeddings expands into four terms (Eqs. 7.3-7.5); ch. 7 keeps
+the word-word term, drops the cross terms and gives the position-position term its own projections::
 
     s = e_q W_q W_kᵀ e_kᵀ  +  p_q W'_q W'_kᵀ p_kᵀ                                        (7.6)
 
-Implementation:
-
-* no positional embedding is added to the input: only the (√d-scaled, FixNorm-ed) word embeddings
-  go in, which is what removes the cross terms;
-* three positional modules — encoder self, decoder self and decoder cross (query = target positions,
-  key = source positions) — each with W'_q, W'_k ∈ R^{d×d} (no bias), split into the heads of the
-  attention. The term is computed **once per forward pass** for each of them and added to the
-  pre-softmax logits of every layer of that attention type ("we only compute the second term in 7.6
-  once and reuse it across layers"); padding and causal masks are applied after it;
-* positions count real tokens from 0 (left padding of the source does not shift them);
-* ``--untied-pos sinusoidal`` (**untied-pos**): p from Eqs. 7.1–7.2 (interleaved sin/cos);
-  ``--untied-pos random`` (**random-untied-pos**): "p_q, p_k are randomly initialized vectors" —
-  a learned table (max positions × d) initialised N(0, d^−½) (``--untied-pos-freeze`` keeps it fixed).
-  The encoder's table serves encoder positions, the decoder's table target and (cross-attention keys)
-  source positions;
-* scaling (not in the thesis): ``--untied-pos-scale tupe`` (default; TUPE's 1/√(2·d_k) on both terms) or
-  ``standard`` (1/√d_k on both);
-* incremental decoding computes only the row of the current target position.
+* no positional embedding is added to the input (this removes the cross terms);
+* three positional modules (encoder self, decoder self, decoder cross), each computed once per forward
+  pass and added to the pre-softmax logits of every layer of that attention type;
+* ``--untied-pos sinusoidal`` (**untied-pos**, Eqs. 7.1-7.2) or ``random`` (**random-untied-pos**, a learned
+  table; ``--untied-pos-freeze``);
+* ``--untied-pos-scale tupe|standard`` (not in the thesis).
 
 With the positional projections at zero and ``--untied-pos-scale standard`` the model is
-``transformer_twt --no-token-positional-embeddings`` (same parameters otherwise, same outputs).
+``transformer_twt --no-token-positional-embeddings``.
 
-Archs: ``transformer_untied_pos`` / ``transformer_untied_pos_random`` (fairseq base sizes),
-``transformer_untied_pos_bench`` / ``transformer_untied_pos_random_bench`` (the bench shape; earlier
-names ``*_small``), and the thesis systems of Table 7.1 on the ch. 4/6 model (PreNorm + FixNorm + ScaleNorm,
-SMALLINIT): ``transformer_untied_pos_prenorm_fixnorm_scalenorm`` (**untied-pos**; earlier ``twt_untied_pos``) and
-``transformer_untied_pos_random_prenorm_fixnorm_scalenorm`` (**random-untied-pos**; earlier ``twt_random_untied_pos``);
-the **baseline** row is ``transformer_twt_prenorm_fixnorm_scalenorm``.
+Archs: ``transformer_untied_pos[_random]`` (fairseq base sizes), ``..._bench`` (the bench shape; alias
+``*_small``), and the systems of Table 7.1: ``transformer_untied_pos_prenorm_fixnorm_scalenorm``
+(**untied-pos**; alias ``twt_untied_pos``), ``transformer_untied_pos_random_prenorm_fixnorm_scalenorm``
+(**random-untied-pos**; alias ``twt_random_untied_pos``); the **baseline** row is
+``transformer_twt_prenorm_fixnorm_scalenorm``.
 """
 import math
 from typing import Optional
