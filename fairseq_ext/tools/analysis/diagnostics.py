@@ -32,6 +32,7 @@ from fairseq_ext.tools.common import (
 )
 from fairseq_ext.tools.analysis.diagnostics_copy import COPY_TASKS
 from fairseq_ext.tools.analysis.diagnostics_multi import TASKS as MULTI_TASKS, add_generate_arguments, run_generate
+from fairseq_ext.tools.analysis import diagnostics_decoding as decoding
 from fairseq_ext.tools.analysis import diagnostics_arch as arch
 
 __all__ = ["TASKS", "BUCKETS", "generate_split", "generate", "segment_instances", "decoded_scores", "main",
@@ -293,9 +294,10 @@ def build_parser() -> ArgumentParser:
                                     "fairseq_ext.tools.analysis.diagnostics).", allow_abbrev=False)
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="write a diagnostic corpus (raw + word-level binarized)")
-    g.add_argument("task", choices=TASKS + COPY_TASKS + MULTI_TASKS + arch.TASKS,
+    g.add_argument("task", choices=TASKS + COPY_TASKS + MULTI_TASKS + decoding.DECODING_TASKS + arch.TASKS,
                    help="copy, retrieval: fairseq_ext.tools.analysis.diagnostics_copy; ulr_cipher, mole_shared: "
-                        "fairseq_ext.tools.analysis.diagnostics_multi; conv_register, rare_lex, position_perm: "
+                        "fairseq_ext.tools.analysis.diagnostics_multi; search, fertility: "
+                        "fairseq_ext.tools.analysis.diagnostics_decoding; conv_register, rare_lex, position_perm: "
                         "fairseq_ext.tools.analysis.diagnostics_arch")
     g.add_argument("--out", required=True, help="output folder")
     g.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="structure seed (default %(default)s)")
@@ -316,6 +318,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--no-binarize", action="store_true", help="write the raw folder only")
     g.add_argument("--force", action="store_true", help="regenerate even when diagnostics.json matches")
     add_generate_arguments(g)  # ulr_cipher, mole_shared: fairseq_ext.tools.analysis.diagnostics_multi
+    decoding.add_generate_arguments(g)
     arch.add_generate_arguments(g)
     d = sub.add_parser("decoded", help="probe accuracy and document consistency of a system's output")
     d.add_argument("--set", dest="set_path", required=True, help="the {split}.contrastive.jsonl of the split")
@@ -328,6 +331,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "generate" and args.task in MULTI_TASKS:
         return run_generate(args)
+    if args.command == "generate" and args.task in decoding.DECODING_TASKS:
+        return decoding.run_generate(args)
     if args.command == "generate" and args.task in arch.TASKS:
         return arch.run_generate(args)
     if args.command == "generate" and args.task in COPY_TASKS:

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_ext.tools.common import OutputSet, ToolError, log, read_json, write_json
 
-__all__ = ["COPY_TASKS", "DEFAULTS", "BOUND", "generate_copy_split", "generate_retrieval", "generate",
+__all__ = ["COPY_TASKS", "DEFAULTS", "BOUND", "generate_copy_split", "generate_retrieval", "generate", "up_to_date",
            "name_scores", "value_scores"]
 
 COPY_TASKS = ("copy", "retrieval")
@@ -249,6 +249,20 @@ def _link_test_memory(base: str, dest: str) -> None:
             os.symlink(os.path.relpath(os.path.join(base, name), dest), os.path.join(dest, name))
 
 
+def up_to_date(out: str, info: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The ``diagnostics.json`` record of ``out`` when it was written with the parameters of ``info`` (version,
+    task, seed, sizes, layout, binarized), else None."""
+    meta = os.path.join(out, "diagnostics.json")
+    if not os.path.isfile(meta):
+        return None
+    old = read_json(meta)
+    keys = ("version", "task", "seed", "sizes", "layout", "binarized")
+    if {k: old.get(k) for k in keys} != {k: info[k] for k in keys}:
+        return None
+    log(f"[diagnostics] {out} is up to date ({info['task']}); skipping (--force redoes it)")
+    return old
+
+
 def generate(task: str, out: str, *, seed: int = 1, n_train: Optional[int] = None, n_valid: Optional[int] = None,
              n_test: Optional[int] = None, binarize: bool = True, force: bool = False,
              fillers: int = DEFAULTS["fillers"], sent_len: Tuple[int, int] = DEFAULTS["sent_len"],
@@ -267,12 +281,9 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: Optional[int] = Non
                             "layout": dict(layout, fillers=fillers, sent_len=list(sent_len)), "bound": BOUND[task],
                             "src": SRC, "tgt": TGT, "binarized": binarize}
     meta = os.path.join(out, "diagnostics.json")
-    keys = ("version", "task", "seed", "sizes", "layout", "binarized")
-    if not force and os.path.isfile(meta):
-        old = read_json(meta)
-        if {k: old.get(k) for k in keys} == {k: info[k] for k in keys}:
-            log(f"[diagnostics] {out} is up to date ({task}); skipping (--force redoes it)")
-            return old
+    old = None if force else up_to_date(out, info)
+    if old is not None:
+        return old
     raw = os.path.join(out, "raw")
     if task == "copy":
         pools = name_pools(seed, [layout["train_names"], max(50, sizes["valid"] // 4), layout["test_names"]])
