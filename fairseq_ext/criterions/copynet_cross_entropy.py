@@ -17,6 +17,7 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
+from fairseq_ext.data.errors import UserDataError
 
 
 @dataclass
@@ -33,7 +34,7 @@ class CopyNetCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
 
     def __init__(self, task, label_smoothing=0.0, sentence_avg=False):
         if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
+            raise UserDataError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
         super().__init__(task, sentence_avg, label_smoothing)
         self.vocab_size = len(task.target_dictionary)
 
@@ -56,7 +57,7 @@ class CopyNetCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         target = model.get_targets(sample, net_output).view(-1)
         keep = target.ne(self.padding_idx)
         if target.numel() and int(target.max()) >= lprobs.size(-1):
-            raise ValueError(f"target id {int(target.max())} is beyond the model's {lprobs.size(-1)} outputs: copied "
+            raise UserDataError(f"target id {int(target.max())} is beyond the model's {lprobs.size(-1)} outputs: copied "
                              "OOV targets (task copy_translation) need a model with copy slots (copynet)")
         nll = -lprobs.gather(1, target.unsqueeze(1)).squeeze(1)
         nll = nll.masked_fill(~keep, 0.0)

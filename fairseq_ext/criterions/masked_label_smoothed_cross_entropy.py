@@ -40,6 +40,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 
 from fairseq_ext.modules.vocab_mask import mask_logits, model_target_vocab_mask, task_allowed_target_vocab
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class MaskedLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterio
         if model_mask is not None:
             return model_mask
         if self.allowed is None:
-            raise ValueError("masked_label_smoothed_cross_entropy: the allowed vocabulary comes from the "
+            raise UserDataError("masked_label_smoothed_cross_entropy: the allowed vocabulary comes from the "
                              "binarized train split, which was not found (or train a model with "
                              "--target-vocab-mask FILE)")
         return self.allowed

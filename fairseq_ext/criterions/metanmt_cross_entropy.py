@@ -37,6 +37,7 @@ from omegaconf import II
 
 from fairseq_ext.modules.checkpoint import CheckpointError, load_state
 from fairseq_ext.modules.meta_learning import InnerLearning, ParameterPartition, meta_objective_gradient, proximal_term
+from fairseq_ext.data.errors import UserDataError
 
 
 @dataclass
@@ -65,7 +66,7 @@ class MetaNMTCrossEntropyCriterion(CrossEntropyCriterion):
                  finetune_from_model: Optional[str] = None):
         super().__init__(task, sentence_avg)
         if not proximal_weight >= 0:
-            raise ValueError(f"metanmt_cross_entropy: --proximal-weight must be >= 0, got {proximal_weight}")
+            raise UserDataError(f"metanmt_cross_entropy: --proximal-weight must be >= 0, got {proximal_weight}")
         reference = None
         for value in (proximal_reference, finetune_from_model):
             try:

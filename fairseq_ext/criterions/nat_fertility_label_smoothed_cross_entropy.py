@@ -35,6 +35,7 @@ from fairseq.logging import metrics
 from torch import Tensor
 
 from fairseq_ext.modules.nat_fertility import predict_fertility, teacher_log_probs
+from fairseq_ext.data.errors import UserDataError
 
 FT_TERMS = ("rl", "bp", "kd")
 
@@ -137,7 +138,7 @@ class NATFertilityLoss(LabelSmoothedDualImitationCriterion):
         self.ft_terms = tuple(t.strip() for t in ft_terms.split(",") if t.strip())
         unknown = set(self.ft_terms) - set(FT_TERMS)
         if unknown:
-            raise ValueError(f"--ft-terms: unknown {sorted(unknown)}; expected a subset of {FT_TERMS}")
+            raise UserDataError(f"--ft-terms: unknown {sorted(unknown)}; expected a subset of {FT_TERMS}")
         self.ft_rl_scale = ft_rl_scale
         self.ft_rl_center = ft_rl_center
         self.ft_rl_temperature = ft_rl_temperature
@@ -161,7 +162,7 @@ class NATFertilityLoss(LabelSmoothedDualImitationCriterion):
         target = sample["target"]
         fertility = sample.get("fertility")
         if fertility is None and model.decoder_input_mode == "copy-fertility":
-            raise ValueError("nat_fertility_label_smoothed_cross_entropy needs fertilities: run python -m fairseq_ext.tools.corpora.fertility "
+            raise UserDataError("nat_fertility_label_smoothed_cross_entropy needs fertilities: run python -m fairseq_ext.tools.corpora.fertility "
                              "on the data folder (task translation_fertility)")
         out = model(src_tokens, src_lengths, fertility=fertility, tgt_tokens=target)
         word, fert = out["word_ins"], out["fertility"]

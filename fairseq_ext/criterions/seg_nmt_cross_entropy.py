@@ -20,6 +20,7 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
+from fairseq_ext.data.errors import UserDataError
 
 
 @dataclass
@@ -38,7 +39,7 @@ class SegNMTCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, prob_floor=1e-7, sentence_avg=False):
         super().__init__(task, sentence_avg, 0.0)
         if not 0.0 <= prob_floor < 1.0:
-            raise ValueError(f"--prob-floor must be in [0, 1), got {prob_floor}")
+            raise UserDataError(f"--prob-floor must be in [0, 1), got {prob_floor}")
         self.log_floor = math.log(prob_floor) if prob_floor > 0 else float("-inf")
 
     def forward(self, model, sample, reduce=True):

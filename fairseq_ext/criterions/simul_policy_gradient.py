@@ -43,6 +43,7 @@ from fairseq_ext.modules.simultaneous.rewards import (
     trajectory_rewards,
 )
 from fairseq_ext.modules.simultaneous.search import run_episode
+from fairseq_ext.data.errors import UserDataError
 
 
 @dataclass
@@ -85,7 +86,7 @@ class SimulPolicyGradientCriterion(FairseqCriterion):
                  train_force_write=False):
         super().__init__(task)
         if traj_per_sent < 1:
-            raise ValueError(f"--traj-per-sent must be >= 1, got {traj_per_sent}")
+            raise UserDataError(f"--traj-per-sent must be >= 1, got {traj_per_sent}")
         self.reward_cfg = RewardConfig(str(delay_type), target_ap, target_cw, delay_alpha, delay_beta,
                                        str(cw_penalty), str(quality_reward))
         self.units = UnitMapper(task.target_dictionary, str(reward_bpe))
@@ -100,7 +101,7 @@ class SimulPolicyGradientCriterion(FairseqCriterion):
         """Simultaneous decoding of every sentence ``traj_per_sent`` times (sampled; once, argmax, when not
         ``training``): ``(env, policy, index)``, ``index`` (R,) the sentence of each trajectory."""
         if getattr(model, "agent", None) is None:
-            raise ValueError("criterion simul_policy_gradient needs --arch simul_agent (the agent on a frozen NMT)")
+            raise UserDataError("criterion simul_policy_gradient needs --arch simul_agent (the agent on a frozen NMT)")
         net = sample["net_input"]
         src, lengths = net["src_tokens"], net["src_lengths"]
         K = self.traj_per_sent if training else 1

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from fairseq_ext.modules.actor_critic import (OBJECTIVES, critic_aware_weights, critic_value, mean_log_prob,
                                               sentence_bleu_plus1)
+from fairseq_ext.data.errors import UserDataError
 
 WEIGHT_NORMS = ("sentence", "batch")
 
@@ -89,13 +90,13 @@ class ActorCriticCriterion(FairseqCriterion):
                  tg_uniform_weights=False, tg_max_len_a=1.5, tg_max_len_b=10):
         super().__init__(task)
         if critic_updates < 0 or actor_updates < 0 or critic_updates + actor_updates < 1:
-            raise ValueError("--critic-updates and --actor-updates must be >= 0 and not both 0")
+            raise UserDataError("--critic-updates and --actor-updates must be >= 0 and not both 0")
         if min(tg_critic_samples, tg_actor_samples) < 1:
-            raise ValueError("--tg-critic-samples and --tg-actor-samples must be >= 1")
+            raise UserDataError("--tg-critic-samples and --tg-actor-samples must be >= 1")
         if tg_tau <= 0 and not tg_uniform_weights:
-            raise ValueError(f"--tg-tau must be > 0, got {tg_tau}")
+            raise UserDataError(f"--tg-tau must be > 0, got {tg_tau}")
         if not hasattr(task, "greedy_rollouts"):
-            raise ValueError("criterion trainable_greedy_actor_critic needs --task trainable_greedy_decoding")
+            raise UserDataError("criterion trainable_greedy_actor_critic needs --task trainable_greedy_decoding")
         self.objective = str(tg_objective)
         self.critic_updates, self.actor_updates = critic_updates, actor_updates
         self.samples = {"critic": tg_critic_samples, "actor": tg_actor_samples}

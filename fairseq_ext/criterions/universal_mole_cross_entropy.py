@@ -22,6 +22,7 @@ from fairseq.criterions.cross_entropy import CrossEntropyCriterionConfig
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
 from fairseq_ext.modules.ulr import mole_gate_loss
+from fairseq_ext.data.errors import UserDataError
 
 
 @dataclass
@@ -37,7 +38,7 @@ class UniversalMoLECrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, gate_loss_weight=1.0):
         super().__init__(task, sentence_avg, 0.0)
         if gate_loss_weight < 0:
-            raise ValueError(f"--gate-loss-weight must be >= 0, got {gate_loss_weight}")
+            raise UserDataError(f"--gate-loss-weight must be >= 0, got {gate_loss_weight}")
         self.gate_loss_weight = gate_loss_weight
 
     def forward(self, model, sample, reduce=True):

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from fairseq_ext.generators.decoding import ShrinkingBeamGenerator
 from fairseq_ext.modules.bimsmt import Segment, assemble_history, encode_segments, history_segments
+from fairseq_ext.data.errors import UserDataError
 
 
 class ConversationOnlineGenerator:
@@ -45,7 +46,7 @@ class ConversationOnlineGenerator:
             raise NotImplementedError("conversation_online decodes with a single model (no ensembles)")
         self.model = models[0]
         if not getattr(self.model, "uses_conversation_history", False):
-            raise ValueError("conversation_online needs a conversation model (--arch bimsmt_rnn*)")
+            raise UserDataError("conversation_online needs a conversation model (--arch bimsmt_rnn*)")
         self.tgt_dict = tgt_dict
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
         self.beam_size = beam_size
@@ -80,7 +81,7 @@ class ConversationOnlineGenerator:
         use_ctx = model.uses_context
         use_tgt = model.uses_target_history
         if use_tgt and E > 0:
-            raise ValueError("conversation_online: the batch lacks earlier sentences of its conversations (were "
+            raise UserDataError("conversation_online: the batch lacks earlier sentences of its conversations (were "
                              "some filtered by size? raise --max-source-positions / --max-target-positions); their "
                              "translations are needed for the target history")
         sent = None

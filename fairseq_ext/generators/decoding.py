@@ -38,6 +38,7 @@ from torch import Tensor
 
 from fairseq_ext._compat import generation_default, generation_option
 from fairseq_ext.generators.rescoring import RESCORE_BATCH, best_per_group, score_candidates
+from fairseq_ext.data.errors import UserDataError
 
 DECODING_ALGORITHMS = ("beam", "greedy", "shrinking_beam", "npd")
 #: fairseq's output length options (``--max-len-a/-b``, ``--min-len``; ``max_len`` SequenceGenerator's keyword)
@@ -188,7 +189,7 @@ class ShrinkingBeamGenerator(AutoregressiveGenerator):
     def __init__(self, models, tgt_dict, beam_size: int = generation_default("beam"), **kwargs):
         super().__init__(models, tgt_dict, **kwargs)
         if beam_size < 1:
-            raise ValueError(f"--beam must be >= 1, got {beam_size}")
+            raise UserDataError(f"--beam must be >= 1, got {beam_size}")
         self.beam_size = beam_size
 
     @torch.no_grad()
@@ -269,9 +270,9 @@ class NoisyParallelGenerator(AutoregressiveGenerator):
                  **kwargs):
         super().__init__(models, tgt_dict, **kwargs)
         if samples < 1:
-            raise ValueError(f"--npd-samples must be >= 1, got {samples}")
+            raise UserDataError(f"--npd-samples must be >= 1, got {samples}")
         if sigma0 < 0:
-            raise ValueError(f"--npd-sigma0 must be >= 0, got {sigma0}")
+            raise UserDataError(f"--npd-sigma0 must be >= 0, got {sigma0}")
         self.samples = samples
         self.sigma0 = sigma0
         self.rescore_batch = rescore_batch

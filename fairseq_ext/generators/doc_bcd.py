@@ -23,6 +23,7 @@ from fairseq.data import data_utils
 from torch import Tensor
 
 from fairseq_ext.generators.decoding import GreedyGenerator
+from fairseq_ext.data.errors import UserDataError
 
 BCD_UPDATES = ("jacobi", "gauss_seidel")
 BCD_INITS = ("auto", "base_model", "zero_context")
@@ -59,18 +60,18 @@ class DocBCDGenerator:
     def __init__(self, models, tgt_dict, iterations: int = 1, update: str = "jacobi", init: str = "auto",
                  **greedy_kwargs):
         if iterations < 0:
-            raise ValueError(f"--doc-iterations must be >= 0, got {iterations}")
+            raise UserDataError(f"--doc-iterations must be >= 0, got {iterations}")
         if update not in BCD_UPDATES:
-            raise ValueError(f"unknown --bcd-update {update!r}; expected one of {BCD_UPDATES}")
+            raise UserDataError(f"unknown --bcd-update {update!r}; expected one of {BCD_UPDATES}")
         if init not in BCD_INITS:
-            raise ValueError(f"unknown --bcd-init {init!r}; expected one of {BCD_INITS}")
+            raise UserDataError(f"unknown --bcd-init {init!r}; expected one of {BCD_INITS}")
         if not 1 <= len(models) <= 2:
-            raise ValueError(f"doc_bcd takes the document model and optionally the sentence model "
+            raise UserDataError(f"doc_bcd takes the document model and optionally the sentence model "
                              f"(--path DOC.pt:SENT.pt), got {len(models)} models")
         if init == "auto":
             init = "base_model" if len(models) == 2 else "zero_context"
         if init == "base_model" and len(models) < 2:
-            raise ValueError("--bcd-init base_model needs the sentence model as the second --path entry")
+            raise UserDataError("--bcd-init base_model needs the sentence model as the second --path entry")
         self.models = list(models)
         self.model = models[0]
         self.tgt_dict = tgt_dict
@@ -80,7 +81,7 @@ class DocBCDGenerator:
         self.init_greedy = (ContextGreedyGenerator([models[1]], tgt_dict, **greedy_kwargs)
                             if init == "base_model" else self.doc_greedy)
         if init == "zero_context" and not hasattr(self.model, "memory_disabled"):
-            raise ValueError(f"--bcd-init zero_context needs a document model with memory_disabled() "
+            raise UserDataError(f"--bcd-init zero_context needs a document model with memory_disabled() "
                              f"(docmem); {type(self.model).__name__} has none: give the sentence model too")
         self.symbols_to_strip_from_output = {self.eos}
 

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from fairseq_ext.generators.rescoring import RESCORE_BATCH, best_per_group, score_candidates
 from fairseq_ext.modules.nat_fertility import constrain_fertility, fertility_cap, predict_fertility
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -189,13 +190,13 @@ class NATFertilityGenerator:
                  oracle_length: bool = False, max_len_ratio: float = 2.0, epd_topk: int = 10,
                  rescore_batch: int = RESCORE_BATCH):
         if fertility_decoding not in DECODING:
-            raise ValueError(f"fertility decoding {fertility_decoding!r}: expected one of {DECODING}")
+            raise UserDataError(f"fertility decoding {fertility_decoding!r}: expected one of {DECODING}")
         if npd_samples > 0 and fertility_decoding == "epd":
-            raise ValueError("choose noisy (--npd-samples) or exact (--fertility-decoding epd) parallel decoding")
+            raise UserDataError("choose noisy (--npd-samples) or exact (--fertility-decoding epd) parallel decoding")
         if fertility_decoding == "epd" and epd_topk < 1:
-            raise ValueError(f"exact parallel decoding needs --epd-topk >= 1, got {epd_topk}")
+            raise UserDataError(f"exact parallel decoding needs --epd-topk >= 1, got {epd_topk}")
         if (npd_samples > 0 or fertility_decoding == "epd") and teacher is None:
-            raise ValueError("noisy/exact parallel decoding needs the autoregressive teacher (--teacher-path)")
+            raise UserDataError("noisy/exact parallel decoding needs the autoregressive teacher (--teacher-path)")
         self.tgt_dict = tgt_dict
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
         self.fertility_decoding = fertility_decoding
@@ -237,10 +238,10 @@ class NATFertilityGenerator:
         """(fertility, lengths) from the reference for ``oracle_length``."""
         if model.decoder_input_mode == "copy-fertility":
             if sample.get("fertility") is None:
-                raise ValueError("--oracle-length with a copy-fertility model needs the split's fertilities")
+                raise UserDataError("--oracle-length with a copy-fertility model needs the split's fertilities")
             return sample["fertility"].masked_fill(~src_mask, 0), None
         if sample.get("target") is None:
-            raise ValueError("--oracle-length needs references")
+            raise UserDataError("--oracle-length needs references")
         return None, sample["target"].ne(self.pad).sum(1)
 
     # -- rescoring -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ own, or the GNMT length penalty's) into its segment-aware subclass.
 """
 import torch
 from fairseq.sequence_generator import EnsembleModel
+from fairseq_ext.data.errors import UserDataError
 
 
 SEPARATOR_PENALTY = -1e4  # log-prob of a too-early final </s> (finite, so forced endings still finish)
@@ -62,7 +63,7 @@ class SegmentAwareMixin:
         eos = kwargs.get("eos") or tgt_dict.eos()
         self.separator = tgt_dict.bos()
         if self.separator in (eos, tgt_dict.pad(), tgt_dict.unk()):
-            raise ValueError("segment-aware decoding needs a <s> symbol distinct from </s>, <pad> and <unk>")
+            raise UserDataError("segment-aware decoding needs a <s> symbol distinct from </s>, <pad> and <unk>")
         if not isinstance(models, EnsembleModel):
             models = SegmentAwareEnsemble(models, eos, self.separator)
         super().__init__(models, tgt_dict, **kwargs)

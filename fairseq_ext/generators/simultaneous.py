@@ -34,6 +34,7 @@ from fairseq_ext.modules.latency import (
 from fairseq_ext.modules.simultaneous.environment import SimulEnvironment
 from fairseq_ext.modules.simultaneous.policies import build_policy
 from fairseq_ext.modules.simultaneous.search import run_episode, simultaneous_beam_search
+from fairseq_ext.data.errors import UserDataError
 
 SIMUL_DECODERS = ("simul_greedy", "simul_beam")
 
@@ -54,7 +55,7 @@ class SimultaneousGenerator:
         if len(models) != 1:
             raise NotImplementedError("simultaneous decoding drives a single NMT environment (no ensembles)")
         if beam_size < 1:
-            raise ValueError(f"--simul-beam must be >= 1, got {beam_size}")
+            raise UserDataError(f"--simul-beam must be >= 1, got {beam_size}")
         self.model = models[0]
         self.tgt_dict = tgt_dict
         self.eos = tgt_dict.eos()

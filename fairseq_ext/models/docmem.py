@@ -57,6 +57,7 @@ from fairseq_ext.modules.memnet import (
 )
 from fairseq_ext.modules.rnn import BahdanauAttention
 from fairseq_ext.modules.warm_start import SentenceWarmStartMixin
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ class DocMemEncoder(RNNSearchEncoder):
         self.src_mem_encoder = cfg.src_mem_encoder
         if self.use_src:
             if self.output_dim % 2:
-                raise ValueError(f"the source memory's bi-GRU needs an even encoder width, got {self.output_dim}")
+                raise UserDataError(f"the source memory's bi-GRU needs an even encoder width, got {self.output_dim}")
             self.sentence_lm = sentence_lm
             in_dim = sentence_lm.output_dim if sentence_lm is not None else self.output_dim
             self.doc_rnn = DocumentRNN(in_dim, self.output_dim // 2, cfg.doc_rnn_dropout)
@@ -191,7 +192,7 @@ class DocMemDecoder(RNNSearchDecoder):
         self.out_dim = cfg.decoder_out_embed_dim
         if self.integration == "m2c":
             if cfg.rnn_type != "gru":
-                raise ValueError("Memory-to-Context needs --rnn-type gru (the thesis's decoder)")
+                raise UserDataError("Memory-to-Context needs --rnn-type gru (the thesis's decoder)")
             sentence_input = E + context_dim if self.transition.variant == "plain" else E
             self.transition.cell = MemoryInputGRUCell(sentence_input, self.memory_dim, H, memory_offset=E)
         if self.use_tgt:
@@ -237,7 +238,7 @@ class DocMemDecoder(RNNSearchDecoder):
         """s^{|y|} (R, H) of the current translations of the N-set ``rows``: each teacher-forced with its own
         source through the sentence path (module doc)."""
         if not encoder_out.get("ctx_tgt_tokens"):
-            raise ValueError(f"--doc-context {self.doc_context} needs the current translations of the context "
+            raise UserDataError(f"--doc-context {self.doc_context} needs the current translations of the context "
                              f"(ctx_tgt_tokens): train with --doc-target-context generated|gold, decode with "
                              f"doc_bcd (or --doc-target-context), or use --zero-memory")
         tokens = encoder_out["ctx_tgt_tokens"][0].index_select(0, rows)
@@ -383,7 +384,7 @@ class DocMemModel(SentenceWarmStartMixin, RNNSearchModel):
     def build_model(cls, args, task):
         docmem(args)
         if args.doc_context != "memory" and args.memory_integration == "m2o":
-            raise ValueError(f"--doc-context {args.doc_context} is a Memory-to-Context baseline (m2o not supported)")
+            raise UserDataError(f"--doc-context {args.doc_context} is a Memory-to-Context baseline (m2o not supported)")
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         enc_emb, dec_emb = cls.build_embeddings(args, src_dict, tgt_dict)
         use_src, _ = memory_layout(args)

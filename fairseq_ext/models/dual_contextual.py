@@ -32,6 +32,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 
 from fairseq_ext.modules.arch_utils import SHAPES, parse_layer_set, register_shaped, set_default, wrap_layer
 from fairseq_ext.modules.dual_contextual import AGG_INITS, PADDINGS, DualContextual
+from fairseq_ext.data.errors import UserDataError
 
 
 def _dc_module(embed_dim, heads, cfg, causal):
@@ -55,7 +56,7 @@ class DCDecoderLayer(TransformerDecoderLayerBase):
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         if cfg.cross_self_attention or add_bias_kv or add_zero_attn:
-            raise ValueError("the DC module does not support cross-self-attention / bias_kv / zero_attn")
+            raise UserDataError("the DC module does not support cross-self-attention / bias_kv / zero_attn")
         return _dc_module(embed_dim, cfg.decoder.attention_heads, cfg, causal=True)
 
 
@@ -115,7 +116,7 @@ class TransformerDCModel(TransformerModel):
     def build_model(cls, args, task):
         dc_defaults(args)
         if int(args.dc_kernel_size) < 1:
-            raise ValueError("--dc-kernel-size must be >= 1")
+            raise UserDataError("--dc-kernel-size must be >= 1")
         return super().build_model(args, task)
 
     @classmethod

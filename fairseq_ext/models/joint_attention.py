@@ -55,6 +55,7 @@ from fairseq_ext.modules.layer_aggregation import (
 from fairseq_ext.modules.arch_utils import (
     SHAPES, apply_shape, parse_layer_set, register_shaped, set_default, wrap_layer,
 )
+from fairseq_ext.data.errors import UserDataError
 
 JAS_STRATEGIES = ("none",) + STRATEGIES + ("mlmha",)
 
@@ -207,7 +208,7 @@ def resolve_jas_args(args) -> None:
         args.jas_top_n = 1
     n = int(args.jas_top_n) if args.jas_top_n else L
     if not 1 <= n <= L:
-        raise ValueError(f"--jas-top-n {n} must be in 1..{L} (the number of encoder layers)")
+        raise UserDataError(f"--jas-top-n {n} must be in 1..{L} (the number of encoder layers)")
     args.jas_top_n = n
     if not args.jas_agg_ffn_dim:
         args.jas_agg_ffn_dim = args.encoder_ffn_embed_dim

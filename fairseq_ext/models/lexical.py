@@ -45,6 +45,7 @@ from fairseq_ext.modules.lexical import DiscreteLexiconBias, LexicalTranslation
 from fairseq_ext.modules.norms import FixNormEmbedding, add_fixnorm_args, fixnorm
 from fairseq_ext.modules.vocab_mask import add_target_vocab_mask_args, set_target_vocab_mask_default
 from fairseq_ext.modules.word_dropout import WordDropoutMixin, add_word_dropout_args, set_word_dropout_default
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def build_arthur_bias(args, src_dict, tgt_dict) -> Optional[DiscreteLexiconBias]
     path = getattr(args, "arthur_lexicon", None)
     if not path:
         if canonical_arch(getattr(args, "arch", None)) in ARTHUR_ARCHS:
-            raise ValueError(f"--arch {args.arch} needs --arthur-lexicon PATH "
+            raise UserDataError(f"--arch {args.arch} needs --arthur-lexicon PATH "
                              "(build it with python -m fairseq_ext.tools.corpora.arthur_lexicon)")
         return None
     from fairseq_ext.data.lexicon_file import load_lexicon
@@ -100,7 +101,7 @@ class LexiconMixin:
         """log p^ℓ(y | f) for single source words ``src_ids`` (N,) → (N, V) (§5.6.5)."""
         lex = self.decoder.lexical
         if lex is None:
-            raise ValueError("this model has no lexical module (train with --lexical)")
+            raise UserDataError("this model has no lexical module (train with --lexical)")
         logits = self.decoder.apply_target_vocab_mask(
             lex.lexicon_logits(self.encoder.embed_tokens(src_ids)).float())
         return F.log_softmax(logits, dim=-1)
@@ -366,7 +367,7 @@ class LuongLSTMModel(LexiconMixin, WordDropoutMixin, LSTMModel):
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         tied = bool(args.share_decoder_input_output_embed or args.share_all_embeddings)
         if args.encoder_layers != args.decoder_layers:  # the decoder starts from the encoder's final states
-            raise ValueError("lstm_luong: --encoder-layers must match --decoder-layers")
+            raise UserDataError("lstm_luong: --encoder-layers must match --decoder-layers")
 
         def embedding(dictionary, dim, normalised):
             if normalised:
@@ -375,15 +376,15 @@ class LuongLSTMModel(LexiconMixin, WordDropoutMixin, LSTMModel):
 
         if args.share_all_embeddings:
             if src_dict != tgt_dict:
-                raise ValueError("--share-all-embeddings requires a joined dictionary")
+                raise UserDataError("--share-all-embeddings requires a joined dictionary")
             if args.encoder_embed_dim != args.decoder_embed_dim:
-                raise ValueError("--share-all-embeddings requires equal encoder/decoder embed dims")
+                raise UserDataError("--share-all-embeddings requires equal encoder/decoder embed dims")
             enc_emb = dec_emb = embedding(src_dict, args.encoder_embed_dim, args.fixnorm)
         else:
             enc_emb = embedding(src_dict, args.encoder_embed_dim, False)
             dec_emb = embedding(tgt_dict, args.decoder_embed_dim, args.fixnorm and tied)
         if tied and args.decoder_embed_dim != args.decoder_out_embed_dim:
-            raise ValueError("tied embeddings need --decoder-embed-dim == --decoder-out-embed-dim")
+            raise UserDataError("tied embeddings need --decoder-embed-dim == --decoder-out-embed-dim")
 
         encoder = LuongLSTMEncoder(
             src_dict, reverse_source=args.reverse_source, embed_dim=args.encoder_embed_dim,

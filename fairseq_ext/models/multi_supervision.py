@@ -43,6 +43,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 from fairseq_ext.modules.arch_utils import SHAPES, parse_layer_set, register_shaped, set_default, wrap_layer
 from fairseq_ext.modules.aif import AuxiliaryInformationFusion
+from fairseq_ext.data.errors import UserDataError
 
 
 def parse_generate_from(spec, aux_layers: List[int]) -> Optional[int]:
@@ -55,10 +56,10 @@ def parse_generate_from(spec, aux_layers: List[int]) -> Optional[int]:
         return None
     m = re.fullmatch(r"aux[:_\-]?(\d+)", s)
     if m is None:
-        raise ValueError(f"--generate-from {spec!r}: expected 'main' or 'aux<l>' (e.g. aux2)")
+        raise UserDataError(f"--generate-from {spec!r}: expected 'main' or 'aux<l>' (e.g. aux2)")
     layer = int(m.group(1))
     if layer not in aux_layers:
-        raise ValueError(f"--generate-from {spec!r}: no auxiliary decoder on encoder layer {layer} "
+        raise UserDataError(f"--generate-from {spec!r}: no auxiliary decoder on encoder layer {layer} "
                          f"(--aux-layers {','.join(map(str, aux_layers)) or 'none'})")
     return aux_layers.index(layer)
 

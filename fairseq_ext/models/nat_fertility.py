@@ -38,6 +38,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
 from fairseq_ext.modules.arch_utils import register_shaped, set_default
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -270,11 +271,11 @@ class NATFertilityModel(FairseqNATModel):
         own = self.encoder.state_dict()
         bad = [k for k, v in enc.items() if k in own and own[k].shape != v.shape]
         if bad:
-            raise ValueError(f"--init-encoder-from {path}: shape mismatch for {bad[:5]} "
+            raise UserDataError(f"--init-encoder-from {path}: shape mismatch for {bad[:5]} "
                              f"(the NAT encoder must have the teacher's sizes)")
         used = {k: v for k, v in enc.items() if k in own}
         if not used:
-            raise ValueError(f"--init-encoder-from {path}: no encoder parameter matched")
+            raise UserDataError(f"--init-encoder-from {path}: no encoder parameter matched")
         missing = [k for k in own if k not in used and not k.endswith("_float_tensor")]
         self.encoder.load_state_dict(used, strict=False)
         logger.info(f"initialised the encoder from {path}: {len(used)} tensors"
@@ -301,12 +302,12 @@ class NATFertilityModel(FairseqNATModel):
         mode = self.decoder_input_mode
         if mode == "copy-fertility":
             if fertility is None:
-                raise ValueError("--decoder-input copy-fertility needs fertilities")
+                raise UserDataError("--decoder-input copy-fertility needs fertilities")
             index, mask = fertility_copy_index(fertility.masked_fill(~src_mask, 0))
         else:
             if lengths is None:
                 if fertility is None:
-                    raise ValueError(f"--decoder-input {mode} needs target lengths or fertilities")
+                    raise UserDataError(f"--decoder-input {mode} needs target lengths or fertilities")
                 lengths = fertility.masked_fill(~src_mask, 0).sum(1)
             if mode == "uniform":
                 index, mask = uniform_copy_index(src_mask, lengths)
@@ -336,7 +337,7 @@ class NATFertilityModel(FairseqNATModel):
             fertility = fertility.masked_fill(~src_mask, 0)
             if lengths is not None and self.decoder_input_mode == "copy-fertility" and \
                     not torch.equal(fertility.sum(1), lengths):
-                raise ValueError("fertilities do not sum to the target lengths (were they computed on "
+                raise UserDataError("fertilities do not sum to the target lengths (were they computed on "
                                  "these targets?)")
         logits, out_mask = self.decode(encoder_out, src_tokens, fertility, lengths)
         if tgt_tokens is not None:

@@ -46,6 +46,7 @@ from fairseq_ext.modules.rnn import (
     make_cell,
     run_cell,
 )
+from fairseq_ext.data.errors import UserDataError
 
 DEFAULT_MAX_POSITIONS = 1024
 
@@ -118,7 +119,7 @@ class RNNSearchDecoder(FairseqIncrementalDecoder):
         self.readout = nn.Linear(H + E + context_dim, out_dim)  # W_z z + W_e ε_I[y] + W_c c + b
         if cfg.share_decoder_input_output_embed:
             if out_dim != E:
-                raise ValueError(f"--share-decoder-input-output-embed needs --decoder-out-embed-dim ({out_dim}) "
+                raise UserDataError(f"--share-decoder-input-output-embed needs --decoder-out-embed-dim ({out_dim}) "
                                  f"= --decoder-embed-dim ({E})")
             self.output_projection = nn.Linear(out_dim, len(dictionary))
             self.output_projection.weight = embed_tokens.weight
@@ -292,9 +293,9 @@ class RNNSearchModel(FairseqEncoderDecoderModel):
         enc_emb = embedding(len(src_dict), args.encoder_embed_dim, src_dict.pad())
         if args.share_all_embeddings:
             if src_dict != tgt_dict:
-                raise ValueError("--share-all-embeddings requires a joined dictionary")
+                raise UserDataError("--share-all-embeddings requires a joined dictionary")
             if args.encoder_embed_dim != args.decoder_embed_dim:
-                raise ValueError("--share-all-embeddings requires --encoder-embed-dim = --decoder-embed-dim")
+                raise UserDataError("--share-all-embeddings requires --encoder-embed-dim = --decoder-embed-dim")
             dec_emb = enc_emb
             args.share_decoder_input_output_embed = True
         else:

@@ -32,6 +32,7 @@ from fairseq_ext.models.copynet import CopyNetDecoder
 from fairseq_ext.models.rnnsearch import RNNSearchDecoder, RNNSearchEncoder, RNNSearchModel, rnnsearch_tiny
 from fairseq_ext.modules.copy_attention import selective_read
 from fairseq_ext.modules.rnn import BiRNNEncoderStack
+from fairseq_ext.data.errors import UserDataError
 
 
 class SegCopyNetEncoder(RNNSearchEncoder):
@@ -41,7 +42,7 @@ class SegCopyNetEncoder(RNNSearchEncoder):
     def __init__(self, cfg, dictionary, embed_tokens, tgt_embed_tokens: nn.Embedding, tgt_dict):
         super().__init__(cfg, dictionary, embed_tokens)
         if self.output_dim % 2:
-            raise ValueError(f"seg_copynet's bidirectional Y' encoder needs an even encoder width, "
+            raise UserDataError(f"seg_copynet's bidirectional Y' encoder needs an even encoder width, "
                              f"got {self.output_dim}")
         self.tm_embed_tokens = tgt_embed_tokens
         self.tm_rnn = BiRNNEncoderStack(cfg.rnn_type, tgt_embed_tokens.embedding_dim, self.output_dim // 2, 1, True)

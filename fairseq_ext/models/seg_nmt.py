@@ -41,6 +41,7 @@ from fairseq_ext.modules.tm_memory import (
     shared_scores,
 )
 from fairseq_ext.modules.warm_start import SentenceWarmStartMixin
+from fairseq_ext.data.errors import UserDataError
 
 FUSIONS = ("shallow", "deep")
 
@@ -103,7 +104,7 @@ class SegNMTDecoder(RNNSearchDecoder):
     def __init__(self, cfg, dictionary, embed_tokens, context_dim: int):
         super().__init__(cfg, dictionary, embed_tokens, context_dim)
         if cfg.fusion not in FUSIONS:
-            raise ValueError(f"unknown --fusion {cfg.fusion!r} ({', '.join(FUSIONS)})")
+            raise UserDataError(f"unknown --fusion {cfg.fusion!r} ({', '.join(FUSIONS)})")
         H = self.hidden_size
         self.fusion = cfg.fusion
         self.out_dim = cfg.decoder_out_embed_dim

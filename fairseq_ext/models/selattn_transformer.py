@@ -52,6 +52,7 @@ from fairseq_ext.modules.doc_attention import (
     word_mask_of,
 )
 from fairseq_ext.modules.doc_transformer import CTX_INTEGRATIONS, DocTransformerModel, maruf_sizes
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -256,7 +257,7 @@ class SelAttnEncoder(TransformerEncoderBase):
         out["ctx_index"] = [ctx_index]
         if has_context:
             if ctx_tgt_tokens is None:
-                raise ValueError("--ctx-integration decoder needs the target side of the context "
+                raise UserDataError("--ctx-integration decoder needs the target side of the context "
                                  "(ctx_tgt_tokens: doc_translation --doc-target-context gold|generated)")
             states, pad_mask, _ = self.sentence_set(out, src_tokens, ctx_src_tokens, ctx_src_lengths)
             out["ctx_nset_out"] = [states.transpose(0, 1)]  # L x N x C

@@ -31,6 +31,7 @@ from fairseq_ext.modules.arch_utils import set_default
 from fairseq_ext.modules.frozen_nmt import FrozenNMTModel, add_nmt_path_arg, load_frozen_nmt
 from fairseq_ext.modules.simultaneous.agent import SimulAgent
 from fairseq_ext.modules.simultaneous.environment import check_environment
+from fairseq_ext.data.errors import UserDataError
 
 
 @register_model("simul_agent")
@@ -58,7 +59,7 @@ class SimulAgentModel(FrozenNMTModel):
         try:
             check_environment(nmt)
         except ValueError as e:
-            raise ValueError(f"--nmt-path {args.nmt_path}: {e}") from None
+            raise UserDataError(f"--nmt-path {args.nmt_path}: {e}") from None
         dec = nmt.decoder
         obs_dim = dec.context_dim + dec.hidden_size + dec.embed_tokens.embedding_dim  # o_t = [c; z; ε_I[y]]
         agent = SimulAgent(obs_dim, args.agent_hidden_size, args.agent_baseline_dim, args.agent_adv_momentum)

@@ -31,6 +31,7 @@ from fairseq_ext.models.rnnsearch import RNNSearchDecoder
 from fairseq_ext.modules.actor_critic import Actor, Critic
 from fairseq_ext.modules.arch_utils import set_default
 from fairseq_ext.modules.frozen_nmt import FrozenNMTModel, add_nmt_path_arg, load_frozen_nmt
+from fairseq_ext.data.errors import UserDataError
 
 ACTION_SITES = ("state", "output")
 NOISE_KEY = "tg_action_noise"
@@ -43,7 +44,7 @@ class TrainableGreedyModel(FrozenNMTModel):
     def __init__(self, encoder, decoder, actor: Actor, critic: Critic, site: str = "state"):
         super().__init__(encoder, decoder)
         if site not in ACTION_SITES:
-            raise ValueError(f"--tg-action-site must be one of {ACTION_SITES}, got {site!r}")
+            raise UserDataError(f"--tg-action-site must be one of {ACTION_SITES}, got {site!r}")
         self.actor = actor
         self.critic = critic
         self.site = site
@@ -74,7 +75,7 @@ class TrainableGreedyModel(FrozenNMTModel):
         trainable_greedy(args)
         nmt = load_frozen_nmt(args, task, "trainable_greedy")
         if not isinstance(nmt.decoder, RNNSearchDecoder):
-            raise ValueError(f"--nmt-path {args.nmt_path}: trainable greedy decoding steers an rnnsearch decoder, "
+            raise UserDataError(f"--nmt-path {args.nmt_path}: trainable greedy decoding steers an rnnsearch decoder, "
                              f"got {type(nmt.decoder).__name__}")
         dec = nmt.decoder
         H, C, E = dec.hidden_size, dec.context_dim, dec.embed_tokens.embedding_dim

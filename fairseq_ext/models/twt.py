@@ -41,6 +41,7 @@ from fairseq_ext.modules.norms import (
     NORM_TYPES, FixNormEmbedding, ScaleNorm, add_fixnorm_args, build_norm, fixnorm,
 )
 from fairseq_ext.modules.word_dropout import WordDropoutMixin, add_word_dropout_args, set_word_dropout_default
+from fairseq_ext.data.errors import UserDataError
 
 INIT_SCHEMES = ("fairseq", "xavier", "smallinit")
 LAYER_NORM_NAMES = ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")
@@ -60,7 +61,7 @@ def twt_init_(model: nn.Module, scheme: str) -> None:
     if scheme == "fairseq":
         return
     if scheme not in INIT_SCHEMES:
-        raise ValueError(f"unknown --twt-init {scheme!r}")
+        raise UserDataError(f"unknown --twt-init {scheme!r}")
     for layer in [*model.encoder.layers, *model.decoder.layers]:
         for attn in (layer.self_attn, getattr(layer, "encoder_attn", None)):
             if attn is None:

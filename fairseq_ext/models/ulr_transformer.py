@@ -31,6 +31,7 @@ from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq_ext.models.universal_rnn import ulr_arrays_for
 from fairseq_ext.modules.arch_utils import SHAPES, apply_defaults, register_presets, set_default
 from fairseq_ext.modules.ulr import DEFAULT_TEMPERATURE, ULREmbedding, add_ulr_args, ulr_arch_defaults
+from fairseq_ext.data.errors import UserDataError
 
 
 class ULRDeltaEmbedding(nn.Module):
@@ -70,7 +71,7 @@ class ULRTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         ulr_transformer(args)  # fills what an older checkpoint lacks
         if args.ulr and args.share_all_embeddings:
-            raise ValueError("transformer_ulr --ulr: --share-all-embeddings is impossible (the source embedding is "
+            raise UserDataError("transformer_ulr --ulr: --share-all-embeddings is impossible (the source embedding is "
                              "the universal lexical representation of a marked vocabulary)")
         model = super().build_model(args, task)
         if args.ulr:

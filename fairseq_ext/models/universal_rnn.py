@@ -49,6 +49,7 @@ from fairseq_ext.models.rnnsearch import (
 from fairseq_ext.modules.arch_utils import register_presets, set_default
 from fairseq_ext.modules.ulr import (MoLE, ULREmbedding, add_ulr_args, alpha_with_missing, load_ulr_arrays,
                                     ulr_arch_defaults)
+from fairseq_ext.data.errors import UserDataError
 
 class UniversalEncoder(RNNSearchEncoder):
     """``rnnsearch`` encoder + optional MoLE over its states (Eq. 5.6) + the sentence languages."""
@@ -120,11 +121,11 @@ class UniversalRNNModel(RNNSearchModel):
         universal_rnn(args)
         langs = getattr(task, "langs", None)
         if not langs:
-            raise ValueError("universal needs a task that knows the source languages (--task "
+            raise UserDataError("universal needs a task that knows the source languages (--task "
                              "universal_translation)")
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         if args.share_all_embeddings:
-            raise ValueError("universal: --share-all-embeddings is impossible (marked source vocabulary)")
+            raise UserDataError("universal: --share-all-embeddings is impossible (marked source vocabulary)")
         if args.ulr:
             arrays = ulr_arrays_for(args, task, src_dict)
             alpha = arrays["alpha"]

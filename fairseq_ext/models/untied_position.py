@@ -36,6 +36,7 @@ from fairseq_ext.models.twt import (
 )
 from fairseq_ext.modules.arch_utils import register_presets, register_shaped, set_default
 from fairseq_ext.modules.vocab_mask import add_target_vocab_mask_args, set_target_vocab_mask_default
+from fairseq_ext.data.errors import UserDataError
 
 POSITION_KINDS = ("sinusoidal", "random")
 SCALES = ("tupe", "standard")
@@ -58,7 +59,7 @@ class PositionTable(nn.Module):
     def __init__(self, kind: str, num_positions: int, dim: int, freeze: bool = False):
         super().__init__()
         if kind not in POSITION_KINDS:
-            raise ValueError(f"--untied-pos {kind!r}: choose from {POSITION_KINDS}")
+            raise UserDataError(f"--untied-pos {kind!r}: choose from {POSITION_KINDS}")
         self.kind, self.dim, self.num_positions = kind, dim, num_positions
         if kind == "sinusoidal":
             self.register_buffer("table", sinusoidal_table(num_positions, dim), persistent=False)
@@ -70,7 +71,7 @@ class PositionTable(nn.Module):
         """The first ``n`` positions (n, d)."""
         if n > self.table.size(0):
             if self.kind == "random":
-                raise ValueError(f"position {n - 1} beyond the {self.num_positions} learned positions")
+                raise UserDataError(f"position {n - 1} beyond the {self.num_positions} learned positions")
             self.table = sinusoidal_table(n, self.dim).to(self.table.device)
         return self.table[:n]
 

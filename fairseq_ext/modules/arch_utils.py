@@ -35,6 +35,7 @@ from typing import Dict, List
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, register_model_architecture
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq_ext.data.errors import UserDataError
 
 # name -> defaults; keys without a side prefix are set for the encoder and the decoder alike.
 SHAPES = {
@@ -195,7 +196,7 @@ def parse_layer_set(spec, num_layers: int, what: str = "layers") -> List[int]:
             out.add(int(part))
     bad = [i for i in out if not 1 <= i <= num_layers]
     if bad:
-        raise ValueError(f"{what} {bad} out of range 1..{num_layers} (in {spec!r})")
+        raise UserDataError(f"{what} {bad} out of range 1..{num_layers} (in {spec!r})")
     return sorted(out)
 
 

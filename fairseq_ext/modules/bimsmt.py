@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from fairseq_ext.data.errors import UserDataError
 
 SRC_CONTEXTS = ("none", "direct", "hier_gating", "lang_attn", "lang_sent_attn", "combined_attn")
 TGT_CONTEXTS = ("none", "lang_sent_attn")
@@ -190,7 +191,7 @@ class SourceContext(nn.Module):
     def __init__(self, variant: str, dim: int, hidden: int):
         super().__init__()
         if variant not in SRC_CONTEXTS[1:]:
-            raise ValueError(f"unknown --src-ctx {variant!r} ({', '.join(SRC_CONTEXTS)})")
+            raise UserDataError(f"unknown --src-ctx {variant!r} ({', '.join(SRC_CONTEXTS)})")
         self.variant, self.dim, self.hidden = variant, dim, hidden
         if variant == "direct":
             self.w_own, self.w_other = nn.Linear(dim, hidden), nn.Linear(dim, hidden)

@@ -22,6 +22,7 @@ from fairseq.modules import LearnedPositionalEmbedding, MultiheadAttention, Sinu
 
 from fairseq_ext.data.concat_dataset import (
     SOURCE, TARGET_INPUT, segment_attention_mask, segment_ids, token_positions)
+from fairseq_ext.data.errors import UserDataError
 
 
 class ConcatRuntime:
@@ -48,7 +49,7 @@ def _embed_positions(module, positions: torch.Tensor) -> torch.Tensor:
         return module.weights[idx].detach()
     if isinstance(module, LearnedPositionalEmbedding):
         if top > module.num_embeddings:
-            raise ValueError(f"a shifted/concatenated position ({top - pad - 2}) exceeds the learned positional "
+            raise UserDataError(f"a shifted/concatenated position ({top - pad - 2}) exceeds the learned positional "
                              f"embedding's {module.num_embeddings - pad - 1} positions; raise "
                              f"--max-source-positions/--max-target-positions or use sinusoidal positions")
         return torch.nn.functional.embedding(idx, module.weight, module.padding_idx)
@@ -115,7 +116,7 @@ def install_concat_hooks(model, rt: ConcatRuntime) -> None:
     for part, side, key in ((enc, SOURCE, "src"), (dec, TARGET_INPUT, "tgt")):
         ep = getattr(part, "embed_positions", None)
         if ep is None:
-            raise ValueError("concat_translation: --concat-reset-pos, --concat-attn-mask and --position-shift "
+            raise UserDataError("concat_translation: --concat-reset-pos, --concat-attn-mask and --position-shift "
                              "need a model with positional embeddings (encoder.embed_positions and "
                              "decoder.embed_positions)")
         ep.register_forward_hook(_positions_hook(rt, side, key), with_kwargs=True)

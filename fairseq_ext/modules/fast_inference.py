@@ -34,6 +34,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import nn
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ def optimize_for_inference_(model: nn.Module, quantize: str = "none") -> nn.Modu
     """Apply the fast path ``quantize`` (one of :data:`QUANTIZE_CHOICES`) to ``model`` in place, once."""
     quantize = (quantize or "none").lower()
     if quantize not in QUANTIZE_CHOICES:
-        raise ValueError(f"--quantize {quantize!r}: expected one of {', '.join(QUANTIZE_CHOICES)}")
+        raise UserDataError(f"--quantize {quantize!r}: expected one of {', '.join(QUANTIZE_CHOICES)}")
     if quantize == "none" or getattr(model, "_fairseq_ext_quantized", None) == quantize:
         return model
     if quantize == "int8":

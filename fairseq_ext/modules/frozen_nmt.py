@@ -17,6 +17,7 @@ import os
 from fairseq.models import FairseqEncoderDecoderModel
 
 from fairseq_ext.modules.checkpoint import load_ensemble
+from fairseq_ext.data.errors import UserDataError
 
 
 def add_nmt_path_arg(parser, help: str) -> None:
@@ -26,7 +27,7 @@ def add_nmt_path_arg(parser, help: str) -> None:
 def load_frozen_nmt(args, task, model_name: str, requirement: str = "an rnnsearch checkpoint"):
     """The frozen NMT of ``args.nmt_path`` (made absolute in ``args``); one clear error when it is missing."""
     if not getattr(args, "nmt_path", None):
-        raise ValueError(f"{model_name} needs the frozen NMT: --nmt-path CKPT ({requirement})")
+        raise UserDataError(f"{model_name} needs the frozen NMT: --nmt-path CKPT ({requirement})")
     args.nmt_path = os.path.abspath(args.nmt_path)
     models, _, _ = load_ensemble([args.nmt_path], task=task, frozen=True)
     return models[0]

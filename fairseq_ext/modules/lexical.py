@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from fairseq.modules import FairseqDropout
 
 from fairseq_ext.modules.norms import fixnorm
+from fairseq_ext.data.errors import UserDataError
 
 
 class LexicalTranslation(nn.Module):
@@ -113,12 +114,12 @@ class DiscreteLexiconBias(nn.Module):
         f, e = indices[0].long(), indices[1].long()
         values = values.float()
         if len(f) and (f.min() < 0 or f.max() >= self.num_src or e.min() < 0 or e.max() >= self.num_tgt):
-            raise ValueError(f"lexicon entries outside the {self.num_src} x {self.num_tgt} dictionaries")
+            raise UserDataError(f"lexicon entries outside the {self.num_src} x {self.num_tgt} dictionaries")
         if len(values) and (values.min() < 0 or values.max() > 1):
-            raise ValueError("lexicon probabilities must lie in [0, 1]")
+            raise UserDataError("lexicon probabilities must lie in [0, 1]")
         row_sums = torch.zeros(self.num_src).index_add_(0, f, values)
         if len(f) and row_sums.max() > 1 + 1e-4:
-            raise ValueError(f"lexicon row of source type {int(row_sums.argmax())} sums to "
+            raise UserDataError(f"lexicon row of source type {int(row_sums.argmax())} sums to "
                              f"{float(row_sums.max()):.4f} > 1")
         counts = torch.bincount(f, minlength=self.num_src)
         k = int(counts.max()) if len(f) else 0

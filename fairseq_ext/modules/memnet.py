@@ -36,6 +36,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from fairseq_ext.modules.rnn import BiRNNEncoderStack, front_order
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -236,9 +237,9 @@ class LMSentenceEncoder(nn.Module):
         state = torch.load(path, map_location="cpu", weights_only=False)
         model = state["model"] if "model" in state else state
         if _model_option(state, "residuals"):
-            raise ValueError(f"{path}: an lstm_lm with --residuals is not a plain LSTM; train it without")
+            raise UserDataError(f"{path}: an lstm_lm with --residuals is not a plain LSTM; train it without")
         if "decoder.layers.0.weight_ih" not in model:
-            raise ValueError(f"{path} is not a fairseq lstm_lm checkpoint (no decoder.layers.0.weight_ih)")
+            raise UserDataError(f"{path} is not a fairseq lstm_lm checkpoint (no decoder.layers.0.weight_ih)")
         return model
 
     @classmethod
@@ -252,14 +253,14 @@ class LMSentenceEncoder(nn.Module):
             layers = len({k.split(".")[2] for k in sd if k.startswith("decoder.layers.")})
             hidden = sd["decoder.layers.0.weight_hh"].shape[1]
             if sd["decoder.layers.0.weight_ih"].shape[1] != emb:
-                raise ValueError(f"{path}: the first LSTM layer reads {sd['decoder.layers.0.weight_ih'].shape[1]} "
+                raise UserDataError(f"{path}: the first LSTM layer reads {sd['decoder.layers.0.weight_ih'].shape[1]} "
                                  f"inputs, not the {emb}-d embedding (an lstm_lm with attention/input feeding?)")
             if vocab != len(dictionary):
-                raise ValueError(f"{path}: the LM vocabulary has {vocab} entries, the source dictionary "
+                raise UserDataError(f"{path}: the LM vocabulary has {vocab} entries, the source dictionary "
                                  f"{len(dictionary)}; binarize the LM data with --srcdict <translation dict>")
             shapes.append((emb, hidden, layers))
         if shapes[0] != shapes[1]:
-            raise ValueError(f"forward LM {fwd_path} {shapes[0]} and backward LM {bwd_path} {shapes[1]} differ "
+            raise UserDataError(f"forward LM {fwd_path} {shapes[0]} and backward LM {bwd_path} {shapes[1]} differ "
                              f"in (embedding, hidden, layers)")
         emb, hidden, layers = shapes[0]
         enc = cls(len(dictionary), emb, hidden, layers, dictionary.pad(), dictionary.eos())
@@ -302,5 +303,5 @@ def parse_lm_paths(spec: Optional[str]) -> List[str]:
     """``FWD.pt,BWD.pt`` → [FWD.pt, BWD.pt]."""
     paths = [p for p in (spec or "").split(",") if p]
     if len(paths) != 2:
-        raise ValueError(f"--src-mem-lm needs FWD.pt,BWD.pt (two lstm_lm checkpoints), got {spec!r}")
+        raise UserDataError(f"--src-mem-lm needs FWD.pt,BWD.pt (two lstm_lm checkpoints), got {spec!r}")
     return paths

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fairseq.modules import LayerNorm
+from fairseq_ext.data.errors import UserDataError
 
 NORM_TYPES = ("layernorm", "scalenorm", "scalenorm-fixed", "rmsnorm")
 
@@ -82,7 +83,7 @@ def build_norm(norm_type: str, dim: int, learnable: bool = None, export: bool = 
         return ScaleNorm(dim, learnable=(norm_type == "scalenorm") if learnable is None else learnable)
     if norm_type == "rmsnorm":
         return RMSNorm(dim)
-    raise ValueError(f"unknown --norm-type {norm_type!r}; choose from {', '.join(NORM_TYPES)}")
+    raise UserDataError(f"unknown --norm-type {norm_type!r}; choose from {', '.join(NORM_TYPES)}")
 
 
 def fixnorm(weight: torch.Tensor, radius: float = 1.0, eps: float = 1e-5) -> torch.Tensor:

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from fairseq_ext.modules.copy_attention import copy_mixture
 from fairseq_ext.modules.rnn import front_order
+from fairseq_ext.data.errors import UserDataError
 
 TM_METRICS = ("diagonal", "full")
 
@@ -43,7 +44,7 @@ class BilinearMetric(nn.Module):
     def __init__(self, dim: int, kind: str = "diagonal"):
         super().__init__()
         if kind not in TM_METRICS:
-            raise ValueError(f"unknown --tm-metric {kind!r} ({', '.join(TM_METRICS)})")
+            raise UserDataError(f"unknown --tm-metric {kind!r} ({', '.join(TM_METRICS)})")
         self.kind = kind
         self.weight = nn.Parameter(torch.ones(dim) if kind == "diagonal" else torch.eye(dim))
 
@@ -127,7 +128,7 @@ class TMGate(nn.Module):
     def __init__(self, input_dim: int, hidden: int):
         super().__init__()
         if hidden < 0:
-            raise ValueError(f"--gate-hidden-size must be >= 0, got {hidden}")
+            raise UserDataError(f"--gate-hidden-size must be >= 0, got {hidden}")
         self.hidden = nn.Linear(input_dim, hidden) if hidden > 0 else None
         self.out = nn.Linear(hidden if hidden > 0 else input_dim, 1)
 

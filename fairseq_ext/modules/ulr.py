@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_ext.modules.arch_utils import set_default
+from fairseq_ext.data.errors import UserDataError
 
 DEFAULT_TEMPERATURE = 0.05
 ULR_FILES = ("query.npy", "key.npy", "alpha.npy")  # written by ``fairseq-ext-ulr project``
@@ -250,10 +251,10 @@ def load_ulr_arrays(directory: Optional[str], vocab_size: int, num_universal: Op
     if paths and all(os.path.isfile(p) for p in paths):
         query, key, alpha = (np.load(p) for p in paths)
         if query.shape[0] != vocab_size or alpha.shape[0] != vocab_size:
-            raise ValueError(f"{paths[0]}: {query.shape[0]} query rows for a source dictionary of {vocab_size} "
+            raise UserDataError(f"{paths[0]}: {query.shape[0]} query rows for a source dictionary of {vocab_size} "
                              f"symbols: the ULR files are stale (rerun fairseq-ext-ulr project on this data)")
         if key.ndim != 2 or key.shape[1] != query.shape[1]:
-            raise ValueError(f"{paths[1]}: key dimension {key.shape[-1]} != query dimension {query.shape[1]}")
+            raise UserDataError(f"{paths[1]}: key dimension {key.shape[-1]} != query dimension {query.shape[1]}")
         return {"query": torch.from_numpy(query).float(), "key": torch.from_numpy(key).float(),
                 "alpha": torch.from_numpy(alpha).bool()}
     if num_universal and query_dim:

@@ -20,6 +20,7 @@ import torch
 
 from fairseq_ext.data.binarized import target_token_counts
 from fairseq_ext.modules.arch_utils import set_default
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def allowed_target_vocab(dictionary, spec: str = "train", data: Optional[str] = 
     elif os.path.exists(spec):
         allowed = allowed_from_file(dictionary, spec)
     else:
-        raise ValueError(f"target vocabulary {spec!r}: expected 'train', 'all' or an existing file")
+        raise UserDataError(f"target vocabulary {spec!r}: expected 'train', 'all' or an existing file")
     allowed[dictionary.eos()] = True
     allowed[dictionary.unk()] = True
     allowed[dictionary.pad()] = False

@@ -32,6 +32,7 @@ from fairseq_ext.generators.length_penalty import GNMTLengthPenaltySequenceGener
 from fairseq_ext.generators.segment_aware import segment_aware
 from fairseq_ext.modules.concat_hooks import ConcatRuntime, install_concat_hooks
 from fairseq_ext.tasks.transfer_translation import TransferTranslationConfig, TransferTranslationTask
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -79,16 +80,16 @@ class ConcatTranslationTask(TransferTranslationTask):
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         if cfg.shift_max < 0:
-            raise ValueError(f"--shift-max must be >= 0, got {cfg.shift_max}")
+            raise UserDataError(f"--shift-max must be >= 0, got {cfg.shift_max}")
         if cfg.shift_prob is not None and not 0.0 <= cfg.shift_prob <= 1.0:
-            raise ValueError(f"--shift-prob must be in [0, 1], got {cfg.shift_prob}")
+            raise UserDataError(f"--shift-prob must be in [0, 1], got {cfg.shift_prob}")
         if cfg.concat_sep_batch and cfg.concat == "none":
-            raise ValueError("--concat-sep-batch needs --concat consec or rand")
+            raise UserDataError("--concat-sep-batch needs --concat consec or rand")
         if cfg.concat_resample and cfg.updates_per_epoch > 0:
-            raise ValueError("--concat-resample redraws the data at every epoch, which would change examples "
+            raise UserDataError("--concat-resample redraws the data at every epoch, which would change examples "
                              "inside a pass of --updates-per-epoch; use one of the two")
         if src_dict.eos() != tgt_dict.eos() or src_dict.pad() != tgt_dict.pad():
-            raise ValueError("concat_translation needs the same </s> and <pad> ids in both dictionaries")
+            raise UserDataError("concat_translation needs the same </s> and <pad> ids in both dictionaries")
         self.runtime = ConcatRuntime(src_dict.pad(), src_dict.eos(), cfg.concat_reset_pos, cfg.concat_attn_mask)
 
     # -- data
@@ -111,7 +112,7 @@ class ConcatTranslationTask(TransferTranslationTask):
                 return build_pairs(mode, src_sizes, tgt_sizes, np.random.default_rng([seed, ep, 1]), sort)
 
             if cfg.position_shift != "none" and tgt_sizes is None:
-                raise ValueError("--position-shift needs target data")
+                raise UserDataError("--position-shift needs target data")
             prob, kind, smax = self._shift_prob() if cfg.position_shift != "none" else 0.0, \
                 cfg.position_shift, cfg.shift_max
 
@@ -132,7 +133,7 @@ class ConcatTranslationTask(TransferTranslationTask):
                 base, lambda ep: build_pairs(mode, src_sizes, tgt_sizes, np.random.default_rng([seed, 0, 3])),
                 keep_original=False)
             if len(ds) == 0:
-                raise ValueError(f"--concat-eval {mode}: split {split} has fewer than 2 sentences")
+                raise UserDataError(f"--concat-eval {mode}: split {split} has fewer than 2 sentences")
             logger.info("concat_translation %s: replaced by its %d %s concatenations", split, len(ds), mode)
         else:
             return
@@ -152,7 +153,7 @@ class ConcatTranslationTask(TransferTranslationTask):
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         if self._segment_aware() and seq_gen_cls is None and not getattr(args, "sampling", False):
             if self.cfg.concat_attn_mask:
-                raise ValueError("segment-aware decoding of concatenated inputs with --concat-attn-mask is not "
+                raise UserDataError("segment-aware decoding of concatenated inputs with --concat-attn-mask is not "
                                  "supported (the masks are applied in teacher-forced passes only); decode "
                                  "single sentences, or drop --concat-eval/--segment-aware-decoding")
             alpha = getattr(self.cfg, "gnmt_alpha", 0.0)

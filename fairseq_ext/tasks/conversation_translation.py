@@ -43,6 +43,7 @@ from fairseq_ext.generators.conversation_online import ConversationOnlineGenerat
 from fairseq_ext.generators.decoding import decoding_options
 from fairseq_ext.tasks.doc_translation import group_batch_iterator
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class ConversationTranslationTask(TranslationExtTask):
         self.langs = parse_langs(cfg.conv_langs)
         self.direction_names = (f"{self.langs[0]}-{self.langs[1]}", f"{self.langs[1]}-{self.langs[0]}")
         if cfg.conv_target_history == "generated" and not cfg.conv_generated_dir:
-            raise ValueError("--conv-target-history generated needs --conv-generated-dir DIR (with {split}.tgt)")
+            raise UserDataError("--conv-target-history generated needs --conv-generated-dir DIR (with {split}.tgt)")
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
@@ -162,12 +163,12 @@ class ConversationTranslationTask(TranslationExtTask):
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         if not all(uses_history(m) for m in models) or generation_option(args, "score_reference"):
             if any(uses_history(m) for m in models):
-                raise ValueError("conversation_translation: a bimsmt model decodes with conversation_online only "
+                raise UserDataError("conversation_translation: a bimsmt model decodes with conversation_online only "
                                  "(no --score-reference, no ensembles with sentence models)")
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
         if generation_option(args, "nbest") > 1:
-            raise ValueError("conversation_online returns one translation per sentence (the one its history uses): "
+            raise UserDataError("conversation_online returns one translation per sentence (the one its history uses): "
                              "--nbest must be 1")
         return ConversationOnlineGenerator(models, self.target_dictionary,
                                            beam_size=int(generation_option(args, "beam") or 1), **decoding_options(args))

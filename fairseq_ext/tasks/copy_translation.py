@@ -45,6 +45,7 @@ from fairseq.tasks import register_task
 
 from fairseq_ext.modules.copy_attention import source_copy_ids, source_to_target_map
 from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -129,12 +130,12 @@ def read_unk_words(path: str, dictionary: Dictionary, table: OOVTable, sizes: np
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             if n > len(sizes):
-                raise ValueError(f"{path}: more lines than the binarized split ({len(sizes)}); "
+                raise UserDataError(f"{path}: more lines than the binarized split ({len(sizes)}); "
                                  "--copy-raw-dir must hold the text the data was binarized from")
             tokens = line.split()
             size = int(sizes[n - 1]) - 1
             if len(tokens) != size and not (truncated and len(tokens) > size):
-                raise ValueError(f"{path}:{n}: {len(tokens)} tokens, but the binarized example has {size}; "
+                raise UserDataError(f"{path}:{n}: {len(tokens)} tokens, but the binarized example has {size}; "
                                  "--copy-raw-dir must hold the text the data was binarized from")
             for p, w in enumerate(tokens[:size]):
                 if w not in dictionary.indices and w != dictionary.unk_word:
@@ -142,7 +143,7 @@ def read_unk_words(path: str, dictionary: Dictionary, table: OOVTable, sizes: np
                     words.append(table.add(w))
             offsets.append(len(positions))
     if n != len(sizes):
-        raise ValueError(f"{path}: {n} lines, but the binarized split has {len(sizes)}")
+        raise UserDataError(f"{path}: {n} lines, but the binarized split has {len(sizes)}")
     return (np.asarray(positions, dtype=np.int64), np.asarray(words, dtype=np.int64),
             np.asarray(offsets, dtype=np.int64))
 
@@ -192,7 +193,7 @@ class CopyTranslationTask(TranslationDecodingTask):
 
     def __init__(self, cfg, src_dict, tgt_dict):
         if cfg.max_source_oovs < 0:
-            raise ValueError(f"--max-source-oovs must be >= 0, got {cfg.max_source_oovs}")
+            raise UserDataError(f"--max-source-oovs must be >= 0, got {cfg.max_source_oovs}")
         self.table = OOVTable()
         src_dict = ExtendedDictionary.wrap(src_dict, self.table)
         tgt_dict = ExtendedDictionary.wrap(tgt_dict, self.table, cfg.max_source_oovs)
@@ -257,7 +258,7 @@ class CopyTranslationTask(TranslationDecodingTask):
         for m in models:
             width = getattr(getattr(m, "decoder", None), "output_size", None)
             if width is not None and width != len(self.tgt_dict) + n:
-                raise ValueError(f"the model outputs {width} ids, the task expects {len(self.tgt_dict)} + "
+                raise UserDataError(f"the model outputs {width} ids, the task expects {len(self.tgt_dict)} + "
                                  f"--max-source-oovs {n}")
         extended = self.tgt_dict
         self.tgt_dict = extended.output_view()

@@ -62,6 +62,7 @@ from fairseq_ext._compat import generation_option
 from fairseq_ext.generators.decoding import DECODING_ALGORITHMS, decoding_options
 from fairseq_ext.generators.doc_bcd import BCD_INITS, BCD_UPDATES, DocBCDGenerator
 from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -221,11 +222,11 @@ class DocTranslationTask(TranslationDecodingTask):
         doc_id_rule(cfg.doc_id_pattern)  # a bad pattern fails before any data is read
         for name in ("doc_context_size", "doc_max_context", "doc_concat_prev"):
             if getattr(cfg, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
+                raise UserDataError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
         if cfg.doc_target_context == "generated" and not cfg.doc_generated_dir:
-            raise ValueError("--doc-target-context generated needs --doc-generated-dir DIR (with {split}.{tgt})")
+            raise UserDataError("--doc-target-context generated needs --doc-generated-dir DIR (with {split}.{tgt})")
         if cfg.doc_concat_prev > 0 and cfg.doc_target_context != "none":
-            raise ValueError("--doc-concat-prev is the concatenation baseline (no context keys); it cannot be "
+            raise UserDataError("--doc-concat-prev is the concatenation baseline (no context keys); it cannot be "
                              "combined with --doc-target-context")
         self.brk = None  # set by setup_task with --doc-concat-prev
 
@@ -244,7 +245,7 @@ class DocTranslationTask(TranslationDecodingTask):
     def build_model(self, cfg, from_checkpoint=False):
         if self.cfg.doc_concat_prev > 0 and getattr(cfg, "share_all_embeddings", False) \
                 and self.src_dict != self.tgt_dict:
-            raise ValueError(f"--doc-concat-prev adds {BRK} to the source dictionary; with different source and "
+            raise UserDataError(f"--doc-concat-prev adds {BRK} to the source dictionary; with different source and "
                              f"target dictionaries --share-all-embeddings is impossible (use a joined dictionary, "
                              f"then {BRK} is added to both, or drop --share-all-embeddings)")
         model = super().build_model(cfg, from_checkpoint)
@@ -257,9 +258,9 @@ class DocTranslationTask(TranslationDecodingTask):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
         if self.cfg.doc_iterations < 0:
-            raise ValueError(f"--doc-iterations must be >= 0, got {self.cfg.doc_iterations}")
+            raise UserDataError(f"--doc-iterations must be >= 0, got {self.cfg.doc_iterations}")
         if generation_option(args, "beam") != 1 and generation_option(args, "nbest") > 1:
-            raise ValueError("doc_bcd is greedy (the thesis decodes greedily): --nbest must be 1")
+            raise UserDataError("doc_bcd is greedy (the thesis decodes greedily): --nbest must be 1")
         return DocBCDGenerator(
             models, self.target_dictionary, iterations=self.cfg.doc_iterations, update=self.cfg.bcd_update,
             init=self.cfg.bcd_init, **decoding_options(args))
@@ -294,7 +295,7 @@ class DocTranslationTask(TranslationDecodingTask):
         check_documents(index, cfg.doc_id_pattern)
         if cfg.doc_concat_prev > 0:
             if cfg.num_batch_buckets > 0:
-                raise ValueError("--doc-concat-prev does not support --num-batch-buckets")
+                raise UserDataError("--doc-concat-prev does not support --num-batch-buckets")
             brk = self.brk if self.brk is not None else self.src_dict.index(BRK)
             if brk == self.src_dict.unk():
                 raise ValueError(f"--doc-concat-prev: {BRK} is not in the source dictionary (setup_task adds it)")
@@ -337,7 +338,7 @@ class DocTranslationTask(TranslationDecodingTask):
         train = dataset is self.datasets.get(getattr(self.cfg, "train_subset", "train"))
         batching, n_updates = self._train_batching()
         if train and batching != "sorted":
-            raise ValueError("--batching chunked applies to --doc-batching size only (document batches are "
+            raise UserDataError("--batching chunked applies to --doc-batching size only (document batches are "
                              "whole documents)")
         epoch_iter = group_batch_iterator(self, dataset, a, train, n_updates, document_batches,
                                           dataset.index.n_docs, "document", cut_at_inference=True)
@@ -366,7 +367,7 @@ class DocTranslationTask(TranslationDecodingTask):
                 return super().inference_step(generator, models, strip_context(sample), prefix_tokens=prefix_tokens,
                                               constraints=constraints)
             if not all(opted):
-                raise ValueError("doc_translation: an ensemble of document models (uses_document_context) and "
+                raise UserDataError("doc_translation: an ensemble of document models (uses_document_context) and "
                                  "sentence models needs a generator that routes the context keys itself")
         return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
                                       constraints=constraints)

@@ -46,6 +46,7 @@ from fairseq_ext.modules.meta_learning import (
     model_partition,
 )
 from fairseq_ext.tasks.universal_translation import UniversalTranslationConfig, UniversalTranslationTask
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -146,14 +147,14 @@ class MetaTranslationTask(UniversalTranslationTask):
                 raise LanguageDataError(f"meta_translation: --meta-valid-lang {self.meta_valid_lang} is also a "
                                         f"meta-training language (--meta-langs {', '.join(meta)})")
         if cfg.inner_steps < 1:
-            raise ValueError(f"meta_translation: --inner-steps must be >= 1, got {cfg.inner_steps}")
+            raise UserDataError(f"meta_translation: --inner-steps must be >= 1, got {cfg.inner_steps}")
         if cfg.meta_gradient == "finite_difference" and cfg.inner_steps != 1:
-            raise ValueError("meta_translation: --meta-gradient finite_difference needs --inner-steps 1 (Eq. 6.8 "
+            raise UserDataError("meta_translation: --meta-gradient finite_difference needs --inner-steps 1 (Eq. 6.8 "
                              "differentiates one inner step)")
         if not cfg.fd_nu > 0:
-            raise ValueError(f"meta_translation: --fd-nu must be > 0, got {cfg.fd_nu}")
+            raise UserDataError(f"meta_translation: --fd-nu must be > 0, got {cfg.fd_nu}")
         if cfg.meta_valid_steps < 0:
-            raise ValueError(f"meta_translation: --meta-valid-steps must be >= 0, got {cfg.meta_valid_steps}")
+            raise UserDataError(f"meta_translation: --meta-valid-steps must be >= 0, got {cfg.meta_valid_steps}")
         self._episode_ds = None  # the training set (unwrapped) and its languages
         self._episode_langs: Optional[np.ndarray] = None
         self._batches: Dict[int, List[np.ndarray]] = {}
@@ -200,7 +201,7 @@ class MetaTranslationTask(UniversalTranslationTask):
             raise LanguageDataError(f"meta_translation: the training split {split} has no examples of "
                                     f"{', '.join(empty)} (--meta-langs / --meta-valid-lang)")
         if self._episode_max_tokens() is None and self._episode_max_sentences() is None:
-            raise ValueError("meta_translation: give --episode-max-tokens, --max-tokens or --batch-size (the size of "
+            raise UserDataError("meta_translation: give --episode-max-tokens, --max-tokens or --batch-size (the size of "
                              "D and D')")
 
     def language_batches(self, lang: str, model) -> List[np.ndarray]:
@@ -254,7 +255,7 @@ class MetaTranslationTask(UniversalTranslationTask):
     def build_criterion(self, cfg, from_checkpoint=False):
         criterion = super().build_criterion(cfg, from_checkpoint)
         if getattr(criterion, "proximal_weight", 0) > 0:
-            raise ValueError("meta_translation: --proximal-weight is the prior of fine-tuning on the target task "
+            raise UserDataError("meta_translation: --proximal-weight is the prior of fine-tuning on the target task "
                              "(ulr_finetune_translation); meta-training takes --proximal-weight 0")
         return criterion
 
@@ -387,10 +388,10 @@ class ULRFinetuneTranslationTask(UniversalTranslationTask):
         if split != getattr(self.cfg, "train_subset", "train"):
             return
         if getattr(self.cfg, "batching", "sorted") == "chunked":
-            raise ValueError("ulr_finetune_translation: --batching chunked is not supported (the training set is a "
+            raise UserDataError("ulr_finetune_translation: --batching chunked is not supported (the training set is a "
                              "subset of the split)")
         if self.cfg.target_token_budget < 0:
-            raise ValueError(f"--target-token-budget must be >= 0, got {self.cfg.target_token_budget}")
+            raise UserDataError(f"--target-token-budget must be >= 0, got {self.cfg.target_token_budget}")
         base = _base_dataset(self.datasets[split])
         keep = np.flatnonzero(self.lang_ids[split] == self.lowres_index)
         if not len(keep):

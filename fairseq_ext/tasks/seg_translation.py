@@ -36,6 +36,7 @@ from fairseq_ext.data.binarized import split_prefix
 from fairseq_ext.data.translation_memory import TMFormatError, read_tm
 from fairseq_ext.data.truncation import truncate_tokens
 from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -204,9 +205,9 @@ class SegTranslationTask(TranslationDecodingTask):
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         if cfg.tm_max_k < 1:
-            raise ValueError(f"--tm-max-k must be >= 1, got {cfg.tm_max_k}")
+            raise UserDataError(f"--tm-max-k must be >= 1, got {cfg.tm_max_k}")
         if not 0 <= cfg.tm_topk <= cfg.tm_max_k:
-            raise ValueError(f"--tm-topk must be in [0, --tm-max-k = {cfg.tm_max_k}], got {cfg.tm_topk}")
+            raise UserDataError(f"--tm-topk must be in [0, --tm-max-k = {cfg.tm_max_k}], got {cfg.tm_topk}")
         self.memory = None
         self.export_file = None
 
@@ -274,7 +275,7 @@ class SegTranslationTask(TranslationDecodingTask):
         opted = [uses_translation_memory(m) for m in models]
         if has_tm(sample) and not all(opted):
             if any(opted):
-                raise ValueError("seg_translation: an ensemble of translation-memory models and plain models is "
+                raise UserDataError("seg_translation: an ensemble of translation-memory models and plain models is "
                                  "not supported")
             sample = strip_tm(sample)
         hypos = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,

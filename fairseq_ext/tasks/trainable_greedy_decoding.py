@@ -31,6 +31,7 @@ from torch import Tensor
 from fairseq_ext.generators.decoding import GreedyGenerator
 from fairseq_ext.models.trainable_greedy import TrainableGreedyModel
 from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class TrainableGreedyDecodingTask(TranslationDecodingTask):
         """Append the influence lines of this batch's best hypotheses (module doc)."""
         model = models[0]
         if len(models) != 1 or not isinstance(model, TrainableGreedyModel):
-            raise ValueError("--tg-influence-out needs one trainable_greedy model (--path ACTOR.pt)")
+            raise UserDataError("--tg-influence-out needs one trainable_greedy model (--path ACTOR.pt)")
         src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
         B = src_tokens.size(0)
         ids = sample["id"].tolist() if "id" in sample else list(range(self.influence_lines,

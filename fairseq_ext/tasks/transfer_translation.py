@@ -28,6 +28,7 @@ from fairseq.data import Dictionary
 from fairseq.tasks import register_task
 
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def target_embedding_parameters(model) -> list:
         if isinstance(p, torch.nn.Parameter) and all(p is not q for q in out):
             out.append(p)
     if not out:
-        raise ValueError("--freeze-target-embeddings: the decoder has no embed_tokens / output projection")
+        raise UserDataError("--freeze-target-embeddings: the decoder has no embed_tokens / output projection")
     return out
 
 
@@ -69,7 +70,7 @@ def freeze_target_embeddings(model) -> list:
     enc_emb = getattr(getattr(model, "encoder", None), "embed_tokens", None)
     enc_w = getattr(enc_emb, "weight", None)
     if enc_w is not None and any(p is enc_w for p in params):
-        raise ValueError("--freeze-target-embeddings: source and target share one embedding matrix "
+        raise UserDataError("--freeze-target-embeddings: source and target share one embedding matrix "
                          "(--share-all-embeddings), so freezing it would freeze the source embeddings "
                          "too; train the child without --share-all-embeddings "
                          "(--share-decoder-input-output-embed is fine)")
@@ -83,17 +84,17 @@ def freeze_target_embeddings(model) -> list:
 def check_same_dictionaries(child: Dictionary, parent_path: str, what: str) -> None:
     """One clear error unless ``child`` equals the dictionary file ``parent_path``."""
     if not os.path.isfile(parent_path):
-        raise ValueError(f"--transfer-parent-data: missing parent dictionary {parent_path}")
+        raise UserDataError(f"--transfer-parent-data: missing parent dictionary {parent_path}")
     parent = Dictionary.load(parent_path)
     if len(parent) != len(child):
-        raise ValueError(f"mismatched parent/child vocabulary ({what}): the parent dictionary {parent_path} "
+        raise UserDataError(f"mismatched parent/child vocabulary ({what}): the parent dictionary {parent_path} "
                          f"has {len(parent)} entries, the child's {len(child)}; binarize both with the same "
                          f"joint dictionary (python -m fairseq_ext.tools.corpora.transfer joint-bpe) or remap the "
                          f"parent's embeddings (python -m fairseq_ext.tools.corpora.transfer remap)")
     diff = [i for i in range(len(parent)) if parent[i] != child[i]]
     if diff:
         i = diff[0]
-        raise ValueError(f"mismatched parent/child vocabulary ({what}): entry {i} is {parent[i]!r} in "
+        raise UserDataError(f"mismatched parent/child vocabulary ({what}): entry {i} is {parent[i]!r} in "
                          f"{parent_path} but {child[i]!r} in the child's dictionary ({len(diff)} entries "
                          f"differ); binarize both with the same joint dictionary")
 
@@ -101,7 +102,7 @@ def check_same_dictionaries(child: Dictionary, parent_path: str, what: str) -> N
 def parent_languages(folder: str) -> tuple:
     """``(src, tgt)`` of a fairseq-preprocess folder, from its ``train.<src>-<tgt>.<src>.idx``."""
     if not os.path.isdir(folder):
-        raise ValueError(f"--transfer-parent-data: missing folder {folder}")
+        raise UserDataError(f"--transfer-parent-data: missing folder {folder}")
     found = set()
     for name in os.listdir(folder):
         parts = name.split(".")
@@ -110,7 +111,7 @@ def parent_languages(folder: str) -> tuple:
             if parts[2] == src:
                 found.add((src, tgt))
     if len(found) != 1:
-        raise ValueError(f"--transfer-parent-data: {folder} must hold the binarized training data of one "
+        raise UserDataError(f"--transfer-parent-data: {folder} must hold the binarized training data of one "
                          f"language pair (train.<src>-<tgt>.<src>.idx); found {sorted(found) or 'none'}")
     return found.pop()
 
@@ -126,7 +127,7 @@ def _vocab_size_check_hook(model):
         for name, rows in expected.items():
             t = state_dict.get(prefix + name)
             if t is not None and t.shape[0] != rows:
-                raise ValueError(
+                raise UserDataError(
                     f"mismatched parent/child vocabulary: the checkpoint's {name} has {t.shape[0]} rows but "
                     f"the child's dictionary has {rows} entries; binarize the child with the parent's "
                     f"dictionary (python -m fairseq_ext.tools.corpora.transfer joint-bpe) or remap the checkpoint "

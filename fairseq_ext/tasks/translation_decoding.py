@@ -44,6 +44,7 @@ from fairseq_ext.generators.decoding import (
 from fairseq_ext.data.samples import subset_sample
 from fairseq_ext.generators.rescoring import RescoreBatchConfig
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class TranslationDecodingTask(TranslationExtTask):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
         if generation_option(args, "sampling"):
-            raise ValueError(f"--sampling is fairseq's beam search; it cannot be combined with "
+            raise UserDataError(f"--sampling is fairseq's beam search; it cannot be combined with "
                              f"--decoding-algorithm {algorithm}")
         common = decoding_options(args)
         if algorithm == "greedy":

@@ -49,6 +49,7 @@ from omegaconf import II
 from fairseq_ext.data.batching import BATCHING_MODES, VirtualEpochs, chunked_batches
 from fairseq_ext.data.truncation import language_pair_of, position_limits, truncate_pairs_
 from fairseq_ext.generators.length_penalty import GNMTLengthPenaltySequenceGenerator
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ class TrainBatchingMixin:
         """``(batching, updates_per_epoch)``; configs from before these options mean fairseq's default."""
         n = int(getattr(self.cfg, "updates_per_epoch", 0) or 0)
         if n < 0:
-            raise ValueError(f"--updates-per-epoch must be >= 0 (0: an epoch is a pass), got {n}")
+            raise UserDataError(f"--updates-per-epoch must be >= 0 (0: an epoch is a pass), got {n}")
         return getattr(self.cfg, "batching", "sorted"), n
 
     def _update_freq(self) -> int:
@@ -236,7 +237,7 @@ class TrainBatchingMixin:
         if cached is not None:
             return cached
         if batching == "chunked" and self.cfg.chunk_size < 1:
-            raise ValueError(f"--chunk-size must be >= 1, got {self.cfg.chunk_size}")
+            raise UserDataError(f"--chunk-size must be >= 1, got {self.cfg.chunk_size}")
         dataset.set_epoch(a["epoch"])
         seed = a["seed"]
         pack = dict(max_tokens=a["max_tokens"], max_sentences=a["max_sentences"],

@@ -32,6 +32,7 @@ from fairseq.tasks import register_task
 from fairseq_ext.data.fertility import FertilityLanguagePairDataset, check_fertility
 from fairseq_ext.generators.rescoring import RescoreBatchConfig
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
+from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class TranslationFertilityTask(TranslationExtTask):
                 break
         if fert is not None:
             if not hasattr(base, "src_sizes"):
-                raise ValueError(f"{split}: fertilities need a plain language-pair dataset (no --combine shards)")
+                raise UserDataError(f"{split}: fertilities need a plain language-pair dataset (no --combine shards)")
             check_fertility(fert, base.src_sizes, base.tgt_sizes, where=f"{prefix}")
             logger.info(f"{split}: {len(fert)} fertility sequences from {prefix}")
         else:
@@ -121,13 +122,13 @@ class TranslationFertilityTask(TranslationExtTask):
         registered module: no optimizer sees it."""
         if self._teacher is None:
             if not self.cfg.teacher_path:
-                raise ValueError("this needs an autoregressive teacher: --teacher-path CKPT")
+                raise UserDataError("this needs an autoregressive teacher: --teacher-path CKPT")
             from fairseq_ext.modules.checkpoint import load_ensemble
 
             models, _, _ = load_ensemble([self.cfg.teacher_path], arg_overrides={"data": self.cfg.data}, frozen=True)
             teacher = models[0]
             if len(teacher.decoder.dictionary) != len(self.tgt_dict):
-                raise ValueError(f"teacher vocabulary ({len(teacher.decoder.dictionary)}) differs from the "
+                raise UserDataError(f"teacher vocabulary ({len(teacher.decoder.dictionary)}) differs from the "
                                  f"task's ({len(self.tgt_dict)})")
             self._teacher = [teacher]  # a list: never an attribute that a Module would register
             logger.info(f"loaded the AR teacher {self.cfg.teacher_path}")

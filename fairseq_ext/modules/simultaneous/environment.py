@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from fairseq_ext.modules.latency import READ, WRITE
+from fairseq_ext.data.errors import UserDataError
 
 
 def check_environment(nmt) -> None:
@@ -38,11 +39,11 @@ def check_environment(nmt) -> None:
     enc, dec = nmt.encoder, nmt.decoder
     for name in ("decoder_step", "initial_state", "output_layer", "embed_tokens"):
         if not hasattr(dec, name):
-            raise ValueError(f"the simultaneous environment needs an rnnsearch decoder (no {name} in "
+            raise UserDataError(f"the simultaneous environment needs an rnnsearch decoder (no {name} in "
                              f"{type(dec).__name__})")
     rnn = getattr(enc, "rnn", None)
     if getattr(rnn, "directions", None) != 1:
-        raise ValueError("the simultaneous environment needs a uni-directional (left-to-right) encoder: train the "
+        raise UserDataError("the simultaneous environment needs a uni-directional (left-to-right) encoder: train the "
                          "NMT with --arch rnnsearch_gu_wmt15_uni or --encoder-unidirectional (Eq. 9.1)")
 
 

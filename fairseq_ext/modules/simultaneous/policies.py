@@ -20,6 +20,7 @@ from torch import Tensor
 from fairseq_ext.modules.latency import WRITE
 from fairseq_ext.modules.simultaneous.agent import SimulAgent
 from fairseq_ext.modules.simultaneous.environment import Candidate, SimulEnvironment
+from fairseq_ext.data.errors import UserDataError
 
 POLICIES = ("agent", "wue", "wos", "wiw", "wid", "waitk")
 
@@ -102,7 +103,7 @@ def build_policy(name: str, model=None, rows: int = 0, device=None, waitk: int =
     if name == "agent":
         agent = getattr(model, "agent", None)
         if agent is None:
-            raise ValueError(f"--simul-policy agent needs a simul_agent model (--path AGENT.pt), got "
+            raise UserDataError(f"--simul-policy agent needs a simul_agent model (--path AGENT.pt), got "
                              f"{type(model).__name__}; the baselines wue/wos/wiw/wid/waitk decode a plain NMT")
         return AgentPolicy(agent, rows, device=device, sample=sample, record=record)
     if name == "wue":

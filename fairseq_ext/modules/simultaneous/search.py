@@ -18,6 +18,7 @@ from torch import Tensor
 from fairseq_ext.modules.latency import READ, WRITE
 from fairseq_ext.modules.simultaneous.environment import Candidate, SimulEnvironment
 from fairseq_ext.modules.simultaneous.policies import Policy
+from fairseq_ext.data.errors import UserDataError
 
 
 def run_episode(env: SimulEnvironment, policy: Policy) -> List[Dict]:
@@ -45,7 +46,7 @@ def simultaneous_beam_search(env: SimulEnvironment, policy: Policy, beam_size: i
     if env.rows != 1:
         raise ValueError("simultaneous beam search decodes one sentence at a time")
     if beam_size < 1:
-        raise ValueError(f"--simul-beam must be >= 1, got {beam_size}")
+        raise UserDataError(f"--simul-beam must be >= 1, got {beam_size}")
     device = env.device
     one = torch.ones(1, dtype=torch.bool, device=device)
     beam_states: Optional[Dict[str, Tensor]] = None  # decoder states of the hypotheses (best first)

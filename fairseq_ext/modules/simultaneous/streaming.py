@@ -9,6 +9,7 @@ from torch import Tensor
 from fairseq_ext.modules.latency import READ, WRITE
 from fairseq_ext.modules.simultaneous.environment import SimulEnvironment, check_environment
 from fairseq_ext.modules.simultaneous.policies import build_policy
+from fairseq_ext.data.errors import UserDataError
 
 
 class StreamingSimulTranslator:
@@ -25,7 +26,7 @@ class StreamingSimulTranslator:
 
     def __init__(self, model, policy: str = "agent", waitk: int = 3, max_len: int = 200, min_len: int = 1):
         if policy in ("wiw", "wid"):
-            raise ValueError(f"streaming decoding does not support --simul-policy {policy} (it pre-reads a token)")
+            raise UserDataError(f"streaming decoding does not support --simul-policy {policy} (it pre-reads a token)")
         check_environment(model)
         self.model, self.policy_name, self.waitk = model, policy, waitk
         self.max_len, self.min_len = max_len, min_len
