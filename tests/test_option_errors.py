@@ -41,3 +41,10 @@ def test_cli_bad_option_is_one_error_line(tiny_bin, tmp_path):
     assert "Traceback" not in p.stderr
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert errors == ["error: --jas-top-n 5 must be in 1..2 (the number of encoder layers)"], p.stderr[-2000:]
+
+
+def test_encoder_layerdrop_with_auxiliary_decoders():
+    from harness import build_parsed
+
+    with pytest.raises(UserDataError, match="--encoder-layerdrop 0.1 is not supported with --aux-layers"):
+        build_parsed("transformer_ms", *TINY_SHAPE_FLAGS, "--aux-layers", "1", "--encoder-layerdrop", "0.1")

@@ -72,6 +72,9 @@ class MSEncoder(TransformerEncoderBase):
         super().__init__(cfg, dictionary, embed_tokens)
         self.aux_layers = parse_layer_set(getattr(cfg, "aux_layers", None), self.num_layers - 1,
                                           "--aux-layers")
+        if self.aux_layers and self.encoder_layerdrop > 0:
+            raise UserDataError(f"--encoder-layerdrop {self.encoder_layerdrop} is not supported with --aux-layers "
+                                "(an auxiliary decoder reads a fixed encoder layer)")
 
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None,
                 return_all_hiddens: bool = False, token_embeddings: Optional[Tensor] = None):
@@ -79,7 +82,7 @@ class MSEncoder(TransformerEncoderBase):
             return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         out = super().forward(src_tokens, src_lengths, True, token_embeddings)
         states = out["encoder_states"]
-        assert len(states) == self.num_layers + 1, "encoder layerdrop is not supported with aux layers"
+        assert len(states) == self.num_layers + 1, "encoder layerdrop is not supported with --aux-layers"
         ln = self.layer_norm  # PreNorm: lower layers get the final LayerNorm too (shared), like H_e^L
         out["aux_encoder_out"] = [states[l] if ln is None else ln(states[l]) for l in self.aux_layers]
         if not return_all_hiddens:
