@@ -277,3 +277,19 @@ def test_non_contiguous_groups_are_one_error_naming_file_and_line():
         ConversationIndex.from_lines(["a\ten\tJ", "a\tes\tn", "b\ten\tJ"], ("en", "es"), source="x.conv")
     with pytest.raises(DocumentDataError, match=r"^x\.ids:2: empty id"):
         DocumentIndex.from_ids(["A.1", " "], source="x.ids")
+
+
+def test_invalid_utf8_is_one_error_naming_file_and_line_in_both_files(tmp_path):
+    """An ids file and a conversation file are read by the same line reader: a byte that is not UTF-8 is one error
+    ``FILE:LINE: invalid UTF-8`` (no traceback of a UnicodeDecodeError), CRLF line ends are plain line ends."""
+    ids = tmp_path / "x.ids"
+    ids.write_bytes(b"A.1\r\nA.2\r\nB\xff.1\r\n")
+    with pytest.raises(DocumentDataError, match=rf"^{ids}:3: invalid UTF-8"):
+        DocumentIndex.from_file(str(ids))
+    conv = tmp_path / "x.conv"
+    conv.write_bytes(b"a\ten\tJ\r\na\tes\tn\xe9\r\nb\ten\tJ\r\nb\tes\tn\r\n")
+    with pytest.raises(ConversationDataError, match=rf"^{conv}:2: invalid UTF-8"):
+        ConversationIndex.from_file(str(conv), ("en", "es"))
+    conv.write_bytes(b"a\ten\tJ\r\na\tes\tn\r\nb\ten\tJ\r\nb\tes\tn\tb.2\r\n")
+    index = ConversationIndex.from_file(str(conv), ("en", "es"))
+    assert index.names == ["a", "b"] and index.speakers == ["J", "n", "J", "n"] and index.line_ids[3] == "b.2"

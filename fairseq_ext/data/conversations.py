@@ -28,10 +28,11 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+
 from fairseq_ext.data.documents import TARGET_CONTEXT
 from fairseq_ext.data.errors import UserDataError
 from fairseq_ext.data.grouped import (GroupedPairDataset, GroupIndex, collate_sources, collate_targets,
-                                      contiguous_groups, group_batches, nset_rows)
+                                      contiguous_groups, group_batches, nset_rows, read_lines)
 
 HISTORY_CONTEXTS = ("all", "prev_sent", "current_turn", "same_lang_prev_turns", "other_lang_prev_turns")
 # the target side of the history: the values of the documents' --doc-target-context, and "reference", the earlier
@@ -141,11 +142,7 @@ class ConversationIndex(GroupIndex):
 
     @classmethod
     def from_file(cls, path: str, langs: Sequence[str], allow_monolingual: bool = False) -> "ConversationIndex":
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        return cls.from_lines(lines, langs, path, allow_monolingual)
+        return cls.from_lines(read_lines(path, ConversationDataError), langs, path, allow_monolingual)
 
     def check_sources(self, sizes: Sequence[int], binarized: str = "") -> None:
         """An empty sentence (only EOS) is an empty turn: one error naming the line."""

@@ -34,7 +34,7 @@ from fairseq_ext.data.context_keys import (  # noqa: F401  (the contract's keys 
     CONTEXT_NET_INPUT_KEYS, CONTEXT_SAMPLE_KEYS, has_context, strip_context, subset_doc_sample, uses_document_context)
 from fairseq_ext.data.errors import UserDataError
 from fairseq_ext.data.grouped import (GroupedPairDataset, GroupIndex, collate_sources, collate_targets,
-                                      contiguous_groups, group_batches, nset_rows)
+                                      contiguous_groups, group_batches, nset_rows, read_lines)
 
 logger = logging.getLogger(__name__)
 
@@ -344,17 +344,7 @@ def find_ids_file(split: str, data_path: str, ids_dir: Optional[str], binarized:
 
 def read_ids(path: str) -> List[str]:
     """The lines of an ids file (a last empty line is no line); invalid UTF-8 is an error naming the line."""
-    with open(path, "rb") as f:
-        raw = f.read().split(b"\n")
-    if raw and raw[-1] == b"":
-        raw.pop()
-    out = []
-    for k, b in enumerate(raw, start=1):
-        try:
-            out.append(b.decode("utf-8").rstrip("\r"))
-        except UnicodeDecodeError as e:
-            raise DocumentDataError(f"{path}:{k}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
-    return out
+    return read_lines(path, DocumentDataError)
 
 
 # a split of at least this many lines whose documents are (almost) all one sentence long was misread

@@ -5,7 +5,7 @@
 * :class:`GroupIndex` -- the group number (``group_of``) and position (``pos``) of every line of a split;
   :func:`contiguous_groups` reads the groups off a line-aligned file, one group per contiguous run of lines
   with one name (a name that comes back after another group is one error naming the file and line, worded by
-  the caller).
+  the caller); :func:`read_lines` reads such a file (``{split}.ids``, ``{split}.conv``).
 * :func:`group_batches` -- batches of whole groups packed to ``--max-tokens`` (fairseq's padded cost
   ``B x max(src, tgt length)``) and ``--batch-size``, in a given group order; with ``cut_long`` a group larger
   than one batch is cut into consecutive chunks (its other chunks then reach a sentence as extra rows).
@@ -57,6 +57,22 @@ class GroupIndex:
         """Dataset indices of group ``g``."""
         s = int(self.starts[g])
         return range(s, s + int(self.lengths[g]))
+
+
+def read_lines(path: str, error: Callable[[str], Exception]) -> List[str]:
+    """The lines of a line-aligned text file (a last empty line is no line; CRLF ends are line ends); a line that
+    is not UTF-8 is ``error("FILE:LINE: invalid UTF-8 ...")``, raised."""
+    with open(path, "rb") as f:
+        raw = f.read().split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()
+    out = []
+    for k, b in enumerate(raw, start=1):
+        try:
+            out.append(b.decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError as e:
+            raise error(f"{path}:{k}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+    return out
 
 
 def contiguous_groups(lines: Iterable[Tuple[int, str]], repeated: Callable[[int, str, int, int], Exception]
