@@ -1,30 +1,18 @@
-"""Maruf (2019) ch. 4: sparsemax, hierarchical / flat context attention, the Document-level Context
-Layer and gate, ``transformer_selattn`` (encoder and decoder integration), the warm start from a
-sentence checkpoint, and the Zhang et al. (2018) baseline ``transformer_zhang2018``."""
+"""Maruf (2019) ch. 4, the models in process: ``transformer_selattn`` (encoder and decoder integration, incremental
+decoding), the warm start from a sentence checkpoint, the parameter overhead of Table 4.5, and the Zhang et al.
+(2018) baseline ``transformer_zhang2018``."""
 import logging
 
 import pytest
 import torch
 
 import fairseq_ext  # noqa: F401  (registration)
-from fairseq_ext.modules.doc_attention import (
-    ContextGate,
-    DocContext,
-    DocContextLayer,
-    HierarchicalMultiheadAttention,
-    SentenceMultiheadAttention,
-    WordMultiheadAttention,
-    masked_softmax,
-    sparsemax,
-)
-from harness import build_model, fairseq, generate, hypotheses, n_lines, n_params, toy_batch, train
+from harness import TINY_SHAPE, build_model, n_params, toy_batch, train_parse
 
 V = 60
 PAD, EOS = 1, 2
 # a 2+2-layer d=32 shape on top of the bench archs (PreNorm, all embeddings shared)
-SMALL = dict(encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
-             encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
-             decoder_attention_heads=4)
+SMALL = TINY_SHAPE
 
 
 def small(arch, **kw):
@@ -49,171 +37,6 @@ def doc_batch(seed=1):
     return src, lengths, prev, ctx
 
 
-# ----------------------------------------------------------------------------- sparsemax
-def test_sparsemax_simplex_exact_zeros_and_masking():
-    torch.manual_seed(0)
-    x = torch.randn(4, 7) * 3
-    mask = torch.rand(4, 7) > 0.3
-    mask[:, 0] = True
-    p = sparsemax(x, mask)
-    assert torch.allclose(p.sum(-1), torch.ones(4), atol=1e-6)
-    assert (p >= 0).all() and (p[~mask] == 0).all()
-    assert (sparsemax(torch.tensor([[5.0, 0.0, -1.0]])) == torch.tensor([[1.0, 0.0, 0.0]])).all()
-    assert (p == 0).any()  # sparse
-    # fp16 scores are normalised in fp32 and returned in fp16
-    assert sparsemax(x.half(), mask).dtype == torch.float16
-
-
-def test_sparsemax_gradcheck_and_all_masked_row():
-    torch.manual_seed(0)
-    x = torch.randn(3, 6, dtype=torch.double, requires_grad=True)
-    mask = torch.tensor([[1, 1, 1, 0, 1, 1], [1, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]], dtype=torch.bool)
-    assert torch.autograd.gradcheck(lambda z: sparsemax(z, mask), (x,))
-    assert torch.autograd.gradcheck(lambda z: masked_softmax(z, mask), (x,))
-    for fn in (sparsemax, masked_softmax):
-        p = fn(x, mask)
-        assert (p[2] == 0).all() and (p[:2][~mask[:2]] == 0).all()
-        (p * torch.randn_like(p)).sum().backward()
-        assert torch.isfinite(x.grad).all() and (x.grad[2] == 0).all()
-        x.grad = None
-    assert sparsemax(torch.zeros(2, 0)).shape == (2, 0)
-
-
-def test_sparsemax_scores_are_normalised_in_fp32_under_cpu_bf16_autocast(monkeypatch):
-    """Eq. 4.1-4.2 (α_s = sparsemax(K_sᵀQ_s/√d_k)) and Eq. 4.3 with sparsemax (sparse-sparse) under ``--cpu-bf16``,
-    i.e. torch.autocast('cpu', bfloat16): the H-attention's scores reach the normaliser in bf16 and are cast to fp32,
-    so the sparsemax probabilities (entmax's input and output) are fp32, sum to 1 (to fp32 precision) on every row
-    with a real context entry, and are exactly 0 on the masked entries (-1 context entries, a sentence without
-    words, padding words) and on some real ones (sparsity). The weights the module returns are those
-    probabilities, masked, in the scores' dtype (bf16 here, as fairseq's MultiheadAttention does with its softmax):
-    their zeros stay exact and a sentence without context gets all zeros."""
-    import entmax
-
-    import fairseq_ext.modules.doc_attention as doc_attention
-
-    score_dtypes, probs = [], []
-    real_normalise, real_sparsemax = doc_attention.normalise, entmax.sparsemax
-
-    def spy_normalise(scores, mask, dim, kind):
-        score_dtypes.append(scores.dtype)
-        return real_normalise(scores, mask, dim, kind)
-
-    def spy_sparsemax(x, dim=-1, **kw):
-        p = real_sparsemax(x, dim=dim, **kw)
-        probs.append((x, p))
-        return p
-
-    monkeypatch.setattr(doc_attention, "normalise", spy_normalise)
-    monkeypatch.setattr(entmax, "sparsemax", spy_sparsemax)
-    torch.manual_seed(0)
-    attn = HierarchicalMultiheadAttention(16, num_heads=2, word_norm="sparsemax").eval()
-    ctx = toy_context()
-    query = torch.randn(3, 4, 16) * 3
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        prepared = attn.prepare(ctx)
-        out, w = attn(query, prepared, need_weights=True)
-    assert score_dtypes == [torch.bfloat16, torch.bfloat16] and len(probs) == 2  # sentence level, word level
-    sent_mask = prepared["sent_mask"][:, None, None, :].expand_as(probs[0][1])
-    word_mask = prepared["word_mask"][:, None, None].expand_as(probs[1][1])
-    for (x, p), mask in zip(probs, (sent_mask, word_mask)):
-        assert x.dtype == p.dtype == torch.float32
-        rows = mask.any(-1)
-        assert rows.any() and (~rows).any()
-        assert torch.allclose(p.sum(-1)[rows], torch.ones(int(rows.sum())), atol=1e-6)
-        assert (p[mask.logical_not() & rows.unsqueeze(-1)] == 0).all()
-        assert (p[mask] == 0).any()  # sparse among the real entries too
-    alpha_s, alpha = w["sentence"], w["word"]
-    assert alpha_s.dtype == alpha.dtype == torch.bfloat16 == out.dtype
-    assert torch.equal(alpha_s, probs[0][1].masked_fill(~sent_mask, 0).to(torch.bfloat16))
-    assert (alpha_s[~sent_mask] == 0).all() and (alpha[~word_mask] == 0).all() and (alpha_s[2] == 0).all()
-    assert torch.allclose(alpha_s.float().sum(-1)[:2], torch.ones(2, 2, 4), atol=1e-2)
-    assert torch.isfinite(out).all()
-
-
-# ----------------------------------------------------------------------------- attention modules
-def toy_context(C=16, N=4, L=5, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    words = torch.randn(N, L, C, generator=g)
-    word_mask = torch.ones(N, L, dtype=torch.bool)
-    word_mask[0, :2] = False  # left padding
-    word_mask[2, 3:] = False
-    word_mask[3] = False      # a row without words (e.g. an empty sentence)
-    index = torch.tensor([[1, 2, 3, -1], [0, 2, -1, -1], [-1, -1, -1, -1]])
-    return DocContext(words, word_mask, index)
-
-
-@pytest.mark.parametrize("word_norm", ["softmax", "sparsemax"])
-def test_hierarchical_weights_are_sentence_times_word_weights(word_norm):
-    """Eq. 4.2-4.4 checked against a direct computation for one head, query word and sentence."""
-    from entmax import sparsemax as ref_sparsemax
-
-    torch.manual_seed(0)
-    attn = HierarchicalMultiheadAttention(16, num_heads=2, word_norm=word_norm).eval()
-    ctx = toy_context()
-    query = torch.randn(3, 4, 16)
-    prepared = attn.prepare(ctx)
-    out, w = attn(query, prepared, need_weights=True)
-    alpha_s, alpha = w["sentence"], w["word"]                      # B H T K, B H T K L
-    assert out.shape == (3, 4, 16)
-    # one weight per context word; the document's weights sum to 1 (0 without context)
-    assert torch.allclose(alpha.sum((-1, -2))[:2], torch.ones(2, 2, 4), atol=1e-5)
-    assert (alpha[2] == 0).all() and (out[2] == 0).all()
-    # masked context entries (-1), the row without words and padding words get exactly 0
-    assert (alpha[0, :, :, 2] == 0).all() and (alpha[0, :, :, 3] == 0).all() and (alpha[1, :, :, 2:] == 0).all()
-    assert (alpha[1, :, :, 0, :2] == 0).all() and (alpha[0, :, :, 1, 3:] == 0).all()
-    assert torch.allclose(alpha.sum(-1), alpha_s, atol=1e-6)
-    # direct computation: batch 1, head 1, query word 2
-    b, h, t, d = 1, 1, 2, 8
-    hs = slice(h * d, (h + 1) * d)
-    q_s = attn.q_s_proj(query[b, t])[hs] / d ** 0.5
-    q_w = attn.q_w_proj(query[b, t])[hs] / d ** 0.5
-    rows = [0, 2]
-    sent_vec = torch.stack([ctx.words[r][ctx.word_mask[r]].mean(0) for r in rows])
-    expected_s = ref_sparsemax(attn.k_s_proj(sent_vec)[:, hs] @ q_s, dim=-1)
-    assert torch.allclose(alpha_s[b, h, t, :2], expected_s, atol=1e-5)
-    for k, r in enumerate(rows):
-        keys = attn.k_w_proj(ctx.words[r][ctx.word_mask[r]])[:, hs]
-        scores = keys @ q_w
-        expected_w = torch.softmax(scores, -1) if word_norm == "softmax" else ref_sparsemax(scores, dim=-1)
-        assert torch.allclose(alpha[b, h, t, k][ctx.word_mask[r]], expected_s[k] * expected_w, atol=1e-5)
-    # the output reads V_w with those weights
-    values = attn.v_w_proj(ctx.words)                                 # N L C
-    heads = []
-    for hh in range(2):
-        acc = sum(alpha[b, hh, t, k, l] * values[r, l, hh * d:(hh + 1) * d]
-                  for k, r in enumerate(rows) for l in range(5))
-        heads.append(acc)
-    assert torch.allclose(out[b, t], attn.out_proj(torch.cat(heads)), atol=1e-5)
-
-
-@pytest.mark.parametrize("cls", [SentenceMultiheadAttention, WordMultiheadAttention])
-def test_flat_attention_masks_and_sums(cls):
-    torch.manual_seed(0)
-    attn = cls(16, num_heads=4).eval()
-    ctx = toy_context()
-    out, w = attn(torch.randn(3, 4, 16), attn.prepare(ctx), need_weights=True)
-    alpha = w["sentence"] if cls is SentenceMultiheadAttention else w["word"]
-    assert torch.allclose(alpha.sum(-1)[:2], torch.ones(2, 4, 4), atol=1e-5)
-    assert (alpha[2] == 0).all() and (out[2] == 0).all() and torch.isfinite(out).all()
-    if cls is SentenceMultiheadAttention:
-        assert (alpha[0, ..., 2:] == 0).all() and (alpha[1, ..., 2:] == 0).all()
-    else:  # K*L words: row 3 of sentence 0 (no words) and the -1 entries get 0
-        assert (alpha[0, ..., 10:] == 0).all() and (alpha[1, ..., 10:] == 0).all()
-        assert (alpha[1, ..., :2] == 0).all()
-
-
-def test_context_layer_gives_zero_without_context_and_gate_is_eq_4_7():
-    torch.manual_seed(0)
-    layer = DocContextLayer(16, 32, 4, doc_attn="hierarchical").eval()
-    c, _ = layer(torch.randn(3, 4, 16), layer.prepare(toy_context()))
-    assert (c[2] == 0).all() and c[:2].abs().sum() > 0
-    gate = ContextGate(16)
-    assert not any(hasattr(m, "bias") and m.bias is not None for m in gate.modules() if m is not gate)
-    r, cv = torch.randn(2, 3, 16), torch.randn(2, 3, 16)
-    g = torch.sigmoid(gate.w_r(r) + gate.w_d(cv))
-    assert torch.allclose(gate(r, cv), g * r + (1 - g) * cv)
-
-
 # ----------------------------------------------------------------------------- the model
 ENC_ARCHS = ["transformer_selattn_enc_hier_sparsesoft_bench", "transformer_selattn_enc_hier_sparsesparse_bench",
              "transformer_selattn_enc_sent_bench", "transformer_selattn_enc_word_bench"]
@@ -230,7 +53,6 @@ def test_ctx_integration_is_encoder_or_decoder_never_both(model_name, arch, tiny
     context attention and gate on that side only."""
     import argparse
 
-    from fairseq import options
     from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 
     parser = argparse.ArgumentParser()
@@ -241,7 +63,7 @@ def test_ctx_integration_is_encoder_or_decoder_never_both(model_name, arch, tiny
     assert ARCH_MODEL_REGISTRY[arch] is MODEL_REGISTRY[model_name]
     base = [str(tiny_bin), "--task", "doc_translation", "--arch", arch]
     for value in ("encoder", "decoder"):
-        args = options.parse_args_and_arch(options.get_training_parser(), base + ["--ctx-integration", value])
+        args = train_parse(*base, "--ctx-integration", value)
         assert args.ctx_integration == value
         model = small(arch, ctx_integration=value)
         sides = {n.split(".")[0] for n, _ in model.named_parameters()
@@ -250,7 +72,7 @@ def test_ctx_integration_is_encoder_or_decoder_never_both(model_name, arch, tiny
     capsys.readouterr()
     for bad in ("both", "encoder,decoder", "none"):
         with pytest.raises(SystemExit) as e:
-            options.parse_args_and_arch(options.get_training_parser(), base + ["--ctx-integration", bad])
+            train_parse(*base, "--ctx-integration", bad)
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert "--ctx-integration: invalid choice" in err and repr(bad) in err
@@ -520,47 +342,3 @@ def test_zhang2018_previous_sentences_input():
     row4 = ctx["ctx_src_tokens"][1]
     assert torch.equal(strip[1], torch.cat([row4[row4.ne(PAD)], src[0][src[0].ne(PAD)]]))  # -2 then -1
     assert strip[2].tolist() == [EOS]                                        # no context: a lone EOS
-
-
-# ----------------------------------------------------------------------------- command line
-def test_cli_warm_start_train_and_generate(tiny_bin, tmp_path):
-    """Stage 1 sentence model, stage 2 selattn warm-started from it on doc_translation (encoder:
-    hierarchical sparse-soft; decoder: sparse-sparse with the gold target context), then
-    fairseq-generate of the test documents."""
-    shape = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-             "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-             "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
-    sent = train(tiny_bin, tmp_path / "sent", ["--arch", "transformer_maruf_base_bench", *shape],
-                 task="doc_translation", max_update=4)
-    for arch, extra in (("transformer_selattn_enc_hier_sparsesoft_bench", []),
-                        ("transformer_selattn_dec_hier_sparsesparse_bench", ["--doc-target-context", "gold"])):
-        p = fairseq("train", tiny_bin, "--task", "doc_translation", "--arch", arch, *shape, *extra,
-                    "--finetune-from-model", sent, "--criterion", "label_smoothed_cross_entropy",
-                    "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
-                    "--max-update", "3", "--save-dir", tmp_path / arch, "--cpu", "--seed", "1",
-                    "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints")
-        log = p.stdout + p.stderr
-        assert "warm start from a sentence checkpoint: copied" in log and "never filled" not in log
-        out = generate(tiny_bin, tmp_path / arch / "checkpoint_last.pt", *extra, task="doc_translation")
-        assert len(hypotheses(out)) == n_lines(tiny_bin / "test.ids")
-
-
-def test_cli_zhang2018_decoder_integration_trains_and_generates(tiny_bin, tmp_path):
-    """The Zhang et al. (2018) baseline (§4.8, footnote 17) through the real command lines: ``fairseq-train --user-dir
-    fairseq_ext --task doc_translation --arch transformer_zhang2018_bench`` at a 2+2-layer d=32 shape with
-    ``--ctx-integration decoder`` and a one-layer context encoder, then ``fairseq-generate`` (beam 2: the decoder's
-    context sub-layers are reordered with the beam) gives exactly one hypothesis per test sentence; the checkpoint
-    has the context sub-layers in the decoder layers only."""
-    shape = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-             "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-             "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
-    ckpt = train(tiny_bin, tmp_path / "zhang", ["--arch", "transformer_zhang2018_bench", *shape,
-                                                "--ctx-integration", "decoder", "--ctx-encoder-layers", "1"],
-                 task="doc_translation", max_update=2, extra=["--disable-validation"])
-    keys = torch.load(ckpt, map_location="cpu", weights_only=False)["model"].keys()
-    assert any(k.startswith("decoder.layers.1.ctx_attn.") for k in keys)
-    assert not any(k.startswith("encoder.layers.") and ".ctx_" in k for k in keys)
-    out = generate(tiny_bin, ckpt, task="doc_translation")
-    n = n_lines(tiny_bin / "test.ids")
-    assert sorted(hypotheses(out)) == list(range(n))
-    assert sum(line.startswith("H-") for line in out.splitlines()) == n
