@@ -1,8 +1,9 @@
-"""Nguyen ch. 6 "Transformers without Tears": ScaleNorm/RMSNorm/FixNorm, the ``transformer_twt`` model,
-its archs and init schemes, and the INVSQRTDECAY / VALDECAY / NOWARMUP LR schedulers."""
+"""Nguyen ch. 6 "Transformers without Tears", the model in process: ScaleNorm/RMSNorm/FixNorm (Eq. 6.5), the
+``transformer_twt`` model (placement of the norms, reduction to fairseq's transformer, incremental decoding), its
+archs, init schemes and word dropout. The LR schedulers are in ``test_twt_schedules.py``, the command lines in
+``test_twt_cli.py``."""
 import contextlib
 import math
-import sys
 import types
 
 import pytest
@@ -10,44 +11,27 @@ import torch
 
 import fairseq_ext  # noqa: F401  (registers the model)
 import fairseq_ext.optim  # noqa: F401  (registers the LR schedulers)
-from fairseq import options
-from fairseq.data import Dictionary
-from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.models.transformer import TransformerModel
 from fairseq_ext.models.twt import THESIS_PRESETS
 from fairseq_ext.modules.norms import FixNormEmbedding, RMSNorm, ScaleNorm, fixnorm
-from fairseq_ext.optim.twt_schedules import invsqrt_lr
-from fairseq_ext.tools.evaluation import fairseq_log
-from harness import ROOT, USER_DIR, generate, hypotheses, n_lines, run, train
+from harness import ROOT, TINY_SHAPE, TINY_SHAPE_FLAGS, build_parsed, make_dictionary, n_params, train_parse
 
-D = 32
-TINY = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", str(D),
-        "--decoder-embed-dim", str(D), "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-        "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+D = TINY_SHAPE["encoder_embed_dim"]
+TINY = TINY_SHAPE_FLAGS
 PRE = ["--encoder-normalize-before", "--decoder-normalize-before"]
 
 
 # ----------------------------------------------------------------------------------------- helpers
-def make_dict(n=40):
-    d = Dictionary()
-    for i in range(n):
-        d.add_symbol(f"w{i}")
-    return d
-
-
-DICT = make_dict()
+DICT = make_dictionary(44)  # 40 words
 
 
 def parse(arch, *flags):
-    parser = options.get_training_parser()
-    return options.parse_args_and_arch(parser, ["/nonexistent", "--arch", arch, *flags])
+    return train_parse("/nonexistent", "--arch", arch, *flags)
 
 
 def build(arch, *flags, seed=1, share=True):
-    args = parse(arch, *(["--share-all-embeddings"] if share else []), *flags)
-    torch.manual_seed(seed)
-    task = types.SimpleNamespace(source_dictionary=DICT, target_dictionary=DICT)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task).eval()
+    return build_parsed(arch, *(["--share-all-embeddings"] if share else []), *flags, seed=seed,
+                        task=types.SimpleNamespace(source_dictionary=DICT, target_dictionary=DICT))
 
 
 def batch(bsz=3, src_len=7, tgt_len=6, seed=0):
@@ -58,10 +42,6 @@ def batch(bsz=3, src_len=7, tgt_len=6, seed=0):
     prev[:, 0] = DICT.eos()
     lengths = (src != DICT.pad()).sum(1)
     return src, lengths, prev
-
-
-def n_params(model):
-    return sum(p.numel() for p in model.parameters())
 
 
 def norms(model, cls):
@@ -362,177 +342,3 @@ def test_init_schemes(scheme):
             assert torch.all(lin.bias == 0)
     emb = m.encoder.embed_tokens.weight[DICT.nspecial:]
     assert abs(emb.std().item() / d ** -0.5 - 1) < 0.1  # non-FixNorm embeddings: N(0, d^-1/2)
-
-
-# ------------------------------------------------------------------------------------- LR schedules
-def make_optimizer(lr=1.0):
-    from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
-
-    cfg = FairseqAdamConfig(lr=[lr], adam_betas="(0.9, 0.999)", tpu=False)
-    return FairseqAdam(cfg, [torch.nn.Parameter(torch.zeros(1))])
-
-
-def scheduler(name, begin=True, **cfg):
-    """A scheduler as the trainer drives it: built, then ``begin_epoch`` before the first update."""
-    from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY, LR_SCHEDULER_DATACLASS_REGISTRY
-
-    s = LR_SCHEDULER_REGISTRY[name](LR_SCHEDULER_DATACLASS_REGISTRY[name](**cfg), make_optimizer())
-    if begin:
-        s.step_begin_epoch(1)
-    return s
-
-
-def test_invsqrt_formula_peaks():
-    # Eq. 6.7, §6.3.4: λ=1, d=512, n_w=8k gives 4.94e-4; λ=2 gives ≈1e-3
-    assert math.isclose(invsqrt_lr(8000, 1, 512, 8000), 4.94e-4, rel_tol=1e-3)
-    assert math.isclose(invsqrt_lr(8000, 2, 512, 8000), 9.88e-4, rel_tol=1e-3)
-
-
-@pytest.mark.parametrize("lam", [1.0, 2.0])
-def test_twt_invsqrt_follows_eq_6_7(lam):
-    nw = 800
-    s = scheduler("twt_invsqrt", lr_lambda=lam, lr_model_dim=512, warmup_updates=nw)
-    for k in (1, 2, nw // 2, nw - 1, nw, nw + 1, 4 * nw, 100 * nw):
-        lr = s.step_update(k - 1)  # update k runs at LR(k)
-        want = lam / math.sqrt(512) * min(k ** -0.5, k * nw ** -1.5)
-        assert math.isclose(lr, want, rel_tol=1e-12) and math.isclose(s.optimizer.get_lr(), want)
-    s.step(5, 30.0)  # validation does not change it
-    assert math.isclose(s.optimizer.get_lr(), want)
-
-
-@pytest.mark.parametrize("name,kw", [("twt_invsqrt", {}), ("valdecay", dict(lr=[3e-4], lr_lambda=1.0)),
-                                     ("valdecay", dict(lr=[3e-4]))])
-def test_peak_is_reported_before_training_starts(name, kw):
-    """fairseq's pre-training --stop-min-lr check sees the post-warmup LR, the first update LR(1)."""
-    kw = dict(kw, warmup_updates=8000, lr_model_dim=512)
-    if name == "valdecay":
-        kw["maximize_best_checkpoint_metric"] = True
-    s = scheduler(name, begin=False, **kw)
-    peak = kw["lr"][0] if "lr" in kw and "lr_lambda" not in kw else 1 / math.sqrt(512 * 8000)
-    assert math.isclose(s.optimizer.get_lr(), peak) and math.isclose(s.step_update(0), peak)
-    s.step_begin_epoch(1)
-    assert math.isclose(s.step_update(0), peak / 8000)
-
-
-def test_fairseq_inverse_sqrt_with_mapped_lr_matches_eq_6_7():
-    """Spec invariant 4: fairseq inverse_sqrt with lr = λ/√(d·n_w), warmup-init 0."""
-    nw, lam, d = 8000, 1.0, 512
-    s = scheduler("inverse_sqrt", lr=[lam / math.sqrt(d * nw)], warmup_updates=nw, warmup_init_lr=0)
-    assert s.optimizer.get_lr() == 0  # why twt_invsqrt exists: fairseq's --stop-min-lr would stop here
-    for n in (1, nw // 2, nw, 4 * nw):
-        assert math.isclose(s.step_update(n), invsqrt_lr(n, lam, d, nw), rel_tol=1e-9)
-
-
-def valdecay(**kw):
-    kw.setdefault("lr", [3e-4])
-    kw.setdefault("maximize_best_checkpoint_metric", True)
-    return scheduler("valdecay", **kw)
-
-
-def test_valdecay_warmup_is_up_flat():
-    nw = 100
-    s = valdecay(warmup_updates=nw, lr_lambda=1.0, lr_model_dim=512)
-    peak = 1 / math.sqrt(512 * nw)
-    for k in (1, 50, 99, 100, 101, 1000, 10 ** 6):
-        assert math.isclose(s.step_update(k - 1), invsqrt_lr(k, 1.0, 512, nw) if k <= nw else peak)
-
-
-def test_valdecay_decays_by_the_reference_plateau_rule():
-    """Decay ×0.8 iff the new score is below the minimum of the previous 3 (spec §6.7.2)."""
-    s = valdecay(warmup_updates=0)
-    s.step_update(10)
-    bleus = [10, 12, 13, 11, 12.5, 10.9, 14, 11, 11, 9, 20]
-    decays = [False, False, False, False, False, True, False, False, False, True, False]
-    lr = 3e-4
-    for b, dec in zip(bleus, decays):
-        lr *= 0.8 if dec else 1.0
-        assert math.isclose(s.step(1, b), lr), (b, dec)
-        assert math.isclose(s.optimizer.get_lr(), lr)
-    assert s.step(1, None) == s.optimizer.get_lr()  # no validation this epoch: no change
-
-
-def test_valdecay_minimize_mode_and_threshold():
-    s = valdecay(warmup_updates=0, maximize_best_checkpoint_metric=False, lr_patience=1)
-    assert math.isclose(s.step(1, 5.0), 3e-4) and math.isclose(s.step(2, 4.0), 3e-4)
-    assert math.isclose(s.step(3, 4.5), 3e-4 * 0.8)  # a loss above the previous one is worse
-    s = valdecay(warmup_updates=0, lr_patience=1, lr_threshold=1.0)
-    s.step(1, 10.0)
-    assert math.isclose(s.step(2, 9.5), 3e-4) and math.isclose(s.step(3, 8.0), 3e-4 * 0.8)
-
-
-def test_valdecay_does_not_decay_during_warmup():
-    s = valdecay(warmup_updates=100)
-    for epoch, score in enumerate([5, 4, 3, 2, 1], 1):
-        s.step_update(epoch * 10)
-        s.step(epoch, score)
-    assert math.isclose(s.lr, 3e-4)
-    s.step_update(100)
-    assert math.isclose(s.step(6, 0.5), 3e-4 * 0.8)  # warmup over: the history still counts
-
-
-def test_nowarmup_decays_until_stop_min_lr_and_state_round_trips():
-    s = valdecay(warmup_updates=0)  # NOWARMUP: constant 3e-4
-    assert math.isclose(s.optimizer.get_lr(), 3e-4) and math.isclose(s.step_update(0), 3e-4)
-    scores, lr = [30.0, 30.0, 30.0], 3e-4
-    for sc in scores:
-        s.step(1, sc)
-    epochs = 0
-    while lr > 1e-6:  # a falling dev score decays every epoch until --stop-min-lr
-        scores.append(scores[-1] - 1)
-        lr = s.step(1, scores[-1])
-        epochs += 1
-    assert epochs == math.ceil(math.log(1e-6 / 3e-4) / math.log(0.8))
-    t = valdecay(warmup_updates=0)
-    t.load_state_dict(s.state_dict())
-    assert t.lr == s.lr and t.scores == s.scores and math.isclose(t.step_update(5), s.lr)
-
-
-def test_valdecay_rejects_bad_settings():
-    with pytest.raises(ValueError):
-        valdecay(lr_patience=0)
-    with pytest.raises(ValueError):
-        valdecay(lr_lambda=1.0, warmup_updates=0)
-
-
-# ------------------------------------------------------------------------------------------- CLI
-CLI_MODELS = {
-    "prenorm_fixnorm_scalenorm": ["--arch", "twt_prenorm_fixnorm_scalenorm", *TINY, "--dropout", "0.1"],
-    "postnorm_rmsnorm_xavier": ["--arch", "transformer_twt", *TINY, "--share-all-embeddings",
-                                "--norm-type", "rmsnorm", "--fixnorm", "--twt-init", "xavier"],
-}
-
-
-@pytest.mark.parametrize("name", sorted(CLI_MODELS))
-def test_cli_train_and_generate(tiny_bin, tmp_path, name):
-    ckpt = train(tiny_bin, tmp_path, CLI_MODELS[name], max_update=8)
-    state = torch.load(ckpt, weights_only=True)
-    assert any(k.endswith("output_bias") for k in state["model"])
-    out = generate(tiny_bin, ckpt, "--batch-size", "16")
-    assert sorted(hypotheses(out)) == list(range(n_lines(tiny_bin / "test.ids")))
-
-
-PRELUDE = ("import sys, fairseq_ext.optim; from fairseq_cli.train import cli_main; "
-           "sys.argv[0] = 'fairseq-train'; cli_main()")
-
-
-def test_cli_valdecay_with_warmup_trains_past_stop_min_lr(tiny_bin, tmp_path):
-    """VALDECAY with 8k warmup and --stop-min-lr 1e-6: LR(1) is far below 1e-6, training still runs."""
-    p = run([sys.executable, "-c", PRELUDE, "--user-dir", USER_DIR, tiny_bin, "--task", "translation_ext",
-             "--arch", "twt_prenorm_fixnorm_scalenorm", *TINY, "--criterion", "label_smoothed_cross_entropy",
-             "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.999)",
-             "--clip-norm", "1.0", "--lr-scheduler", "valdecay", "--lr-lambda", "1", "--lr-model-dim", str(D),
-             "--warmup-updates", "8000", "--stop-min-lr", "1e-6", "--max-tokens", "2000", "--max-epoch", "2",
-             "--save-dir", tmp_path, "--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple",
-             "--log-interval", "1", "--no-epoch-checkpoints"])
-    log = p.stdout + p.stderr
-    assert "stopping training because current learning rate" not in log
-    logged = [(r["num_updates"], r["lr"]) for r in fairseq_log.intervals(log)]
-    assert len(logged) > 8 and "epoch 002" in log
-    for k, lr in logged:  # logged after update k: the LR of update k + 1 (Eq. 6.7 warmup)
-        assert math.isclose(lr, invsqrt_lr(int(k) + 1, 1, D, 8000), rel_tol=1e-4)
-    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)
-    # validation scores (here the valid loss) are kept for the plateau rule; fairseq saves the
-    # checkpoint before the end-of-epoch LR step, so the last epoch's score is not in it yet
-    valid = [v["loss"] for v in fairseq_log.validations(log)]
-    assert len(valid) == 2
-    assert state["optimizer_history"][-1]["lr_scheduler_state"]["scores"] == pytest.approx(valid[:1], abs=1e-3)
