@@ -118,9 +118,14 @@ class SentenceWarmStartMixin:
         missing = [k for k in own if k not in merged]
         shapes = [f"{k} {tuple(merged[k].shape)} vs {tuple(own[k].shape)}" for k in own
                   if k in merged and torch.is_tensor(merged[k]) and merged[k].shape != own[k].shape]
-        if strict and (unexpected or missing or shapes):
+        if strict and (unexpected or missing):
             raise WarmStartMismatch(mismatch_message(type(self).__name__, missing, unexpected, shapes))
-        result = super().load_state_dict(merged, strict=strict, model_cfg=model_cfg, args=args)
+        try:  # a load pre-hook may still fit a shape (accept_grown_dictionary): torch has the last word
+            result = super().load_state_dict(merged, strict=strict, model_cfg=model_cfg, args=args)
+        except RuntimeError as exc:
+            if shapes and "size mismatch" in str(exc):
+                raise WarmStartMismatch(mismatch_message(type(self).__name__, [], [], shapes)) from None
+            raise
         init = ", ".join(f"{p}* ({n})" for p, n in group_by_prefix(initialised, prefixes).items())
         copied = len(merged) - len(initialised)
         logger.info(f"warm start from a sentence checkpoint: copied {copied} tensors; "
