@@ -1,8 +1,7 @@
-"""Nguyen ch. 5: the lexical translation module, fixnorm, ``transformer_lex`` / ``lstm_luong``, the
-target-vocabulary mask, masked label smoothing and the lexicon tool."""
+"""Nguyen ch. 5, in process: the lexical translation module, fixnorm, ``transformer_lex`` / ``lstm_luong`` (with
+incremental decoding), the target-vocabulary mask and masked label smoothing. The command lines (training,
+decoding, the lexicon tool) are in ``test_lexical_cli.py``."""
 import math
-import re
-import sys
 import types
 
 import pytest
@@ -13,22 +12,18 @@ import fairseq_ext  # noqa: F401  (registers models and criterions)
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.data import Dictionary
 from fairseq_ext.criterions.masked_label_smoothed_cross_entropy import (
-    MaskedLabelSmoothedCrossEntropyCriterion, masked_label_smoothed_nll_loss,
+    MaskedLabelSmoothedCrossEntropyCriterion,
+    masked_label_smoothed_nll_loss,
 )
 from fairseq_ext.modules.vocab_mask import allowed_target_vocab, mask_logits
-from fairseq_ext.tools.analysis.lexicon import extract_lexicon, format_lexicon
 from fairseq_ext.models.lexical import reverse_padded
 from fairseq_ext.modules.lexical import LexicalTranslation
 from fairseq_ext.modules.word_dropout import word_dropout
 from fairseq_ext.modules.norms import fixnorm
-from harness import (
-    build_model, fairseq, generate, hypotheses, incremental_logits, make_dictionary, n_lines, run, train,
-)
+from harness import TINY_SHAPE, build_model, incremental_logits, make_dictionary, train_parse
 
 V = 60
-TINY_T = dict(encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
-              encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
-              decoder_attention_heads=4)
+TINY_T = TINY_SHAPE
 TINY_L = dict(encoder_embed_dim=24, encoder_layers=2)
 
 
@@ -389,7 +384,7 @@ def test_criterion_masks_logits_and_combines_with_the_model_mask(tmp_path):
 
 def test_target_vocab_is_a_command_line_option(tmp_path):
     """``--target-vocab FILE`` reaches the criterion (A = the file's tokens + </s>, <unk>); without it A is 'train'."""
-    from fairseq import criterions, options
+    from fairseq import criterions
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     d = make_dictionary(V)
@@ -398,16 +393,14 @@ def test_target_vocab_is_a_command_line_option(tmp_path):
     task = types.SimpleNamespace(target_dictionary=d, source_dictionary=d, cfg=None)
     base = ["/nonexistent", "--task", "translation", "--arch", "transformer_twt", "--criterion",
             "masked_label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, base + ["--target-vocab", str(f)])
+    args = train_parse(*base, "--target-vocab", f)
     crit = criterions.build_criterion(convert_namespace_to_omegaconf(args).criterion, task)
     assert int(crit.allowed.sum()) == 30 + 2
-    assert options.parse_args_and_arch(options.get_training_parser(), base).target_vocab == "train"
+    assert train_parse(*base).target_vocab == "train"
 
 
 class _FixedLogits(torch.nn.Module):
     """A stand-in model (no target-vocabulary mask of its own) whose decoder output is ``logits``."""
-
     def __init__(self, logits):
         super().__init__()
         self.logits = logits
@@ -472,104 +465,3 @@ def test_model_target_vocab_mask_is_a_buffer_applied_to_logits(tmp_path):
         logits = m(src, lengths, prev)[0]
         mask = m.decoder.target_vocab_mask
         assert torch.all(logits[..., ~mask] == -1e9) and torch.all(logits[..., mask] > -1e8)
-
-
-# --------------------------------------------------------------------------------------- CLI
-TINY_CLI = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-            "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-            "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
-MASKED = ["--criterion", "masked_label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
-
-
-def _allowed_ids(tiny_bin):
-    d = Dictionary.load(str(tiny_bin / "dict.en.txt"))
-    return d, allowed_target_vocab(d, "train", str(tiny_bin), "es", "en")
-
-
-def test_cli_transformer_lex_masked_criterion_generate_and_lexicon(tiny_bin, tmp_path):
-    log = tmp_path / "train.log"
-    ckpt = train(tiny_bin, tmp_path, ["--arch", "transformer_lex_bench", *TINY_CLI, "--norm-type",
-                                      "scalenorm", "--fixnorm", "--target-vocab-mask", "train",
-                                      "--word-dropout", "0.1"],
-                 criterion="masked_label_smoothed_cross_entropy",
-                 extra=["--label-smoothing", "0.1", "--log-file", log], max_update=8)
-    valid = [float(x) for x in re.findall(r"valid on 'valid' subset \| loss ([0-9.e+]+)", log.read_text())]
-    assert valid and all(v < 20 for v in valid)  # dev tokens outside the train vocabulary count as <unk>
-    state = torch.load(ckpt, weights_only=True)
-    assert "decoder.target_vocab_mask" in state["model"] and "decoder.lexical.weight" in state["model"]
-    out = generate(tiny_bin, ckpt, "--batch-size", "16")
-    hyps = hypotheses(out)
-    assert sorted(hyps) == list(range(n_lines(tiny_bin / "test.ids")))
-    d, allowed = _allowed_ids(tiny_bin)
-    for h in hyps.values():  # decoding never emits a masked type
-        assert all(allowed[d.index(tok)] for tok in h.split())
-    p = run([sys.executable, "-m", "fairseq_ext.tools.analysis.lexicon", "--path", ckpt, "--data", tiny_bin,
-             "--limit", "5", "--topk", "3"])
-    rows = [line.split("\t") for line in p.stdout.strip().splitlines()]
-    assert len(rows) == 5 and all(len(r[1].split(", ")) == 3 for r in rows)
-    p = run([sys.executable, "-m", "fairseq_ext.tools.analysis.lexicon", "--path", ckpt, "--data", tiny_bin,
-             "--words", rows[0][0], "--format", "tsv", "--topk", "4"])
-    tsv = [line.split("\t") for line in p.stdout.strip().splitlines()]
-    assert [r[0] for r in tsv] == [rows[0][0]] * 4 and [r[3] for r in tsv] == ["1", "2", "3", "4"]
-    assert all(allowed[d.index(r[1])] for r in tsv)
-    probs = [float(r[2]) for r in tsv]
-    assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1
-
-
-def test_cli_lstm_luong_fixnorm_lex(tiny_bin, tmp_path):
-    ckpt = train(tiny_bin, tmp_path, ["--arch", "lstm_luong_fixnorm_lex", "--encoder-embed-dim", "32",
-                                      "--encoder-layers", "1", "--decoder-layers", "1",
-                                      "--word-dropout", "0.1"],
-                 criterion="cross_entropy", max_update=6,
-                 extra=["--batch-size", "16", "--clip-norm", "5"])
-    out = generate(tiny_bin, ckpt, "--batch-size", "16")
-    assert sorted(hypotheses(out)) == list(range(n_lines(tiny_bin / "test.ids")))
-    from fairseq_ext.tools.analysis.lexicon import load_model
-    model, task = load_model(str(ckpt), str(tiny_bin))
-    entries = extract_lexicon(model, task.source_dictionary, task.target_dictionary, [10, 11], topk=2)
-    assert [e[0] for e in entries] == [task.source_dictionary[10], task.source_dictionary[11]]
-    assert format_lexicon(entries, "json").count("\n") == 2
-
-
-def test_cli_masked_criterion_with_plain_twt_model(tiny_bin, tmp_path):
-    """The criterion alone (model unmasked): smoothing over the train target vocabulary A. The log
-    names A's size, and the logged valid loss / nll of the saved model are recomputed here by hand:
-    softmax over A only, dev targets outside A scored as <unk>, padding ignored."""
-    p = fairseq("train", tiny_bin, "--task", "translation_ext", "--arch", "transformer_twt", *TINY_CLI,
-                "--share-all-embeddings", *MASKED, "--report-accuracy", "--optimizer", "adam", "--lr", "1e-3",
-                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--max-tokens", "1000",
-                "--max-update", "4", "--save-dir", tmp_path, "--cpu", "--seed", "1", "--no-progress-bar",
-                "--log-format", "simple", "--log-interval", "1", "--no-epoch-checkpoints")
-    log = p.stdout + p.stderr
-    d, allowed = _allowed_ids(tiny_bin)
-    assert 0 < allowed.sum() < len(d)
-    assert f"masked label smoothing over {int(allowed.sum())} of {len(d)} target types" in log
-    valid = re.findall(r"valid on 'valid' subset \| loss ([0-9.]+) \| nll_loss ([0-9.]+)", log)
-    assert valid, log[-2000:]
-    loss_bits, nll_bits = map(float, valid[-1])  # the last validation is that of checkpoint_last.pt
-    from fairseq_ext.tools.analysis.lexicon import load_model
-    model, task = load_model(str(tmp_path / "checkpoint_last.pt"), str(tiny_bin))
-    assert getattr(model.decoder, "target_vocab_mask", None) is None  # the mask is the criterion's alone
-    task.load_dataset("valid")
-    ds = task.dataset("valid")
-    batch = ds.collater([ds[i] for i in range(len(ds))])
-    with torch.no_grad():
-        logits = model(**batch["net_input"])[0].float()
-    lprobs = F.log_softmax(logits.masked_fill(~allowed, -1e9), -1)
-    target = batch["target"]
-    real = target.ne(d.pad())
-    outside = real & ~allowed[target]
-    assert outside.any()  # the dev set has reference tokens the training targets never had
-    y = target.masked_fill(outside, d.unk())
-    eps, eps_a = 0.1, 0.1 / (int(allowed.sum()) - 1)
-    nll = -lprobs.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-    smooth = -lprobs.masked_fill(~allowed, 0.0).sum(-1)
-    n, ln2 = real.sum(), math.log(2)
-    want_loss = (((1 - eps - eps_a) * nll + eps_a * smooth)[real].sum() / n / ln2).item()
-    want_nll = (nll[real].sum() / n / ln2).item()
-    assert abs(loss_bits - want_loss) < 2e-3 and abs(nll_bits - want_nll) < 2e-3, \
-        (loss_bits, want_loss, nll_bits, want_nll)
-    # the same model under fairseq's unmasked label smoothing scores differently
-    plain = F.log_softmax(logits, -1)
-    plain_nll = -plain.gather(-1, target.unsqueeze(-1)).squeeze(-1)[real].sum() / n / ln2
-    assert abs(plain_nll.item() - nll_bits) > 0.05
