@@ -16,15 +16,13 @@ from fairseq_ext.tools.corpora.arthur_lexicon import (
 from fairseq_ext.tools.common import CorpusError, run_cli
 from fairseq_ext.modules.lexical import DiscreteLexiconBias
 from harness import (
-    build_model, generate, hypotheses, incremental_logits, n_lines, run, toy_arthur_lexicon, toy_batch, train,
+    TINY_SHAPE, build_model, generate, hypotheses, incremental_logits, n_lines, run, toy_arthur_lexicon, toy_batch,
+    train,
 )
 
 V = 60
 TINY_L = dict(encoder_embed_dim=24, encoder_layers=2)
-TINY_T = dict(encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
-              encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
-              decoder_attention_heads=4)
-ARCHS = [("lstm_luong_arthur", TINY_L), ("transformer_arthur", TINY_T)]
+ARCHS = [("lstm_luong_arthur", TINY_L), ("transformer_arthur", TINY_SHAPE)]
 
 
 @pytest.fixture(scope="module")
@@ -210,11 +208,11 @@ def test_lexicon_is_a_checkpoint_buffer_and_mismatches_are_clear_errors(arch, kw
 def test_other_lex_archs_accept_the_bias(toy_lex):
     m = build_model("lstm_luong_fixnorm_lex", vocab=V, arthur_lexicon=toy_lex, arthur_eps=0.01, **TINY_L)
     assert m.decoder.arthur.eps == 0.01 and m.decoder.lexical is not None
-    assert build_model("transformer_lex_bench", vocab=V, **TINY_T).decoder.arthur is None
+    assert build_model("transformer_lex_bench", vocab=V, **TINY_SHAPE).decoder.arthur is None
 
 
 def test_bias_trains_through_the_attention(toy_lex):
-    m = build_model("transformer_arthur", vocab=V, seed=4, arthur_lexicon=toy_lex, **TINY_T).train()
+    m = build_model("transformer_arthur", vocab=V, seed=4, arthur_lexicon=toy_lex, **TINY_SHAPE).train()
     src, lengths, prev = toy_batch()
     m.decoder.output_projection.weight.data.zero_()  # only the bias depends on the decoder state...
     loss = torch.nn.functional.cross_entropy(m(src, lengths, prev)[0].reshape(-1, V), prev.reshape(-1))
