@@ -20,9 +20,12 @@ import pytest
 import torch
 
 import fairseq_ext  # noqa: F401  (registers the tasks)
+from fairseq_ext.data.context_keys import strip_context, uses_document_context
 from fairseq_ext.data.conversations import ConversationDataError, ConversationIndex
 from fairseq_ext.data.documents import DocumentDataError, DocumentIndex
-from fairseq_ext.tasks.conversation_translation import ConversationTranslationConfig, ConversationTranslationTask
+from fairseq_ext.data.errors import UserDataError
+from fairseq_ext.tasks.conversation_translation import (ConversationTranslationConfig, ConversationTranslationTask,
+                                                        strip_history, uses_history, without_target_history)
 from fairseq_ext.tasks.doc_translation import DocTranslationConfig, DocTranslationTask
 from harness import ROOT, TINY, fairseq
 
@@ -293,3 +296,45 @@ def test_invalid_utf8_is_one_error_naming_file_and_line_in_both_files(tmp_path):
     conv.write_bytes(b"a\ten\tJ\r\na\tes\tn\r\nb\ten\tJ\r\nb\tes\tn\tb.2\r\n")
     index = ConversationIndex.from_file(str(conv), ("en", "es"))
     assert index.names == ["a", "b"] and index.speakers == ["J", "n", "J", "n"] and index.line_ids[3] == "b.2"
+
+
+def test_missing_generated_translations_name_the_option_of_each_task(bins, tmp_path):
+    """Both tasks read the generated target side with one reader; a missing file is one error naming the option
+    of the task that asked for it."""
+    doc, conv = bins
+    cases = ((doc_task, doc, dict(doc_target_context="generated", doc_generated_dir=str(tmp_path)),
+              "--doc-target-context", "valid.en"),
+             (conv_task, conv, dict(conv_target_history="generated", conv_generated_dir=str(tmp_path)),
+              "--conv-target-history", "valid.tgt"))
+    for task_of, data, kw, option, name in cases:
+        with pytest.raises(UserDataError) as e:
+            task_of(data, **kw).load_dataset("valid")
+        assert str(e.value).startswith(f"{option} generated: {tmp_path / name} not found"), str(e.value)
+
+
+def test_sentence_models_get_neither_context_nor_history_keys():
+    """The keys of both tasks are removed by one routing (data.context_keys): a model that does not opt in gets
+    fairseq's sentence batch; the opt-in attribute is found through wrappers."""
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.module = inner
+
+    class Opted(torch.nn.Module):
+        uses_conversation_history = True
+
+    assert uses_history(Wrapper(Wrapper(Opted()))) and not uses_history(Wrapper(torch.nn.Linear(1, 1)))
+    assert not uses_history(None) and not uses_document_context(Wrapper(Opted()))
+    plain = {"src_tokens": torch.ones(2, 3), "src_lengths": torch.tensor([3, 3]), "prev_output_tokens": 0}
+    conv = {"id": 0, "conv_index": 1, "conv_pos": 2, "hist_id": 3, "target": 4,
+            "net_input": dict(plain, direction=0, hist_src_tokens=1, hist_src_lengths=2, nset_lang=3, nset_turn=4,
+                              hist_index=5, hist_tgt_tokens=6, hist_tgt_lengths=7)}
+    out = strip_history(conv)
+    assert out == {"id": 0, "target": 4, "net_input": plain} and len(conv["net_input"]) == 11
+    assert without_target_history(conv)["net_input"].keys() == conv["net_input"].keys() - {"hist_tgt_tokens",
+                                                                                           "hist_tgt_lengths"}
+    doc = {"id": 0, "ctx_id": 1, "doc_index": 2,
+           "net_input": dict(plain, ctx_src_tokens=1, ctx_src_lengths=2, ctx_index=3, ctx_distance=4)}
+    assert strip_context(doc) == {"id": 0, "doc_index": 2, "net_input": plain}
+    sentence = {"id": 0, "net_input": plain}
+    assert strip_context(sentence) is sentence and strip_history(sentence) is sentence

@@ -7,6 +7,7 @@
 * :mod:`~fairseq_ext.data.lexicon_file` -- the Arthur lexicon file the ``*_arthur`` models read;
 * :mod:`~fairseq_ext.data.documents`, :mod:`~fairseq_ext.data.conversations` -- documents and conversations;
 * :mod:`~fairseq_ext.data.grouped` -- what both share: contiguous groups, their batches and N-sets;
+* :mod:`~fairseq_ext.data.group_iterator` -- fairseq's epoch iterator over batches of whole groups;
 * :mod:`~fairseq_ext.data.truncation` -- over-long evaluation inputs cut to the model's positions;
 * :mod:`~fairseq_ext.data.errors` -- :class:`UserDataError`, a user's bad file as one ``error:`` line.
 

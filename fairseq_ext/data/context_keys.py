@@ -1,5 +1,7 @@
 """Which models of ``doc_translation`` (Maruf 2019 ch. 3-4) receive the context keys of a document batch
-(:mod:`fairseq_ext.data.documents`), and a document batch cut to some of its rows.
+(:mod:`fairseq_ext.data.documents`), and a document batch cut to some of its rows. The same routing serves the
+history keys of ``conversation_translation`` (ch. 5, :mod:`fairseq_ext.data.conversations`): :func:`opts_in`
+and :func:`strip_keys` take the opt-in attribute and the key names.
 
 fairseq's sentence models have fixed ``forward`` arguments
 (``TransformerModel.forward(src_tokens, src_lengths, prev_output_tokens, ...)``) and fail on unknown
@@ -27,33 +29,40 @@ CONTEXT_NET_INPUT_KEYS = ("ctx_src_tokens", "ctx_src_lengths", "ctx_index", "ctx
 CONTEXT_SAMPLE_KEYS = ("ctx_id",)
 
 
-def _unwrap(model):
+def opts_in(obj, attr: str = "uses_document_context") -> bool:
+    """Whether a model or a generator sets the class attribute ``attr``, on itself or on a model it wraps
+    (DDP/proxy wrappers: up to four ``.module`` levels)."""
     seen = 0
-    while hasattr(model, "module") and seen < 4:
-        model = model.module
-        seen += 1
-    return model
+    while obj is not None and not getattr(obj, attr, False) and hasattr(obj, "module") and seen < 4:
+        obj, seen = obj.module, seen + 1
+    return bool(getattr(obj, attr, False))
 
 
 def uses_document_context(obj) -> bool:
     """Whether a model (possibly DDP/proxy-wrapped) or a generator opts in to the context keys."""
-    if obj is None:
-        return False
-    return bool(getattr(obj, "uses_document_context", False) or getattr(_unwrap(obj), "uses_document_context", False))
+    return opts_in(obj, "uses_document_context")
 
 
-def has_context(sample) -> bool:
+def has_context(sample, net_input_keys=CONTEXT_NET_INPUT_KEYS) -> bool:
     return isinstance(sample, dict) and isinstance(sample.get("net_input"), dict) and \
-        any(k in sample["net_input"] for k in CONTEXT_NET_INPUT_KEYS)
+        any(k in sample["net_input"] for k in net_input_keys)
+
+
+def strip_keys(sample, net_input_keys=CONTEXT_NET_INPUT_KEYS, sample_keys=CONTEXT_SAMPLE_KEYS):
+    """A shallow copy of ``sample`` without ``net_input_keys`` (in ``net_input``) and ``sample_keys``; the sample
+    itself when it has none of them."""
+    if not (has_context(sample, net_input_keys) or
+            isinstance(sample, dict) and isinstance(sample.get("net_input"), dict) and
+            any(k in sample for k in sample_keys)):
+        return sample
+    out = {k: v for k, v in sample.items() if k not in sample_keys}
+    out["net_input"] = {k: v for k, v in sample["net_input"].items() if k not in net_input_keys}
+    return out
 
 
 def strip_context(sample):
     """A shallow copy of ``sample`` without the context keys (for models that do not opt in)."""
-    if not has_context(sample):
-        return sample
-    out = {k: v for k, v in sample.items() if k not in CONTEXT_SAMPLE_KEYS}
-    out["net_input"] = {k: v for k, v in sample["net_input"].items() if k not in CONTEXT_NET_INPUT_KEYS}
-    return out
+    return strip_keys(sample, CONTEXT_NET_INPUT_KEYS, CONTEXT_SAMPLE_KEYS)
 
 
 def subset_doc_sample(sample, keep: torch.Tensor, left_pad_source: bool, pad: int, eos: int):

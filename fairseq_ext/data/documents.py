@@ -374,10 +374,12 @@ def check_documents(index: DocumentIndex, pattern: str = "auto") -> None:
     logger.warning(msg)
 
 
-def read_generated_context(path: str, tgt_dict, n_expected: int, binarized: str) -> List[torch.Tensor]:
-    """``{doc-generated-dir}/{split}.{tgt}``: one translation per example in target-dictionary units."""
+def read_generated_context(path: str, tgt_dict, n_expected: int, binarized: str,
+                           option: str = "--doc-target-context") -> List[torch.Tensor]:
+    """``{doc-generated-dir}/{split}.{tgt}``: one translation per example in target-dictionary units;
+    ``option``: the option the messages name (``--conv-target-history`` for the conversations)."""
     if not os.path.exists(path):
-        raise DocumentDataError(f"--doc-target-context generated: {path} not found (one translation per line "
+        raise DocumentDataError(f"{option} generated: {path} not found (one translation per line "
                                 f"of {binarized}, in dataset order; see python -m fairseq_ext.tools.corpora.doc_context)")
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")

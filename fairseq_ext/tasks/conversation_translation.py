@@ -37,11 +37,12 @@ from fairseq_ext.data.conversations import (
     find_conv_file,
     parse_langs,
 )
+from fairseq_ext.data.context_keys import opts_in, strip_keys
 from fairseq_ext.data.documents import read_generated_context
+from fairseq_ext.data.group_iterator import group_batch_iterator
 from fairseq_ext._compat import generation_option
 from fairseq_ext.generators.conversation_online import ConversationOnlineGenerator
 from fairseq_ext.generators.decoding import decoding_options
-from fairseq_ext.tasks.doc_translation import group_batch_iterator
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
 from fairseq_ext.data.errors import UserDataError
 
@@ -51,28 +52,18 @@ SAMPLE_KEYS = ("conv_index", "conv_pos", "hist_id")
 
 
 def uses_history(obj) -> bool:
-    seen = 0
-    while obj is not None and not getattr(obj, "uses_conversation_history", False) and hasattr(obj, "module") \
-            and seen < 4:
-        obj, seen = obj.module, seen + 1
-    return bool(getattr(obj, "uses_conversation_history", False))
+    """Whether a model (possibly wrapped) or a generator opts in to the conversation keys."""
+    return opts_in(obj, "uses_conversation_history")
 
 
-def strip_history(sample, keep_direction: bool = False):
+def strip_history(sample):
     """A shallow copy of ``sample`` without the conversation keys (for sentence models)."""
-    if not isinstance(sample, dict) or "net_input" not in sample:
-        return sample
-    out = {k: v for k, v in sample.items() if k not in SAMPLE_KEYS}
-    out["net_input"] = {k: v for k, v in sample["net_input"].items()
-                        if k not in HISTORY_NET_INPUT_KEYS or (keep_direction and k == "direction")}
-    return out
+    return strip_keys(sample, HISTORY_NET_INPUT_KEYS, SAMPLE_KEYS)
 
 
 def without_target_history(sample):
     """The sample without the target side of the history (never given to the generator)."""
-    out = dict(sample)
-    out["net_input"] = {k: v for k, v in sample["net_input"].items() if k not in ("hist_tgt_tokens", "hist_tgt_lengths")}
-    return out
+    return strip_keys(sample, ("hist_tgt_tokens", "hist_tgt_lengths"), ())
 
 
 @dataclass
@@ -123,7 +114,8 @@ class ConversationTranslationTask(TranslationExtTask):
             target = "gold"
         elif cfg.conv_target_history == "generated":
             target = read_generated_context(os.path.join(cfg.conv_generated_dir, f"{split}.{cfg.target_lang}"),
-                                            self.tgt_dict, len(base), f"{data_path}/{split}")
+                                            self.tgt_dict, len(base), f"{data_path}/{split}",
+                                            option="--conv-target-history")
         self.datasets[split] = ConversationPairDataset(base, index, cfg.conv_context, target,
                                                        cfg.max_source_positions)
         st = index.stats()
