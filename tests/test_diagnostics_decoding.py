@@ -63,3 +63,30 @@ def test_cli_bad_input_is_one_error_line(tmp_path):
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
     assert p.stderr.startswith("error: --major 0.3") and "Traceback" not in p.stderr
     assert not (tmp_path / "x" / "raw" / "train.src").exists()
+
+
+def _run(tmp_path, *args):
+    out = tmp_path / "diag"
+    p = subprocess.run([sys.executable, "recipes/bench/diagnostics_decoding.py", *args, "--out", str(out),
+                        "--table", ""], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=3600)
+    assert p.returncode in (0, 1), p.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_beam_reaches_the_mode_that_greedy_cannot(tmp_path):
+    """recipes/bench/diagnostics_decoding.py, search, a short run: greedy writes A first on every test sentence (exact
+    match 0, the bound), fairseq's beam and the shrinking beam return the mode (>= 0.9)."""
+    out = _run(tmp_path, "--tasks", "search", "--updates", "800", "--actor-updates", "20")
+    rows = {r["system"]: r for r in json.loads((out / "search" / "result.json").read_text())}
+    assert rows["greedy"]["exact"] <= 0.05 and rows["greedy"]["result"]["major_first"] >= 0.95, rows["greedy"]
+    assert rows["beam"]["exact"] >= 0.9 and rows["shrinking_beam"]["exact"] >= 0.9, rows
+
+
+@pytest.mark.slow
+def test_fertility_inputs_solve_known_fertilities(tmp_path):
+    """recipes/bench/diagnostics_decoding.py, fertility, a short run: the NAT with fertility-copy inputs is exact
+    (>= 0.9) with predicted and with reference fertilities."""
+    out = _run(tmp_path, "--tasks", "fertility", "--nat-updates", "1000")
+    rows = {r["system"]: r for r in json.loads((out / "fertility" / "result.json").read_text())}
+    assert rows["fertility"]["exact"] >= 0.9 and rows["fertility_gold"]["exact"] >= 0.9, rows

@@ -4,20 +4,21 @@ baseline is limited by construction (:mod:`fairseq_ext.tools.analysis.diagnostic
 ``fertility``); the **decoding** table of ``recipes/bench/RESULTS.md`` is rewritten from the results::
 
     .venv/bin/python recipes/bench/diagnostics_decoding.py [--tasks search fertility] [--out runs/diagnostics_decoding]
-        [--updates 1000] [--actor-updates 600] [--nat-updates 1500] [--table recipes/bench/RESULTS.md]
+        [--updates 1000] [--actor-updates 300] [--nat-updates 1500] [--table recipes/bench/RESULTS.md]
 
 Rows:
 
 * ``search``: one small RNNsearch (the shape of recipes/bench/diagnostics_copy.py) trained ``--updates`` updates
   (task ``translation_decoding``, cross-entropy), decoded on the test set (whose references are the mode) with
   greedy (Eq. 2.10, the baseline: exact match 0 by construction once it has learned P(A) > P(B)), fairseq's beam
-  (K = 4), the shrinking beam (K = 4, Eqs. 2.11-2.13) and NPD (Eq. 2.14, N = 8 noisy greedy decodes, σ0 = 0.5 and
-  1.0); then a trainable greedy actor (``trainable_greedy_tiny``, ``actor_critic``, BLEU objective) trained
+  (K = 4), the shrinking beam (K = 4, Eqs. 2.11-2.13) and NPD (Eq. 2.14, N = 8 noisy greedy decodes, σ0 = 0.5, 1.0
+  and 4.0); then a trainable greedy actor (``trainable_greedy_tiny``, ``actor_critic``, BLEU objective) trained
   ``--actor-updates`` updates on that frozen model and decoded greedily with its actor and with ``--tg-actor
   off`` (the mechanism switched off: the plain greedy row again).
 * ``fertility``: the tiny NAT (``nat_fertility_tiny``) with fertility-copy decoder inputs (gold fertilities in
   training) and with uniform copy (the baseline), ``--nat-updates`` updates each, decoded with predicted
-  fertilities / length (argmax, Eq. 8.5) and with the reference ones (``--oracle-length``).
+  fertilities / length (argmax, Eq. 8.5) and with the reference ones (``--oracle-length``); ``--max-len-ratio 3``
+  (the task's largest fertility; the default cap 2·T' would cut a third of the references).
 
 Scores (``exact_scores``): exact match with the reference, the share that starts with ``A`` (search), the share of the
 reference's length, and the mean sentence score fairseq-generate prints (search: the model's length-normalised
@@ -41,8 +42,8 @@ BIN, ROOT, cpu_name, run, write_table = (_doc_runner.BIN, _doc_runner.ROOT, _doc
 _copy_runner = load_script(Path(__file__).resolve().parent / "diagnostics_copy.py")
 SHAPE, LANGS, RUN, read_probes = _copy_runner.SHAPE, _copy_runner.LANGS, _copy_runner.RUN, _copy_runner.read_probes
 
-ADAM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100",
-        "--clip-norm", "1.0"]
+ADAM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr-scheduler", "inverse_sqrt",
+        "--warmup-updates", "100", "--clip-norm", "1.0"]
 DEC = ["--task", "translation_decoding"]
 # search rows: (row, decoding flags, note)
 SEARCH = [
@@ -53,6 +54,8 @@ SEARCH = [
      "NPD, N = 8, σ0 = 0.5"),
     ("npd_1.0", [*DEC, "--decoding-algorithm", "npd", "--npd-samples", "8", "--npd-sigma0", "1.0", "--seed", "1"],
      "NPD, N = 8, σ0 = 1.0"),
+    ("npd_4.0", [*DEC, "--decoding-algorithm", "npd", "--npd-samples", "8", "--npd-sigma0", "4.0", "--seed", "1"],
+     "NPD, N = 8, σ0 = 4.0"),
 ]
 TG = ["--task", "trainable_greedy_decoding", "--decoding-algorithm", "greedy"]
 ACTOR = ["--arch", "trainable_greedy_tiny", "--task", "trainable_greedy_decoding", "--criterion", "actor_critic",
@@ -122,8 +125,9 @@ def run_search(args) -> list:
     out = Path(args.out) / "search"
     info = generate("search", str(out / "data"), seed=args.seed)
     nmt = out / "rnnsearch"
-    secs = train(Path(info["bin"]), nmt, ["--arch", "rnnsearch_tiny", *DEC, "--criterion", "cross_entropy", *SHAPE,
-                                          *ADAM, "--lr", str(args.lr), "--batch-size", "64"], args.updates, args.threads)
+    flags = ["--arch", "rnnsearch_tiny", *DEC, "--criterion", "cross_entropy", *SHAPE, *ADAM, "--lr", str(args.lr),
+             "--batch-size", "64"]
+    secs = train(Path(info["bin"]), nmt, flags, args.updates, args.threads)
     res = {name: scored(info, nmt / "checkpoint_last.pt", flags, nmt / f"test.{name}", args.threads)
            for name, flags, _ in SEARCH}
     greedy, beam = res["greedy"]["exact"], res["beam"]["exact"]
@@ -152,8 +156,8 @@ def run_fertility(args) -> list:
     for name, mode, flags, note in FERTILITY:
         save = out / mode
         secs = train(Path(info["bin"]), save, [*NAT, "--decoder-input", mode], args.nat_updates, args.threads)
-        res = scored(info, save / "checkpoint_last.pt", ["--task", "translation_fertility", *flags],
-                     save / f"test.{name}", args.threads)
+        res = scored(info, save / "checkpoint_last.pt", ["--task", "translation_fertility", "--max-len-ratio", "3",
+                                                          *flags], save / f"test.{name}", args.threads)
         baseline = mode == "uniform"
         rows.append(row("fertility", name, note, res, baseline, True if baseline else res["exact"] >= args.pass_at,
                         secs, args.nat_updates, info["bound"]))
@@ -186,7 +190,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--updates", type=int, default=1000, help="MLE updates of the search task's RNNsearch")
     ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--actor-updates", type=int, default=600, help="actor-critic updates of the trainable greedy actor")
+    ap.add_argument("--actor-updates", type=int, default=300, help="actor-critic updates of the trainable greedy actor")
     ap.add_argument("--nat-updates", type=int, default=1500, help="updates of each NAT")
     ap.add_argument("--pass-at", type=float, default=0.9)
     ap.add_argument("--threads", type=int, default=1)

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from fairseq_ext.tools.common import OutputSet, ToolError, log, read_json, write_json
 
 __all__ = ["COPY_TASKS", "DEFAULTS", "BOUND", "generate_copy_split", "generate_retrieval", "generate", "up_to_date",
-           "name_scores", "value_scores"]
+           "dictionary_lines", "preprocess_joint", "name_scores", "value_scores"]
 
 COPY_TASKS = ("copy", "retrieval")
 SRC, TGT = "src", "tgt"
@@ -197,7 +197,7 @@ def generate_retrieval(*, seed: int = 1, n_train: int = 3000, n_valid: int = 150
 
 
 # --------------------------------------------------------------------------------------------- files
-def _dictionary(lines: Sequence[str], keep) -> List[str]:
+def dictionary_lines(lines: Sequence[str], keep) -> List[str]:
     """fairseq dictionary lines ``word count`` of the words of ``lines`` that ``keep`` accepts, most frequent
     first (ties by word)."""
     from collections import Counter
@@ -206,7 +206,7 @@ def _dictionary(lines: Sequence[str], keep) -> List[str]:
     return [f"{w} {n}" for w, n in sorted(c.items(), key=lambda x: (-x[1], x[0]))]
 
 
-def _preprocess(dict_path: str, dest: str, prefs: Dict[str, str]) -> None:
+def preprocess_joint(dict_path: str, dest: str, prefs: Dict[str, str]) -> None:
     """fairseq-preprocess (in process) of ``prefs`` ({"train": prefix, ...}) with the one joint dictionary."""
     from fairseq import options
     from fairseq_cli import preprocess
@@ -312,20 +312,20 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: Optional[int] = Non
             o.write_lines(f"memory.{TGT}", r["memory"]["tgt"])
     dict_path = os.path.join(out, "dict.txt")
     with OutputSet(out) as o:
-        o.write_lines("dict.txt", _dictionary([x for d in data.values() for side in ("src", "tgt") for x in d[side]],
-                                              keep))
+        o.write_lines("dict.txt", dictionary_lines([x for d in data.values() for side in ("src", "tgt")
+                                                    for x in d[side]], keep))
     log(f"[diagnostics] {task}: " + "; ".join(f"{s} {v['lines']} lines" for s, v in info["splits"].items()))
     if binarize:
         bin_dir = os.path.join(out, "bin")
         pref = lambda s: os.path.join(raw, s)  # noqa: E731
-        _preprocess(dict_path, bin_dir, {"train": pref("train"), "valid": pref("valid"),
-                                         **({"test": pref("test")} if task == "copy" else {})})
+        preprocess_joint(dict_path, bin_dir, {"train": pref("train"), "valid": pref("valid"),
+                                              **({"test": pref("test")} if task == "copy" else {})})
         info["bin"] = bin_dir
         if task == "retrieval":
             _write_side(bin_dir, "train", r["tm"]["train"], r["train"]["src"], r["train"]["src"], True, "cluster")
             _write_side(bin_dir, "valid", r["tm"]["valid"], r["valid"]["src"], r["train"]["src"], False, "cluster")
             test_dir = os.path.join(out, "bin_test")
-            _preprocess(dict_path, test_dir, {"train": pref("memory"), "test": pref("test")})
+            preprocess_joint(dict_path, test_dir, {"train": pref("memory"), "test": pref("test")})
             info["bin_test"] = {}
             for variant in ("test", "test_random", "test_swapped"):
                 folder = test_dir if variant == "test" else f"{test_dir}{variant[4:]}"

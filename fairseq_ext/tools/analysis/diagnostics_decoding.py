@@ -105,7 +105,7 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: Optional[int] = Non
              fillers: int = DEFAULTS["fillers"], **params) -> Dict[str, Any]:
     """Write the corpus of ``task`` under ``out`` (module doc); returns the ``diagnostics.json`` record (skips the
     work when it exists with the same parameters)."""
-    from fairseq_ext.tools.analysis.diagnostics_copy import _dictionary, _preprocess, up_to_date
+    from fairseq_ext.tools.analysis.diagnostics_copy import dictionary_lines, preprocess_joint, up_to_date
 
     if task not in DECODING_TASKS:
         raise ToolError(f"unknown diagnostic task {task!r}; known: {', '.join(DECODING_TASKS)}")
@@ -135,8 +135,8 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: Optional[int] = Non
     dict_path = os.path.join(out, "dict.txt")
     extra = [A, B, *(f"r{k}" for k in range(layout.get("suffix_types", 0)))]  # every word of the task, seen or not
     with OutputSet(out) as o:
-        o.write_lines("dict.txt", _dictionary([x for d in data.values() for side in ("src", "tgt") for x in d[side]]
-                                              + (extra if task == "search" else []), lambda w: True))
+        lines = [x for d in data.values() for side in ("src", "tgt") for x in d[side]]
+        o.write_lines("dict.txt", dictionary_lines(lines + (extra if task == "search" else []), lambda w: True))
     if task == "search":
         info["splits"] = {s: {"lines": len(d["src"]), "major_share": sum(t.startswith(A + " ") for t in d["tgt"])
                               / len(d["tgt"])} for s, d in data.items()}
@@ -147,7 +147,7 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: Optional[int] = Non
     log(f"[diagnostics] {task}: " + "; ".join(f"{s} {v['lines']} lines" for s, v in info["splits"].items()))
     if binarize:
         bin_dir = os.path.join(out, "bin")
-        _preprocess(dict_path, bin_dir, {s: os.path.join(raw, s) for s in sizes})
+        preprocess_joint(dict_path, bin_dir, {s: os.path.join(raw, s) for s in sizes})
         if task == "fertility":
             from fairseq_ext.tools.corpora.fertility import main as fertility_main
 
@@ -175,7 +175,7 @@ def exact_scores(probes: Sequence[Dict[str, Any]], hyps: Dict[int, str], refs: D
             "length_ok": length / n if n else None}
 
 
-# --------------------------------------------------------------------------------------------- CLI (through diagnostics)
+# ----------------------------------------------------------------------------------------- CLI (through diagnostics)
 def add_generate_arguments(g) -> None:
     """The options of these tasks on ``fairseq-ext-diagnostics generate`` (its --out/--seed/--n-* are shared)."""
     m = g.add_argument_group("decoding tasks (search, fertility)")
