@@ -72,6 +72,18 @@ def fairseq(tool: str, *args, user_dir=True, **kw) -> subprocess.CompletedProces
     return run(cmd + list(args), **kw)
 
 
+def fairseq_in_one_process(commands, **kw) -> subprocess.CompletedProcess:
+    """``commands`` = [(tool, argv after the program name)] of ``fairseq-train`` / ``fairseq-generate`` run by the
+    console scripts' own ``cli_main``, one after the other in one interpreter (saves the import time)."""
+    import json
+
+    script = ("import json, sys\nfrom fairseq_cli import generate, train\n"
+              "for tool, argv in json.loads(sys.argv[1]):\n"
+              "    sys.argv = ['fairseq-' + tool] + argv\n"
+              "    {'train': train, 'generate': generate}[tool].cli_main()\n")
+    return run([sys.executable, "-c", script, json.dumps(commands)], **kw)
+
+
 def data_cli(*args, **kw) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "fairseq_ext.tools.corpora.corpora", *args], **kw)
 
@@ -180,6 +192,13 @@ def toy_task(vocab: int = 60, tgt_vocab=None, **attrs):
     d = make_dictionary(vocab)
     return types.SimpleNamespace(source_dictionary=d,
                                  target_dictionary=d if tgt_vocab is None else make_dictionary(tgt_vocab), **attrs)
+
+
+def copy_task(vocab: int = 60, slots: int = 5, tgt_vocab=None):
+    """:func:`toy_task` as ``copy_translation`` gives it to a CopyNet: ``slots`` copy slots (``--max-source-oovs``)."""
+    import types
+
+    return toy_task(vocab, tgt_vocab, cfg=types.SimpleNamespace(max_source_oovs=slots))
 
 
 def arch_args(arch: str, /, **kw):
@@ -296,6 +315,14 @@ def toy_batch(bsz=3, src_len=7, tgt_len=6, vocab=60, seed=1):
     return src, src.ne(1).sum(1), tgt
 
 
+def beam_toy_batch(beam: int = 3):
+    """Two :func:`toy_batch` sources (one left-padded), each repeated ``beam`` times, with different target
+    prefixes: the rows of a beam search (for :func:`beam_incremental`)."""
+    src, lengths, _ = toy_batch(bsz=2)
+    _, _, tgt = toy_batch(bsz=2 * beam, seed=5)
+    return src.repeat_interleave(beam, 0), lengths.repeat_interleave(beam, 0), tgt
+
+
 def incremental_logits(model, src, lengths, prev):
     """Decoder logits computed one step at a time with an incremental state (B,T,V), to compare with
     the full (teacher-forced) forward pass."""
@@ -306,6 +333,31 @@ def incremental_logits(model, src, lengths, prev):
     for t in range(prev.size(1)):
         outs.append(model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0])
     return torch.cat(outs, dim=1)
+
+
+def beam_incremental(model, src, lengths, tgt, beam=None):
+    """Decoding step by step with an incremental state, as fairseq's generator does: ``(outputs (B, T, C), src,
+    lengths, tgt, incremental state)``. With ``beam`` the rows are groups of ``beam`` hypotheses of one source,
+    re-selected within their group (with repetition; a fixed generator) after each step as beam search does, and
+    the inputs come back in the final order."""
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    outs, state = [], {}
+    bsz = tgt.size(0)
+    with torch.no_grad():
+        enc = model.encoder(src, lengths)
+        for t in range(tgt.size(1)):
+            out, _ = model.decoder(tgt[:, : t + 1], enc, incremental_state=state)
+            assert out.size(1) == 1
+            outs.append(out[:, -1])
+            if beam:
+                order = torch.arange(bsz) // beam * beam + torch.randint(0, beam, (bsz,), generator=g)
+                tgt, src, lengths = tgt[order], src[order], lengths[order]
+                outs = [o[order] for o in outs]
+                model.decoder.reorder_incremental_state_scripting(state, order)
+                enc = model.encoder.reorder_encoder_out(enc, order)
+    return torch.stack(outs, 1), src, lengths, tgt, state
 
 
 def toy_arthur_lexicon(path, vocab: int = 60, k: int = 3, seed: int = 0) -> str:

@@ -9,12 +9,11 @@ import fairseq_ext  # noqa: F401  (registration)
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.modules import MultiheadAttention
 from fairseq_ext.modules.dual_contextual import DualContextual, conv_padding
-from harness import build_model, generate, hypotheses, n_lines, n_params, train, toy_batch
+from harness import (TINY_SHAPE, TINY_SHAPE_FLAGS, arch_args, beam_incremental, build_model, generate, hypotheses,
+                     n_lines, n_params, toy_batch, train)
 from thesis_sizes import AMPOMAH_WMT_VOCAB
 
-TINY = dict(encoder_layers=3, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
-            encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
-            decoder_attention_heads=4, share_all_embeddings=True)
+TINY = dict(TINY_SHAPE, encoder_layers=3, share_all_embeddings=True)
 
 
 build = build_model
@@ -147,14 +146,9 @@ def test_local_zero_aggregation_starts_as_self_attention():
 
 
 def test_dc_dropout_flag_sets_the_local_unit_dropout():
-    from argparse import Namespace
-
-    from fairseq.models import ARCH_CONFIG_REGISTRY
-
     from fairseq_ext.models.dual_contextual import _dc_module
 
-    args = Namespace(dropout=0.3, attention_dropout=0.0)
-    ARCH_CONFIG_REGISTRY["transformer_enc_dc_bench"](args)
+    args = arch_args("transformer_enc_dc_bench", dropout=0.3, attention_dropout=0.0)
     assert args.dc_dropout is None and args.dc_agg_init == "xavier"       # defaults: the bench rows' module
     assert _dc_module(16, 4, args, causal=False).dropout_module.p == 0.3   # --dropout, as before
     args.dc_dropout, args.dc_agg_init = 0.0, "local-zero"
@@ -217,24 +211,6 @@ def test_decoder_is_causal(placement, f):
         assert torch.equal(out[:, :t], out2[:, :t]) and not torch.allclose(out[:, t:], out2[:, t:])
 
 
-def incremental(model, src, lengths, tgt, beam):
-    """Step-by-step decoding; the ``beam`` rows of each source are re-selected after every step
-    (with repetition) as in beam search.  Returns the outputs and the final reordered inputs."""
-    g = torch.Generator().manual_seed(3)
-    outs, state, bsz = [], {}, tgt.size(0)
-    with torch.no_grad():
-        enc = model.encoder(src, lengths)
-        for t in range(tgt.size(1)):
-            out, _ = model.decoder(tgt[:, : t + 1], enc, incremental_state=state)
-            outs.append(out[:, -1])
-            order = torch.arange(bsz) // beam * beam + torch.randint(0, beam, (bsz,), generator=g)
-            tgt, src, lengths = tgt[order], src[order], lengths[order]
-            outs = [o[order] for o in outs]
-            model.decoder.reorder_incremental_state_scripting(state, order)
-            enc = model.encoder.reorder_encoder_out(enc, order)
-    return torch.stack(outs, 1), src, lengths, tgt
-
-
 @pytest.mark.parametrize("placement", ["dec", "full"])
 @pytest.mark.parametrize("f", [1, 2, 3, 5])
 @pytest.mark.parametrize("prenorm", [False, True])
@@ -245,7 +221,7 @@ def test_incremental_equals_full_decoding(placement, f, prenorm):
     src, lengths, _ = batch(bsz=2)
     _, _, tgt = batch(bsz=2 * beam, tgt_len=8, seed=5)
     src, lengths = src.repeat_interleave(beam, 0), lengths.repeat_interleave(beam, 0)
-    inc, src, lengths, tgt = incremental(model, src, lengths, tgt, beam)
+    inc, src, lengths, tgt, _ = beam_incremental(model, src, lengths, tgt, beam)
     full = forward(model, src, lengths, tgt)
     assert (inc - full).abs().max() < 1e-5
 
@@ -290,11 +266,8 @@ def test_kernel_size_ranges_and_fi_projection_counts():
 
 
 def test_cli_full_dc_train_and_generate(tiny_bin, tmp_path):
-    ckpt = train(tiny_bin, tmp_path, [
-        "--arch", "transformer_full_dc_bench", "--encoder-layers", "2", "--decoder-layers", "2",
-        "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-        "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-        "--dc-kernel-size", "3", "--encoder-dc-layers", "1-1"], max_update=6)
+    ckpt = train(tiny_bin, tmp_path, ["--arch", "transformer_full_dc_bench", *TINY_SHAPE_FLAGS, "--dc-kernel-size", "3",
+                                      "--encoder-dc-layers", "1-1"], max_update=6)
     state = torch.load(ckpt, weights_only=True)
     assert state["cfg"]["model"].dc_kernel_size == 3
     out = generate(tiny_bin, ckpt, "--batch-size", "32")

@@ -1,12 +1,11 @@
 """Joint Attention Strategies (Ampomah thesis ch. 3): Layer Aggregation, MLMHA, n = 1 == baseline,
 layer masking, incremental decoding, thesis parameter counts, CLI round trip."""
-import argparse
 
 import pytest
 import torch
 
 import fairseq_ext  # noqa: F401  (registration)
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.modules import MultiheadAttention
 from fairseq_ext.models.joint_attention import VARIANTS, parse_layer_set
 from fairseq_ext.modules.layer_aggregation import (
@@ -15,12 +14,11 @@ from fairseq_ext.modules.layer_aggregation import (
     MultiLayerMultiheadAttention,
     WeightedSum,
 )
-from harness import build_model, generate, hypotheses, n_lines, n_params, train, toy_batch
+from harness import (TINY_SHAPE, arch_args, as_flags, beam_incremental, beam_toy_batch, build_model, generate,
+                     hypotheses, n_lines, n_params, toy_batch, train)
 from thesis_sizes import AMPOMAH_IWSLT_EN_VI_VOCAB, AMPOMAH_WMT_VOCAB, assert_reported
 
-TINY = dict(encoder_layers=4, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
-            encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
-            decoder_attention_heads=4, share_all_embeddings=True)
+TINY = dict(TINY_SHAPE, encoder_layers=4, share_all_embeddings=True)
 
 
 build = build_model
@@ -32,34 +30,6 @@ batch = toy_batch
 def forward(model, src, lengths, tgt):
     with torch.no_grad():
         return model(src, lengths, tgt)[0]
-
-
-def incremental(model, src, lengths, tgt, beam=None):
-    """Step-by-step decoding; with ``beam`` the rows are groups of ``beam`` hypotheses of one source
-    and after each step they are re-selected within their group (with repetition), as beam search
-    does.  Returns the per-step outputs and the final (reordered) inputs."""
-    g = torch.Generator().manual_seed(3)
-    outs, state = [], {}
-    bsz = tgt.size(0)
-    with torch.no_grad():
-        enc = model.encoder(src, lengths)
-        for t in range(tgt.size(1)):
-            out, _ = model.decoder(tgt[:, : t + 1], enc, incremental_state=state)
-            outs.append(out[:, -1])
-            if beam:
-                order = torch.arange(bsz) // beam * beam + torch.randint(0, beam, (bsz,), generator=g)
-                tgt, src, lengths = tgt[order], src[order], lengths[order]
-                outs = [o[order] for o in outs]
-                model.decoder.reorder_incremental_state_scripting(state, order)
-                enc = model.encoder.reorder_encoder_out(enc, order)
-    return torch.stack(outs, 1), src, lengths, tgt
-
-
-def beam_batch(beam=3):
-    """Two sources (one left-padded), each repeated ``beam`` times, with different target prefixes."""
-    src, lengths, _ = batch(bsz=2)
-    _, _, tgt = batch(bsz=2 * beam, seed=5)
-    return src.repeat_interleave(beam, 0), lengths.repeat_interleave(beam, 0), tgt
 
 
 ALL = sorted(VARIANTS)
@@ -91,8 +61,7 @@ def test_registered_architectures():
             assert ARCH_MODEL_REGISTRY[f"transformer_jas_{v}_{base}"].__name__ == "TransformerJASModel"
     for a in ("transformer_iwslt_small", "transformer_wmt_en_de_ffn4096", "transformer_wmt_en_de_10l"):
         assert ARCH_MODEL_REGISTRY[a].__name__ == "TransformerModel"
-    args = argparse.Namespace()
-    ARCH_CONFIG_REGISTRY["transformer_jas_m01_bench"](args)
+    args = arch_args("transformer_jas_m01_bench")
     assert (args.encoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim,
             args.encoder_attention_heads, args.share_all_embeddings, args.encoder_normalize_before,
             args.decoder_normalize_before, args.jas_strategy, args.mlmha_u0, args.mlmha_u1) == (
@@ -123,7 +92,7 @@ def test_n1_is_the_fairseq_transformer(variant, prenorm):
     jas.load_state_dict(base.state_dict(), strict=True)  # same parameter names and shapes
     src, lengths, tgt = batch()
     assert torch.equal(forward(jas, src, lengths, tgt), forward(base, src, lengths, tgt))
-    assert torch.equal(incremental(jas, src, lengths, tgt)[0], incremental(base, src, lengths, tgt)[0])
+    assert torch.equal(beam_incremental(jas, src, lengths, tgt)[0], beam_incremental(base, src, lengths, tgt)[0])
 
 
 # --------------------------------------------------------------------------- the equations
@@ -238,8 +207,8 @@ def test_mlmha_with_one_layer_is_fairseq_attention(u0, u1):
 @pytest.mark.parametrize("variant", ALL)
 def test_incremental_equals_full_decoding(variant):
     model = build(f"transformer_jas_{variant}_iwslt_small", **{**TINY, "jas_top_n": 3})
-    src, lengths, tgt = beam_batch()
-    inc, src2, len2, tgt2 = incremental(model, src, lengths, tgt, beam=3)
+    src, lengths, tgt = beam_toy_batch()
+    inc, src2, len2, tgt2, _ = beam_incremental(model, src, lengths, tgt, beam=3)
     full = forward(model, src2, len2, tgt2)
     assert (inc - full).abs().max() < 1e-5
 
@@ -370,9 +339,7 @@ def test_thesis_parameter_counts(variant):
 # --------------------------------------------------------------------------- CLI
 
 
-JAS_TINY = ["--encoder-layers", "3", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-            "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-            "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+JAS_TINY = as_flags(dict(TINY_SHAPE, encoder_layers=3))
 
 
 def _scored(out):

@@ -17,7 +17,8 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq_ext.criterions.multi_supervision_label_smoothed_cross_entropy import MultiSupervisionLabelSmoothedCriterion
 from fairseq_ext.models.multi_supervision import AIFDecoderLayer, parse_generate_from
 from fairseq_ext.modules.aif import AuxiliaryInformationFusion
-from harness import TINY_SHAPE, arch_args, build_model, make_dictionary, n_params, toy_batch
+from harness import (TINY_SHAPE, arch_args, beam_incremental, beam_toy_batch, build_model, make_dictionary, n_params,
+                     toy_batch)
 from thesis_sizes import AMPOMAH_IWSLT_EN_VI_VOCAB, AMPOMAH_WMT_VOCAB, assert_reported
 
 TINY = dict(TINY_SHAPE, encoder_layers=4, share_all_embeddings=True)
@@ -32,33 +33,6 @@ batch = toy_batch
 def forward(model, src, lengths, tgt):
     with torch.no_grad():
         return model(src, lengths, tgt)
-
-
-def incremental(model, src, lengths, tgt, beam=None):
-    """Step-by-step decoding; with ``beam`` the rows are groups of ``beam`` hypotheses of one source,
-    re-selected within their group (with repetition) after each step, as beam search does."""
-    g = torch.Generator().manual_seed(3)
-    outs, state = [], {}
-    bsz = tgt.size(0)
-    with torch.no_grad():
-        enc = model.encoder(src, lengths)
-        for t in range(tgt.size(1)):
-            out, _ = model.decoder(tgt[:, : t + 1], enc, incremental_state=state)
-            assert out.size(1) == 1
-            outs.append(out[:, -1])
-            if beam:
-                order = torch.arange(bsz) // beam * beam + torch.randint(0, beam, (bsz,), generator=g)
-                tgt, src, lengths = tgt[order], src[order], lengths[order]
-                outs = [o[order] for o in outs]
-                model.decoder.reorder_incremental_state_scripting(state, order)
-                enc = model.encoder.reorder_encoder_out(enc, order)
-    return torch.stack(outs, 1), src, lengths, tgt, state
-
-
-def beam_batch(beam=3):
-    src, lengths, _ = batch(bsz=2)
-    _, _, tgt = batch(bsz=2 * beam, seed=5)
-    return src.repeat_interleave(beam, 0), lengths.repeat_interleave(beam, 0), tgt
 
 
 def perturb_(module, seed=7):
@@ -138,7 +112,7 @@ def test_no_aux_layers_is_the_fairseq_transformer(arch, norm):
     src, lengths, tgt = batch()
     a, extra = forward(ms, src, lengths, tgt)
     assert torch.equal(a, forward(base, src, lengths, tgt)[0]) and "aux_out" not in extra
-    assert torch.equal(incremental(ms, src, lengths, tgt)[0], incremental(base, src, lengths, tgt)[0])
+    assert torch.equal(beam_incremental(ms, src, lengths, tgt)[0], beam_incremental(base, src, lengths, tgt)[0])
 
 
 def _load_baseline(ms, base):
@@ -155,8 +129,8 @@ def test_aux_decoders_leave_the_main_path_alone_without_aif(norm):
     _load_baseline(ms, base)
     src, lengths, tgt = batch()
     assert torch.equal(forward(ms, src, lengths, tgt)[0], forward(base, src, lengths, tgt)[0])
-    inc, *_, state = incremental(ms, src, lengths, tgt)
-    assert torch.equal(inc, incremental(base, src, lengths, tgt)[0])
+    inc, *_, state = beam_incremental(ms, src, lengths, tgt)
+    assert torch.equal(inc, beam_incremental(base, src, lengths, tgt)[0])
     # no AIF: beam search never runs the aux decoders (decoding cost = baseline, Table 4.6a)
     aux_ids = {l.self_attn._incremental_state_id for a in ms.decoder.aux_decoders for l in a.layers}
     assert len(aux_ids) == 6 and not aux_ids & {k.split(".")[0] for k in state}
@@ -176,7 +150,7 @@ def test_ind_decoder_and_zero_aif_weights_recover_ms_l(norm):
     assert not torch.allclose(fused, ref, atol=1e-3)  # the fusion matters
     with aif.decoder.ind_decoder():
         assert torch.equal(forward(aif, src, lengths, tgt)[0], ref)
-        assert torch.equal(incremental(aif, src, lengths, tgt)[0], incremental(base, src, lengths, tgt)[0])
+        assert torch.equal(beam_incremental(aif, src, lengths, tgt)[0], beam_incremental(base, src, lengths, tgt)[0])
     assert torch.equal(forward(aif, src, lengths, tgt)[0], fused)  # switched back on
     off = build("transformer_ms_aif_iwslt_small", aux_layers="1,3", aif_disable=True, **dims)
     off.load_state_dict(aif.state_dict())  # the override adds/removes no parameters
@@ -382,8 +356,8 @@ def test_criterion_on_a_plain_transformer_is_label_smoothed_ce():
                                       ("transformer_ms_iwslt_small", "2")])
 def test_incremental_equals_full_decoding(arch, aux, norm):
     model = build(arch, aux_layers=aux, **{**TINY, **NORMS[norm]})
-    src, lengths, tgt = beam_batch()
-    inc, src2, len2, tgt2, state = incremental(model, src, lengths, tgt, beam=3)
+    src, lengths, tgt = beam_toy_batch()
+    inc, src2, len2, tgt2, state = beam_incremental(model, src, lengths, tgt, beam=3)
     full = forward(model, src2, len2, tgt2)[0]
     assert inc.dtype == torch.float32 and (inc - full).abs().max() < 1e-5
     if model.decoder.aif is not None:  # the aux decoders ran incrementally, with their own caches
@@ -394,13 +368,13 @@ def test_incremental_equals_full_decoding(arch, aux, norm):
 @pytest.mark.parametrize("arch", ["transformer_ms_bench", "transformer_ms_aif_bench"])
 def test_generate_from_aux_decoder(arch):
     ref = build(arch, aux_layers="1,2", **TINY)
-    src, lengths, tgt = beam_batch()
+    src, lengths, tgt = beam_toy_batch()
     _, extra = forward(ref, src, lengths, tgt)
     m = build(arch, aux_layers="1,2", generate_from="aux2", **TINY)
     m.load_state_dict(ref.state_dict())
     out, _ = forward(m, src, lengths, tgt)
     assert torch.equal(out, extra["aux_out"][1])
-    inc, src2, len2, tgt2, _ = incremental(m, src, lengths, tgt, beam=3)
+    inc, src2, len2, tgt2, _ = beam_incremental(m, src, lengths, tgt, beam=3)
     assert (inc - forward(m, src2, len2, tgt2)[0]).abs().max() < 1e-5
 
 
