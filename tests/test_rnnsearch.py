@@ -1,25 +1,21 @@
 """The ``rnnsearch`` model (Gu 2019 §2.1; fairseq_ext/models/rnnsearch.py), its archs, the
 ``translation_decoding`` task's decoding algorithms and input checks, in-process and through the fairseq
 command lines on the tiny Bible slice."""
-import json
 import re
-import sys
 
 import pytest
 import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 
 from harness import (
-    BIN,
     USER_DIR,
     build_model,
     fairseq,
+    fairseq_in_one_process,
     hypotheses,
     n_lines,
     n_params,
-    run,
     toy_batch,
-    train,
 )
 from fairseq_ext.models.rnnsearch import THESIS_PRESETS
 
@@ -210,16 +206,6 @@ def test_training_step_reduces_the_loss():
 
 
 # ------------------------------------------------------------------------------------------ command lines
-def fairseq_in_one_process(commands, **kw):
-    """Run ``fairseq-train``/``fairseq-generate`` command lines (argv after the program name) with the
-    console scripts' own ``cli_main``, one after the other in one interpreter (saves the import time)."""
-    script = ("import json, sys\nfrom fairseq_cli import generate, train\n"
-              "for tool, argv in json.loads(sys.argv[1]):\n"
-              "    sys.argv = ['fairseq-' + tool] + argv\n"
-              "    {'train': train, 'generate': generate}[tool].cli_main()\n")
-    return run([sys.executable, "-c", script, json.dumps(commands)], **kw)
-
-
 TRAIN_FLAGS = ["--criterion", "cross_entropy", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
                "--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints",
                "--disable-validation"]
@@ -244,14 +230,7 @@ def test_every_arch_trains_and_decodes_through_fairseq_cli(tiny_bin, tmp_path):
         assert sorted(hypotheses((tmp_path / arch / "generate-test.txt").read_text())) == list(range(n)), arch
 
 
-@pytest.fixture(scope="module")
-def tiny_ckpt(tiny_bin, tmp_path_factory):
-    save = tmp_path_factory.mktemp("rnnsearch_tiny")
-    return train(tiny_bin, save, ["--arch", "rnnsearch_tiny"], task="translation_decoding",
-                 criterion="cross_entropy", max_update=20)
-
-
-def test_generate_cli_every_decoding_algorithm(tiny_bin, tiny_ckpt, tmp_path):
+def test_generate_cli_every_decoding_algorithm(tiny_bin, nmt_ckpt, tmp_path):
     runs = {"beam1": ["--decoding-algorithm", "beam", "--beam", "1"],
             "beam": ["--decoding-algorithm", "beam", "--beam", "3"],
             "greedy": ["--decoding-algorithm", "greedy"],
@@ -261,7 +240,7 @@ def test_generate_cli_every_decoding_algorithm(tiny_bin, tiny_ckpt, tmp_path):
             "npd": ["--decoding-algorithm", "npd", "--npd-samples", "4", "--npd-sigma0", "1.0",
                     "--npd-rescore-batch", "5", "--seed", "3"]}
     fairseq_in_one_process([("generate", [str(tiny_bin), "--user-dir", str(USER_DIR), "--task",
-                                          "translation_decoding", "--path", str(tiny_ckpt), "--cpu", "--max-len-b",
+                                          "translation_decoding", "--path", str(nmt_ckpt), "--cpu", "--max-len-b",
                                           "12", "--batch-size", "16", "--results-path", str(tmp_path / name), *flags])
                             for name, flags in runs.items()])
     out = {name: (tmp_path / name / "generate-test.txt").read_text() for name in runs}
@@ -273,7 +252,7 @@ def test_generate_cli_every_decoding_algorithm(tiny_bin, tiny_ckpt, tmp_path):
     assert all(len(re.findall(rf"^H-{i}\t", out["shrinking_beam"], re.M)) == 3 for i in range(n))
 
 
-def test_interactive_bad_input_gets_one_message_each(tiny_bin, tiny_ckpt):
+def test_interactive_bad_input_gets_one_message_each(tiny_bin, nmt_ckpt):
     """A normal line, an empty line, unknown tokens, a line over the source limit: every line is answered,
     each problem is named once, nothing crashes."""
     line = (tiny_bin / ".." / "seg" / "test.es").resolve().read_text().splitlines()[0]
@@ -282,7 +261,7 @@ def test_interactive_bad_input_gets_one_message_each(tiny_bin, tiny_ckpt):
     text = "\n".join([" ".join(words[:10]), "", " ".join(words[:5]) + " zzqx@1 qqzx@2", line]) + "\n"
     for algorithm in ("beam", "npd"):
         p = fairseq("interactive", tiny_bin, "--task", "translation_decoding", "--decoding-algorithm", algorithm,
-                    "--path", tiny_ckpt, "--cpu", "--beam", "2", "--max-len-b", "8", "--max-source-positions", "30",
+                    "--path", nmt_ckpt, "--cpu", "--beam", "2", "--max-len-b", "8", "--max-source-positions", "30",
                     input_text=text)
         assert "Traceback" not in p.stderr
         assert sorted(hypotheses(p.stdout)) == [0, 1, 2, 3]

@@ -8,8 +8,7 @@ import random
 
 import pytest
 import torch
-from fairseq import optim, options, tasks
-from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq import optim
 
 import fairseq_ext  # noqa: F401  (registrations)
 from fairseq_ext.__main__ import registrations
@@ -18,19 +17,12 @@ from fairseq_ext.generators.decoding import GreedyGenerator
 from fairseq_ext.generators.rescoring import score_candidates
 from fairseq_ext.modules.actor_critic import critic_aware_weights, sentence_bleu_plus1
 from fairseq_ext.modules.checkpoint import load_ensemble
-from harness import ROOT, TINY, build_model, fairseq, hypotheses, n_lines, toy_batch, train
-
-TINY_NMT = ["--arch", "rnnsearch_tiny"]
+from harness import (ROOT, TINY, build_model, fairseq, hypotheses, n_lines, nmt_state, randomise_parameters, task_batch,
+                     toy_batch, train_objects)
 
 
 # ------------------------------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="module")
-def nmt_ckpt(tiny_bin, tmp_path_factory):
-    """The frozen NMT: rnnsearch_tiny (conditional GRU), 20 MLE updates on the tiny slice."""
-    return train(tiny_bin, tmp_path_factory.mktemp("tg_nmt"), TINY_NMT, task="translation_decoding",
-                 criterion="cross_entropy", max_update=20)
-
-
+# nmt_ckpt (conftest.py): the frozen NMT, rnnsearch_tiny (conditional GRU), 20 MLE updates on the tiny slice.
 def ac_args(tiny_bin, nmt, *extra, arch="trainable_greedy_tiny"):
     return [str(tiny_bin), "--task", "trainable_greedy_decoding", "--arch", arch, "--nmt-path", str(nmt),
             "--criterion", "actor_critic", "--optimizer", "rmsprop", "--lr", "2e-4",
@@ -40,29 +32,11 @@ def ac_args(tiny_bin, nmt, *extra, arch="trainable_greedy_tiny"):
 
 def build(tiny_bin, nmt, *extra, arch="trainable_greedy_tiny"):
     """(cfg, task, model, criterion) exactly as fairseq-train builds them."""
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, ac_args(tiny_bin, nmt, *extra, arch=arch))
-    cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
-    model = task.build_model(cfg.model)
-    return cfg, task, model, task.build_criterion(cfg.criterion)
-
-
-def batch(task, n=6, split="test"):
-    task.load_dataset(split)
-    ds = task.dataset(split)
-    return ds.collater([ds[i] for i in range(n)])
+    return train_objects(*ac_args(tiny_bin, nmt, *extra, arch=arch))
 
 
 def randomise_actor(model, seed=0, scale=0.5):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.actor.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * scale)
-
-
-def nmt_tensors(model):
-    return {k: v.clone() for k, v in model.state_dict().items() if k.startswith(("encoder.", "decoder."))}
+    randomise_parameters(model.actor, seed, scale)
 
 
 # ------------------------------------------------------------------------------------------ registrations
@@ -132,7 +106,7 @@ def test_zero_action_reproduces_greedy_decoding_exactly(tiny_bin, nmt_ckpt, site
     cfg, task, model, _ = build(tiny_bin, nmt_ckpt, "--tg-action-site", site)
     assert all(float(p.abs().max()) == 0.0 for p in model.actor.out.parameters())
     nmt = load_ensemble([str(nmt_ckpt)], task=task, frozen=True)[0][0]
-    sample = batch(task, n=8)
+    sample = task_batch(task, n=8)
     tgt = task.target_dictionary
     plain = GreedyGenerator([nmt], tgt, max_len_b=30).generate([nmt], sample)
     with_actor = GreedyGenerator([model], tgt, max_len_b=30).generate([model], sample)
@@ -165,7 +139,7 @@ def test_gradients_reach_the_actions_through_the_frozen_recurrence(tiny_bin, nmt
     gradient and the NMT none."""
     _, task, model, criterion = build(tiny_bin, nmt_ckpt, "--tg-actor-samples", "2")
     model.train()
-    sample = batch(task, n=4)
+    sample = task_batch(task, n=4)
     net = sample["net_input"]
     enc = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
     noise = torch.zeros(4, 10, model.state_dim, requires_grad=True)  # an additive action at every step
@@ -187,7 +161,7 @@ def test_gradients_reach_the_actions_through_the_frozen_recurrence(tiny_bin, nmt
 def test_critic_step_sees_the_reference_trajectory(tiny_bin, nmt_ckpt):
     _, task, model, criterion = build(tiny_bin, nmt_ckpt, "--tg-critic-samples", "3", "--tg-actor-samples", "2")
     model.train()
-    sample = batch(task, n=5)
+    sample = task_batch(task, n=5)
     out = criterion.decode(model, sample, "critic")
     assert out["r"].numel() == 5 * (3 + 1)
     assert torch.equal(out["group"][-5:], torch.arange(5))
@@ -208,11 +182,11 @@ def test_alternation_of_critic_and_actor_updates(tiny_bin, nmt_ckpt):
 def test_one_update_moves_only_its_network_and_never_the_nmt(tiny_bin, nmt_ckpt, phase, moved, still):
     cfg, task, model, criterion = build(tiny_bin, nmt_ckpt, "--critic-updates", "1")
     optimizer = optim.build_optimizer(cfg.optimizer, [p for p in model.parameters() if p.requires_grad])
-    frozen = nmt_tensors(model)
+    frozen = nmt_state(model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     update_num = 1 if phase == "actor" else 0
     assert criterion.phase(update_num) == phase
-    sample = batch(task, n=6, split="train")
+    sample = task_batch(task, n=6, split="train")
     optimizer.zero_grad()
     task.train_step(sample, model, criterion, optimizer, update_num)
     optimizer.step()
@@ -283,7 +257,7 @@ def test_perplexity_objective_is_the_nmt_mean_log_prob(tiny_bin, nmt_ckpt):
     length-normalised score (α = 1)."""
     _, task, model, criterion = build(tiny_bin, nmt_ckpt, "--tg-objective", "perplexity")
     randomise_actor(model)
-    sample = batch(task, n=5)
+    sample = task_batch(task, n=5)
     net = sample["net_input"]
     target = sample["target"]
     with torch.no_grad():
@@ -299,7 +273,7 @@ def test_perplexity_objective_is_the_nmt_mean_log_prob(tiny_bin, nmt_ckpt):
 
 def test_influence_is_zero_for_a_zero_actor_and_the_step_kl_otherwise(tiny_bin, nmt_ckpt):
     _, task, model, _ = build(tiny_bin, nmt_ckpt)
-    sample = batch(task, n=4)
+    sample = task_batch(task, n=4)
     net, target = sample["net_input"], sample["target"]
     src, lengths = net["src_tokens"], net["src_lengths"]
     assert float(model.influence(src, lengths, target).abs().max()) == 0.0
