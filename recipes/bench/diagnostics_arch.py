@@ -7,7 +7,7 @@ baseline the task limits, decoded greedily with fairseq-generate and scored on t
     .venv/bin/python recipes/bench/diagnostics_arch.py [--tasks conv_register rare_lex position_perm]
         [--systems NAME ...] [--out runs/diagnostics_arch] [--updates N] [--table recipes/bench/RESULTS.md]
 
-* ``conv_register``: ``bimsmt_tiny`` (emb/hidden 32, Lang-Specific S-Attention source context, InitDec,
+* ``conv_register``: ``bimsmt_tiny`` (emb/hidden 32, Lang-Specific Sentence-Attention source context, InitDec,
   NMT-encoder sentence vectors) trained with its context (``bimsmt``) and with ``--zero-context`` (``sentence``:
   the two base models); the context model is also decoded with ``--zero-context`` (switch-off). Probe: the
   pronoun form of the second turn. Bound 0.500 (twins).
@@ -17,7 +17,7 @@ baseline the task limits, decoded greedily with fairseq-generate and scored on t
   ``transformer_untied_pos`` (``untied``, Eq. 7.6) and ``transformer_twt --no-token-positional-embeddings``
   (``blind``, the bound's model). Word accuracy at position.
 
-Optimisation: Adam 3e-3 (the transformers 1e-3), inverse-sqrt warm-up 100, ≤ 1,024 tokens, one torch thread,
+Optimisation: Adam 1e-2 (the transformers 1e-3), inverse-sqrt warm-up 100, ≤ 1,024 tokens (Bi-MSMT 256), one torch thread,
 ``--updates`` updates per task (defaults in ``UPDATES``). A mechanism passes at ≥ ``--pass-at`` (0.9; ``rare_lex``:
 rare-word accuracy above the baseline's) with its switch-off or baseline at the bound (≤ 0.5 + 0.02; position:
 ≤ the blind bound + 0.05). Results are cached per system (``OUT/TASK/SYSTEM/result.json``); ``--force`` rescores.
@@ -45,7 +45,7 @@ TRANSFORMER = ["--task", "translation", "--encoder-layers", "2", "--decoder-laye
 SYSTEMS = {
     "conv_register": [
         ("sentence", CONV + ["--zero-context"], "baseline", "Bi-MSMT with --zero-context (the two base models)"),
-        ("bimsmt", CONV, "mechanism", "Bi-MSMT, Lang-Specific S-Attention source context + InitDec"),
+        ("bimsmt", CONV, "mechanism", "Bi-MSMT, Lang-Specific Sentence-Attention source context (lang_sent_attn) + InitDec"),
     ],
     "rare_lex": [
         ("nolex", TRANSFORMER + ["--arch", "transformer_lex", "--no-lexical"], "compare", "transformer, no lexical module"),
@@ -58,22 +58,23 @@ SYSTEMS = {
         ("untied", TRANSFORMER + ["--arch", "transformer_untied_pos"], "mechanism", "untied positions (Eq. 7.6)"),
     ],
 }
-UPDATES = {"conv_register": 800, "rare_lex": 800, "position_perm": 800}
-LR = {"conv_register": 3e-3, "rare_lex": 1e-3, "position_perm": 1e-3}
+UPDATES = {"conv_register": 1000, "rare_lex": 800, "position_perm": 800}
+LR = {"conv_register": 1e-2, "rare_lex": 1e-3, "position_perm": 1e-3}
+MAX_TOKENS = {"conv_register": 256, "rare_lex": 1024, "position_perm": 1024}  # Bi-MSMT: small batches, more updates
 RUN = ["--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
        "--no-epoch-checkpoints", "--disable-validation"]
 START, END = "<!-- diagnostics_arch:table -->", "<!-- /diagnostics_arch:table -->"
 TITLE = "Diagnostics: conversations, rare words, positions (recipes/bench/diagnostics_arch.py)"
 
 
-def train(data: Path, save: Path, flags: list, updates: int, lr: float, threads: int) -> float:
+def train(data: Path, save: Path, flags: list, updates: int, lr: float, threads: int, max_tokens: int) -> float:
     """fairseq-train into ``save`` (skipped when ``train.done`` exists); returns fairseq's training seconds."""
     done = save / "train.done"
     if not (done.exists() and (save / "checkpoint_last.pt").exists()):
         save.mkdir(parents=True, exist_ok=True)
         cmd = [BIN / "fairseq-train", data, "--user-dir", ROOT / "fairseq_ext", *flags, "--optimizer", "adam",
                "--adam-betas", "(0.9,0.98)", "--lr", str(lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates",
-               "100", "--clip-norm", "1.0", "--max-tokens", "1024", *RUN, "--max-update", str(updates),
+               "100", "--clip-norm", "1.0", "--max-tokens", str(max_tokens), *RUN, "--max-update", str(updates),
                "--save-dir", save]
         run(cmd, save / "train.log", threads)
         done.write_text("done")
@@ -130,7 +131,7 @@ def run_task(task: str, args) -> list:
         if result.exists() and not args.force:
             rows[name] = json.loads(result.read_text())
             continue
-        secs = train(data, save, flags, updates, LR[task], args.threads)
+        secs = train(data, save, flags, updates, LR[task], args.threads, MAX_TOKENS[task])
         ckpt = save / "checkpoint_last.pt"
         res = {"test": scores(task, info, data, ckpt, flags, save / "test.gen", args.threads)}
         if task == "conv_register" and role == "mechanism":  # the context switched off at test time

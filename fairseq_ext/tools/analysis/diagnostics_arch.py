@@ -33,7 +33,7 @@ TASKS = ("conv_register", "rare_lex", "position_perm")
 VERSION = 1  # of the generator: a change regenerates existing corpora
 RARE_COUNTS = (1, 2, 4)
 DEFAULTS = {
-    "conv_register": {"n_train": 3000, "n_valid": 100, "n_test": 200, "concepts": 20, "sent_len": (2, 5),
+    "conv_register": {"n_train": 3000, "n_valid": 100, "n_test": 200, "concepts": 20, "sent_len": (1, 3),
                       "gap": (0, 1)},
     "rare_lex": {"n_train": 3000, "n_valid": 100, "n_test": 240, "concepts": 40, "rare": 120, "sent_len": (3, 7)},
     "position_perm": {"n_train": 3000, "n_valid": 100, "n_test": 300, "concepts": 20, "length": 6},
