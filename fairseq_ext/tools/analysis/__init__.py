@@ -1,0 +1,18 @@
+"""fairseq_ext.tools.analysis: look inside a trained model (``python -m fairseq_ext.tools.analysis.<name>``).
+
+========================  =====================================  ===============================================
+module                    console script                         what
+========================  =====================================  ===============================================
+``analysis``              ``fairseq-ext-analysis``               Ampomah: attention statistics of a checkpoint
+``attention_stats``       —                                      the math and hooks behind ``analysis``
+``copy_heatmap``          (``python -m``)                        Gu ch. 3: the copy/generate heatmap (Fig. 3.3)
+``lexicon``               ``fairseq-ext-lexicon``                Nguyen ch. 5: the lexicon a lexical model learned
+``tm_analysis``           —                                      Gu ch. 4: the fuzzy-match bins and k sweep plots
+``diagnostics``           ``fairseq-ext-diagnostics``            synthetic corpora on which a mechanism must be
+                                                                 near-perfect: document context (Maruf)
+``diagnostics_copy``      (``fairseq-ext-diagnostics``)          ... copying and retrieval (Gu ch. 3-4)
+``diagnostics_multi``     (``fairseq-ext-diagnostics``)          ... the multilingual mechanisms (Gu ch. 5)
+``diagnostics_arch``      (``fairseq-ext-diagnostics``)          ... conversations, rare words, positions
+``diagnostics_decoding``  (``fairseq-ext-diagnostics``)          ... the decoding mechanisms (Gu ch. 2, 7-8)
+========================  =====================================  ===============================================
+"""
