@@ -23,7 +23,7 @@ import shutil
 from collections import Counter
 from typing import Any, Dict, List, Tuple
 
-from fairseq_ext.tools.analysis.diagnostics_multi import _write_lines
+from fairseq_ext.tools.analysis.diagnostics_multi import write_lines
 from fairseq_ext.tools.common import ToolError, log, positive_int, read_json, write_json
 
 __all__ = ["TASKS", "DEFAULTS", "BOUND", "build_task", "generate", "add_generate_arguments", "run_generate",
@@ -183,14 +183,14 @@ def generate(task: str, out: str, *, seed: int = 1, force: bool = False, binariz
     os.makedirs(raw, exist_ok=True)
     counts: Counter = Counter()
     for split, d in t["splits"].items():
-        _write_lines(os.path.join(raw, f"{split}.src"), d["src"])
-        _write_lines(os.path.join(raw, f"{split}.tgt"), d["tgt"])
+        write_lines(os.path.join(raw, f"{split}.src"), d["src"])
+        write_lines(os.path.join(raw, f"{split}.tgt"), d["tgt"])
         if "conv" in d:
-            _write_lines(os.path.join(raw, f"{split}.conv"), d["conv"])
+            write_lines(os.path.join(raw, f"{split}.conv"), d["conv"])
         for line in d["src"] + d["tgt"]:
             counts.update(line.split())
     dict_path = os.path.join(out, "dict.txt")
-    _write_lines(dict_path, (f"{w} {c}" for w, c in sorted(counts.items(), key=lambda x: (-x[1], x[0]))))
+    write_lines(dict_path, (f"{w} {c}" for w, c in sorted(counts.items(), key=lambda x: (-x[1], x[0]))))
     if binarize:
         from fairseq_ext.tools.corpora.universal_data import run_preprocess
 

@@ -175,7 +175,8 @@ def build_task(task: str, *, seed: int = 1, n_train: int = DEFAULTS["n_train"], 
 
 
 # --------------------------------------------------------------------------------------------- the folder
-def _write_lines(path: str, lines) -> None:
+def write_lines(path: str, lines) -> None:
+    """``lines`` to ``path``, one a line, under a temporary name renamed when complete."""
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         for line in lines:
@@ -211,14 +212,14 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: int = DEFAULTS["n_t
     for d in (raw, spm, ulr):
         os.makedirs(d, exist_ok=True)
     for split, d in t["splits"].items():
-        _write_lines(os.path.join(raw, f"{split}.src"), d["src"])
-        _write_lines(os.path.join(raw, f"{split}.{TGT}"), d["en"])
-        _write_lines(os.path.join(raw, f"{split}.lang"), d["lang"])
-        _write_lines(os.path.join(spm, f"{split}.src"), (_mark(s, g) for s, g in zip(d["src"], d["lang"])))
-        _write_lines(os.path.join(spm, f"{split}.{TGT}"), d["en"])
-    _write_lines(os.path.join(spm, f"text.{TGT}"), t["splits"]["train"]["en"])
+        write_lines(os.path.join(raw, f"{split}.src"), d["src"])
+        write_lines(os.path.join(raw, f"{split}.{TGT}"), d["en"])
+        write_lines(os.path.join(raw, f"{split}.lang"), d["lang"])
+        write_lines(os.path.join(spm, f"{split}.src"), (_mark(s, g) for s, g in zip(d["src"], d["lang"])))
+        write_lines(os.path.join(spm, f"{split}.{TGT}"), d["en"])
+    write_lines(os.path.join(spm, f"text.{TGT}"), t["splits"]["train"]["en"])
     for lang in t["lexicon"]:
-        _write_lines(os.path.join(spm, f"text.{lang}"), [s for s, g in zip(t["splits"]["train"]["src"],
+        write_lines(os.path.join(spm, f"text.{lang}"), [s for s, g in zip(t["splits"]["train"]["src"],
                                                                           t["splits"]["train"]["lang"]) if g == lang])
     for lang, (words, vecs) in t["vectors"].items():
         tmp = os.path.join(ulr, f"emb.{lang}.vec.tmp")
@@ -226,7 +227,7 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: int = DEFAULTS["n_t
             write_vec(f, words, vecs)
         os.replace(tmp, os.path.join(ulr, f"emb.{lang}.vec"))
     for lang, pairs in t["seeds"].items():
-        _write_lines(os.path.join(ulr, f"seed.{lang}.tsv"), (f"{a}\t{b}\t1\tdiagnostic" for a, b in pairs))
+        write_lines(os.path.join(ulr, f"seed.{lang}.tsv"), (f"{a}\t{b}\t1\tdiagnostic" for a, b in pairs))
     langs = t["aux"] + [t["lowres"]]
     write_json(os.path.join(out, "manifest.json"), {"aux": t["aux"], "lowres": t["lowres"], "langs": langs,
                                                     "diagnostic": task}, indent=1)
@@ -239,12 +240,12 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: int = DEFAULTS["n_t
     bin_dir = os.path.join(out, "bin")
     os.makedirs(bin_dir, exist_ok=True)
     dicts = os.path.join(spm, "dict.src.txt"), os.path.join(spm, f"dict.{TGT}.txt")
-    _write_lines(dicts[0], (f"{s} {max(counts.get(s, 0), 1)}" for s in src_syms))
+    write_lines(dicts[0], (f"{s} {max(counts.get(s, 0), 1)}" for s in src_syms))
     en_counts: Dict[str, int] = {}
     for line in t["splits"]["train"]["en"]:
         for w in line.split():
             en_counts[w] = en_counts.get(w, 0) + 1
-    _write_lines(dicts[1], (f"{w} {max(en_counts.get(w, 0), 1)}" for w in t["english"]))
+    write_lines(dicts[1], (f"{w} {max(en_counts.get(w, 0), 1)}" for w in t["english"]))
     tests = ["test", "test_blind"] if "test_blind" in t["splits"] else ["test"]
     if binarize:
         from fairseq_ext.tools.corpora.universal_data import run_preprocess
@@ -255,7 +256,7 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: int = DEFAULTS["n_t
                         "--srcdict", dicts[0], "--tgtdict", dicts[1], "--destdir", bin_dir, "--workers", "1"])
         names = {"train": "train", "valid": "valid", "test": "test", "test_blind": "test1"}
         for split in t["splits"]:
-            _write_lines(os.path.join(bin_dir, f"{names[split]}.lang"), t["splits"][split]["lang"])
+            write_lines(os.path.join(bin_dir, f"{names[split]}.lang"), t["splits"][split]["lang"])
         from fairseq_ext.tools.corpora.ulr import main as ulr_main
 
         ulr_main(["project", "--data", out, "--num-universal", str(len(t["english"])), "--force"])
