@@ -3,7 +3,6 @@ contract and errors of ``seg_translation`` with side files written here, then fa
 the tiny slice."""
 import json
 import shutil
-import sys
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from fairseq.data import data_utils
 
 import fairseq_ext  # noqa: F401  (registrations)
 from fairseq_ext.data.translation_memory import TMEntry, TMFormatError, write_tm
-from harness import USER_DIR, build_model, hypotheses, n_lines, run
+from harness import USER_DIR, build_model, fairseq_in_one_process, hypotheses, n_lines
 from seg_toys import EOS, PAD
 
 
@@ -160,15 +159,6 @@ def test_subset_for_inference_keeps_the_memory_rows(seg_bin):
 
 
 # ------------------------------------------------------------------------------------------ command lines
-def in_one_process(commands, **kw):
-    """fairseq-train / fairseq-generate command lines run by their ``cli_main`` in one interpreter."""
-    script = ("import json, sys\nfrom fairseq_cli import generate, train\n"
-              "for tool, argv in json.loads(sys.argv[1]):\n"
-              "    sys.argv = ['fairseq-' + tool] + argv\n"
-              "    {'train': train, 'generate': generate}[tool].cli_main()\n")
-    return run([sys.executable, "-c", script, json.dumps(commands)], **kw)
-
-
 TRAIN = ["--task", "seg_translation", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1500", "--cpu",
          "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "1",
          "--no-epoch-checkpoints", "--max-update", "3"]
@@ -184,7 +174,7 @@ def generate_args(data, ckpt, out, *flags):
 def test_train_and_generate_with_topk_and_adaptive(seg_bin, tmp_path, arch, criterion):
     ckpt = tmp_path / "ckpt" / "checkpoint_last.pt"
     export = tmp_path / "trace.jsonl"
-    p = in_one_process([
+    p = fairseq_in_one_process([
         ("train", [str(seg_bin), "--user-dir", str(USER_DIR), "--arch", arch, "--criterion", criterion, *TRAIN,
                    "--save-dir", str(tmp_path / "ckpt")]),
         ("generate", generate_args(seg_bin, ckpt, tmp_path / "topk", "--tm-topk", "4", "--tm-export", str(export))),
@@ -215,7 +205,7 @@ def test_rnnsearch_trains_on_the_task_and_warm_starts_seg_nmt(seg_bin, tmp_path)
     """The NMT baseline trains on seg_translation unchanged (the memory keys are not given to it), and its
     checkpoint warm-starts seg_nmt_tiny (--finetune-from-model)."""
     base = tmp_path / "base" / "checkpoint_last.pt"
-    p = in_one_process([
+    p = fairseq_in_one_process([
         ("train", [str(seg_bin), "--user-dir", str(USER_DIR), "--arch", "rnnsearch_tiny", "--criterion",
                    "seg_nmt_cross_entropy", *TRAIN, "--save-dir", str(tmp_path / "base")]),
         ("train", [str(seg_bin), "--user-dir", str(USER_DIR), "--arch", "seg_nmt_tiny", "--criterion",
