@@ -129,8 +129,8 @@ def _runner(tmp_path, task, *extra):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="measured: Bi-MSMT stays at 0.500 at 1,000 updates, its NMT-encoder sentence vectors barely "
-                          "carry the marker (recipes/bench/RESULTS.md)", strict=False)
+@pytest.mark.xfail(reason="measured: Bi-MSMT stays at 0.500 at 1,000 updates, its Turn-RNN states lose the register "
+                          "the sentence vectors carry (recipes/bench/RESULTS.md)", strict=False)
 def test_bimsmt_resolves_the_register_of_an_earlier_turn_and_the_sentence_model_cannot(tmp_path):
     """conv_register, a short run: Bi-MSMT's probe accuracy clears the bound by 0.2 and falls to it (≤ 0.52) with
     its context switched off at test time; the sentence model stays at the bound."""
