@@ -1,7 +1,6 @@
 """CopyNet (Gu 2019 §3.2; fairseq_ext/models/copynet.py, modules/copy_attention.py, criterions/copynet_cross_entropy.py,
 tasks/copy_translation.py, tools/analysis/copy_heatmap.py): the mixture's math in-process, then fairseq-train /
 generate / interactive on a tiny copy task whose test sentences hold words no dictionary has."""
-import argparse
 import csv
 import math
 import random
@@ -11,9 +10,10 @@ import types
 
 import pytest
 import torch
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY
 
-from harness import BIN, USER_DIR, fairseq, hypotheses, make_dictionary, run, toy_batch
+from harness import (BIN, USER_DIR, arch_args, build_model, copy_task, fairseq, fairseq_in_one_process, hypotheses,
+                     make_dictionary, run, toy_batch)
 from fairseq_ext.modules.copy_attention import copy_mixture, selective_read, source_copy_ids, source_to_target_map
 
 ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "CopyNetModel")
@@ -22,12 +22,7 @@ V, SLOTS = 60, 5
 
 def build(arch="copynet_tiny", slots=SLOTS, seed=0, tgt_vocab=V, **kw):
     """A copynet model (eval mode) with ``slots`` copy slots, as task copy_translation builds it."""
-    torch.manual_seed(seed)
-    args = argparse.Namespace(arch=arch, **kw)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    task = types.SimpleNamespace(source_dictionary=make_dictionary(V), target_dictionary=make_dictionary(tgt_vocab),
-                                 cfg=types.SimpleNamespace(max_source_oovs=slots))
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task).eval()
+    return build_model(arch, seed=seed, task=copy_task(V, slots, tgt_vocab), **kw)
 
 
 def oov_batch():
@@ -47,10 +42,7 @@ def test_archs_registered():
 def test_thesis_sizes_mirror_rnnsearch():
     for copy_arch, base in [("copynet_syn", "rnnsearch_copynet_syn"), ("copynet_lcsts", "rnnsearch_lcsts"),
                             ("copynet_bench", "rnnsearch_bench")]:
-        a, b = argparse.Namespace(), argparse.Namespace()
-        ARCH_CONFIG_REGISTRY[copy_arch](a)
-        ARCH_CONFIG_REGISTRY[base](b)
-        assert vars(a) == vars(b), copy_arch
+        assert vars(arch_args(copy_arch)) == vars(arch_args(base)), copy_arch
 
 
 # ------------------------------------------------------------------------------------------ extended vocabulary
@@ -292,17 +284,6 @@ def copy_data(tmp_path_factory):
     return root / "bin", raw
 
 
-def in_one_process(commands, **kw):
-    """fairseq-train / fairseq-generate command lines run by their ``cli_main`` in one interpreter."""
-    script = ("import json, sys\nfrom fairseq_cli import generate, train\n"
-              "for tool, argv in json.loads(sys.argv[1]):\n"
-              "    sys.argv = ['fairseq-' + tool] + argv\n"
-              "    {'train': train, 'generate': generate}[tool].cli_main()\n")
-    import json
-
-    return run([sys.executable, "-c", script, json.dumps(commands)], **kw)
-
-
 TINY = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--decoder-out-embed-dim", "16",
         "--encoder-hidden-size", "16", "--decoder-hidden-size", "16", "--attention-dim", "16"]
 TRAIN = ["--task", "copy_translation", "--criterion", "copynet_cross_entropy", "--optimizer", "adam",
@@ -321,7 +302,7 @@ def test_every_arch_trains_and_decodes_through_fairseq_cli(copy_data, tmp_path):
                                                "--path", str(tmp_path / arch / "checkpoint_last.pt"), "--cpu",
                                                "--max-len-b", "5", "--batch-size", "64",
                                                "--results-path", str(tmp_path / arch)]))
-    in_one_process(commands)
+    fairseq_in_one_process(commands)
     for arch in ARCHS:
         state = torch.load(tmp_path / arch / "checkpoint_last.pt", weights_only=True)
         assert state["cfg"]["model"].arch == arch
@@ -348,7 +329,7 @@ def test_generate_prints_copied_oovs_as_the_source_words_with_every_decoding_alg
     runs = {"beam": ["--beam", "3"], "greedy": ["--decoding-algorithm", "greedy"],
             "shrinking_beam": ["--decoding-algorithm", "shrinking_beam", "--beam", "3"],
             "npd": ["--decoding-algorithm", "npd", "--npd-samples", "3", "--npd-sigma0", "0.3"]}
-    in_one_process([("generate", [str(data), "--user-dir", str(USER_DIR), "--task", "copy_translation",
+    fairseq_in_one_process([("generate", [str(data), "--user-dir", str(USER_DIR), "--task", "copy_translation",
                                   "--copy-raw-dir", str(raw), "--path", str(copy_ckpt), "--cpu", "--max-len-b", "20",
                                   "--batch-size", "8", "--results-path", str(tmp_path / name), *flags])
                     for name, flags in runs.items()])

@@ -6,19 +6,17 @@ import argparse
 import json
 import subprocess
 import sys
-import types
 from collections import Counter
 
 import pytest
 import torch
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 from fairseq_ext.data.translation_memory import read_tm
 from fairseq_ext.tools.common import ToolError
 from fairseq_ext.tools.analysis.diagnostics_copy import (
     generate, generate_copy_split, generate_retrieval, name_pools, name_scores, value_scores,
 )
-from harness import ROOT, env, make_dictionary, toy_batch
+from harness import ROOT, build_model, copy_task, env, toy_batch
 
 SMALL_RETRIEVAL = dict(n_train=300, n_valid=30, n_test=80)
 
@@ -177,12 +175,7 @@ def test_cli_generates_the_new_tasks_and_bad_input_is_one_error_line(tmp_path):
 
 # ------------------------------------------------------------------------------------------ CopyNet's switch
 def build_copynet(no_copy, V=60, slots=5):
-    torch.manual_seed(0)
-    args = argparse.Namespace(arch="copynet_tiny", no_copy=no_copy)
-    ARCH_CONFIG_REGISTRY["copynet_tiny"](args)
-    task = types.SimpleNamespace(source_dictionary=make_dictionary(V), target_dictionary=make_dictionary(V),
-                                 cfg=types.SimpleNamespace(max_source_oovs=slots))
-    return ARCH_MODEL_REGISTRY["copynet_tiny"].build_model(args, task).eval()
+    return build_model("copynet_tiny", task=copy_task(V, slots, V), no_copy=no_copy)
 
 
 def test_copynet_no_copy_switch_leaves_the_generate_mode_alone():
