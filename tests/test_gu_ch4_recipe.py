@@ -15,7 +15,7 @@ from fairseq_ext.data.translation_memory import TMEntry, write_tm
 from fairseq_ext.tools.analysis import tm_analysis as ta
 from fairseq_ext.tools.common import ToolError
 
-from harness import ROOT, n_lines, run
+from harness import ROOT, n_lines, parse_fairseq_command, run, thesis_commands
 
 RECIPE = ROOT / "recipes" / "gu" / "ch4.sh"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -207,28 +207,21 @@ def test_split_corpus_samples_dev_test_then_applies_the_length_limits(tmp_path):
 
 # ============================================================================ thesis printout
 def thesis_lines(**env):
-    p = run(["bash", RECIPE], timeout=120, MODE="thesis", **env)
-    assert all(ln.startswith(("+ ", "# ")) for ln in p.stdout.splitlines())
-    return [ln for ln in p.stdout.splitlines() if ln.startswith("+ ")]
+    return thesis_commands(RECIPE, **env)
 
 
 def parse_line(line):
     """(tool, parsed args) with the tool's own parser."""
-    from fairseq import options
-
     from fairseq_ext.tools.corpora import corpora
-
+    from fairseq_ext.tools.evaluation import score
     from fairseq_ext.tools.tm import retrieval
 
-    from fairseq_ext.tools.evaluation import score
-
+    fairseq_command = parse_fairseq_command(line)
+    if fairseq_command:
+        return fairseq_command
     toks = shlex.split(line[2:])
     tool = os.path.basename(toks[0])
     args = [str(ROOT / "fairseq_ext") if a == "fairseq_ext" else a for a in toks[1:]]
-    if tool == "fairseq-train":
-        return tool, options.parse_args_and_arch(options.get_training_parser(), args)
-    if tool == "fairseq-generate":
-        return tool, options.parse_args_and_arch(options.get_generation_parser(), args)
     if tool == "fairseq-ext-tm":
         return "tm " + args[0], retrieval.build_parser().parse_args(args)
     assert tool == "python" and args[0] == "-m", line

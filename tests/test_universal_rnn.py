@@ -1,16 +1,15 @@
 """Gu ch. 5: task ``universal_translation``, model ``universal_rnn`` (ULR + MoLE), criterion
 ``universal_mole_cross_entropy`` — the language helpers, the model's math through fairseq's interfaces,
 and the command lines on a tiny synthetic three-language corpus."""
-import argparse
 import types
 
 import numpy as np
 import pytest
 import torch
 
-from harness import (UNI_LANGS as LANGS, fairseq, generate, hypotheses, incremental_logits, marked_dictionary,
-                     n_lines, n_params, rebuilt_without_ulr_folder, ulr_dir, universal_corpus,
-                     universal_task)
+from harness import (UNI_LANGS as LANGS, arch_args, fairseq, generate, hypotheses, incremental_logits,
+                     marked_dictionary, model_and_args, n_lines, n_params, rebuilt_without_ulr_folder, ulr_dir,
+                     universal_corpus, universal_task)
 
 from fairseq_ext.data.universal import (
     LanguageDataError,
@@ -123,13 +122,7 @@ def _ulr_dir(tmp_path, d, m=10, dq=6, seed=0):
 
 
 def build(arch="universal_rnn_tiny", seed=0, d=None, task=None, **kw):
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
-
-    torch.manual_seed(seed)
-    d = d or marked_dictionary()
-    args = argparse.Namespace(arch=arch, **kw)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task or _task(d)), args
+    return model_and_args(arch, seed=seed, task=task or _task(d or marked_dictionary()), **kw)
 
 
 def _batch(d, langs=("aa", "bb", "cc"), seed=1):
@@ -146,18 +139,11 @@ def _batch(d, langs=("aa", "bb", "cc"), seed=1):
 
 
 def test_defaults_reduce_exactly_to_rnnsearch():
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
-
     d = marked_dictionary()
     uni, _ = build(d=d)
-    torch.manual_seed(0)
-    args = argparse.Namespace(arch="rnnsearch")
-    for k, v in dict(rnn_type="lstm", decoder_variant="plain", decoder_layers=2, encoder_embed_dim=16,
-                     encoder_hidden_size=16, dropout=0.0).items():
-        setattr(args, k, v)
-    ARCH_CONFIG_REGISTRY["rnnsearch"](args)
-    base = ARCH_MODEL_REGISTRY["rnnsearch"].build_model(args, types.SimpleNamespace(source_dictionary=d,
-                                                                                    target_dictionary=d))
+    base, _ = model_and_args("rnnsearch", seed=0, task=types.SimpleNamespace(source_dictionary=d, target_dictionary=d),
+                             rnn_type="lstm", decoder_variant="plain", decoder_layers=2, encoder_embed_dim=16,
+                             encoder_hidden_size=16, dropout=0.0)
     assert n_params(uni) == n_params(base)
     uni.eval(), base.eval()
     src, lengths, prev = _batch(d)
@@ -348,7 +334,7 @@ def test_the_ulr_options_are_declared_once():
     type, default) and fill the same architecture defaults."""
     import argparse
 
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+    from fairseq.models import ARCH_MODEL_REGISTRY
 
     shared = ("--ulr", "--ulr-dir", "--ulr-temperature", "--ulr-num-universal", "--ulr-query-dim")
     seen = []
@@ -356,8 +342,7 @@ def test_the_ulr_options_are_declared_once():
         parser = argparse.ArgumentParser()
         ARCH_MODEL_REGISTRY[arch].add_args(parser)
         actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
-        defaults = argparse.Namespace()
-        ARCH_CONFIG_REGISTRY[arch](defaults)
+        defaults = arch_args(arch)
         seen.append(({o: (actions[o].help, actions[o].type, actions[o].default, actions[o].dest) for o in shared},
                      {actions[o].dest: getattr(defaults, actions[o].dest) for o in shared}))
     assert seen[0] == seen[1]
