@@ -16,7 +16,7 @@ PY=.venv/bin/python   # the project's interpreter and console scripts
 FS=.venv/bin
 UD=(--user-dir fairseq_ext)
 RUNS=${RUNS:-runs}
-# the decoding length limit of every recipe (fairseq-generate; the bench's GENERATE in recipes/bench/configs.py)
+# the decoding length limit of every recipe (fairseq-generate; the bench's GENERATE in bench_configs)
 LEN=(--max-len-a 1.2 --max-len-b 10)
 
 bible_data() {
@@ -25,7 +25,7 @@ bible_data() {
       --method sentencepiece --vocab-size 8000 --out data/bible_es_en
 }
 
-# bench OUT CONFIG[,CONFIG...]: train/decode/score the configurations of recipes/bench/configs.py
+# bench OUT CONFIG[,CONFIG...]: train/decode/score the configurations of fairseq_ext/tools/evaluation/bench_configs.py
 bench() {
   local out=$1 configs=$2
   .venv/bin/python recipes/bench/bench.py --data data/bible_es_en/spm8000 --configs "$configs" \
@@ -108,12 +108,13 @@ tiny_slice() {
 # Nguyen ch. 4 Table 4.3 on the test set: each JOB/CONFIG/checkpoint_best.pt decodes the CONSEC-concatenated
 # test set segment-aware (task concat_translation --concat-eval consec), fairseq's sacrebleu scorer -> JOB/concat_eval.tsv
 concat_eval() {  # concat_eval SEGMENTED_FOLDER JOB CONFIGS
-  local seg=$1 job=$2 c flags
+  local seg=$1 job=$2 c cfg flags
   printf 'config\tconcat_eval\tbleu\n' > "$job/concat_eval.tsv"
   for c in ${3//,/ }; do
     [ -f "$job/$c/checkpoint_best.pt" ] || continue
     flags=()
-    case ",$($PY recipes/bench/configs.py "$c")," in *--cpu-bf16*) flags+=(--cpu-bf16 --math-attention) ;; esac
+    cfg=$($PY -m fairseq_ext.tools.evaluation.bench_configs "$c")
+    case ",$cfg," in *--cpu-bf16*) flags+=(--cpu-bf16 --math-attention) ;; esac
     .venv/bin/fairseq-generate "$seg/bin" --user-dir fairseq_ext --task concat_translation \
       --path "$job/$c/checkpoint_best.pt" --gen-subset test --cpu --concat-eval consec --beam 5 \
       --batch-size 64 "${LEN[@]}" --post-process sentencepiece --scoring sacrebleu \

@@ -219,7 +219,7 @@ def test_configuration_prepare_step_builds_the_arthur_lexicon_first(tiny_data, t
     """luong_arthur (the Arthur et al. baseline of Nguyen ch. 5) names a lexicon made from the job's own training
     data: bench.py fills the placeholders and makes the file before training, once."""
     import torch
-    configs = load_script(BENCH.parent / "configs.py")
+    from fairseq_ext.tools.evaluation import bench_configs as configs
     speed = load_script(BENCH.parent / "speed.py")
     cfg = configs.resolve("luong_arthur", tmp_path / "run", tiny_data / "bin", "es", "en")
     assert cfg["train"][cfg["train"].index("--arthur-lexicon") + 1] == str(tmp_path / "run" / "arthur_lexicon.pt")

@@ -150,12 +150,11 @@ def test_deep_shallow_configuration_moves_the_layers():
     """transformer_6_1 is the baseline with 6 encoder and 1 decoder layers (Kasai et al. 2021), nothing else
     changed; its non-embedding parameters are within 5% of the baseline's (the 6+1 vs 3+3 tables)."""
     import fairseq_ext  # noqa: F401
-    from fairseq_ext.tools.evaluation.runs import load_script
+    from fairseq_ext.tools.evaluation import bench_configs as configs
     from fairseq import options
     from fairseq.data import Dictionary
     from fairseq.models.transformer import TransformerModel
 
-    configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
     base, ds = configs.CONFIGS["transformer"]["train"], configs.CONFIGS["transformer_6_1"]["train"]
     diff = [(i, a, b) for i, (a, b) in enumerate(zip(base, ds)) if a != b]
     assert len(base) == len(ds) and [(base[i - 1], a, b) for i, a, b in diff] == [

@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from fairseq_ext.tools.evaluation.fairseq_log import timestamp
-from fairseq_ext.tools.evaluation.runs import load_script
+from fairseq_ext.tools.evaluation import bench_configs as configs
 from harness import ROOT, USER_DIR, run
 
 SCRIPT = ROOT / "recipes" / "bench" / "gpu_batch.sh"
@@ -24,12 +24,11 @@ def dry_run(**env):
 
 @pytest.mark.parametrize("name", SETS)
 def test_every_set_names_configurations_that_fairseq_accepts(name):
-    """Each set's list exists in configs.py (baseline first) and fairseq-train's parser takes every configuration's
+    """Each set's list exists in bench_configs (baseline first) and fairseq-train's parser takes every configuration's
     flags (architecture, task, criterion and optimiser options), so no lane of a GPU job dies on a typo."""
     import fairseq_ext  # noqa: F401
     from fairseq import options
 
-    configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
     names = dry_run(SET=name)
     assert names and all(n in configs.CONFIGS for n in names), names
     if name == "ampomah":
@@ -46,7 +45,8 @@ def test_every_set_names_configurations_that_fairseq_accepts(name):
 
 def test_unknown_configuration_and_set_are_one_line_errors():
     p = run(["bash", SCRIPT], check=False, DRY_RUN="1", CONFIGS="transformer,bogus_cfg")
-    assert p.returncode != 0 and "error: recipes/bench/configs.py has no configuration bogus_cfg" in p.stderr
+    assert p.returncode != 0
+    assert "error: fairseq_ext/tools/evaluation/bench_configs.py has no configuration bogus_cfg" in p.stderr
     assert "Traceback" not in p.stderr
     p = run(["bash", SCRIPT], check=False, DRY_RUN="1", SET="nope")
     assert p.returncode == 2 and "error: unknown SET 'nope'" in p.stderr

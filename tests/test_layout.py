@@ -232,3 +232,17 @@ def test_module_docstrings_are_short_and_cite_the_thesis():
         if cites.search(doc):
             bad.append(f"{name}: {cites.search(doc).group(0)!r}")
     assert long == [] and bad == []
+
+
+def test_the_bench_configurations_live_in_the_package():
+    """The benchmark's configuration table is ``fairseq_ext.tools.evaluation.bench_configs``, imported as a module:
+    no file under ``recipes/`` or ``tests/`` loads a ``configs.py`` by its path."""
+    import re
+
+    root = PACKAGE.parent
+    assert not (root / "recipes" / "bench" / "configs.py").exists()
+    assert (PACKAGE / "tools" / "evaluation" / "bench_configs.py").exists()
+    by_path = re.compile(r"""["']configs\.py["']|bench/configs\.py""")
+    bad = [str(p.relative_to(root)) for d in ("recipes", "tests") for p in sorted((root / d).rglob("*"))
+           if p.suffix in (".py", ".sh") and p.name != "test_layout.py" and by_path.search(p.read_text(encoding="utf-8"))]
+    assert bad == []

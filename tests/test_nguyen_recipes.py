@@ -12,10 +12,9 @@ import shlex
 
 import pytest
 
+from fairseq_ext.tools.evaluation import bench_configs
 from fairseq_ext.tools.evaluation.runs import load_script
 from harness import ROOT, n_lines, run
-
-bench_configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
 
 RECIPES = {c: ROOT / "recipes" / "nguyen" / f"{c}.sh" for c in ("ch3", "ch4", "ch5", "ch6", "ch7")}
 TINY_ENV = {"DATA": "tiny", "BUDGET_MIN": "0.02", "PARENT_BUDGET_MIN": "0.02", "N_BOOTSTRAP": "100",

@@ -430,31 +430,28 @@ def test_rescore_batch_is_one_option_of_both_rescoring_tasks_and_the_earlier_spe
 
 
 def test_the_decoding_length_limit_is_written_once_for_the_shell_and_once_for_the_python_recipes():
-    """recipes/lib.sh's ``LEN`` (the shell recipes) is recipes/bench/configs.py's ``DECODE_LEN`` (the Python ones), and
+    """recipes/lib.sh's ``LEN`` (the shell recipes) is ``bench_configs.DECODE_LEN`` (the Python ones), and
     no other recipe spells the limit out (flags, an ``--eval-bleu-args`` JSON or a generation Namespace)."""
     import re
     import shlex
 
-    from fairseq_ext.tools.evaluation.runs import load_script
+    from fairseq_ext.tools.evaluation import bench_configs as configs
     from harness import ROOT
 
-    configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
     (shell,) = re.findall(r"^LEN=\((.*)\)$", (ROOT / "recipes" / "lib.sh").read_text(encoding="utf-8"), flags=re.M)
     assert shlex.split(shell) == configs.DECODE_LEN == ["--max-len-a", "1.2", "--max-len-b", "10"]
     limit = re.compile(r"max.len.a\W+1\.2\W+max.len.b\W+10\b")
     written = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "recipes").rglob("*")) if p.suffix in (".sh", ".py")
-               and p.name not in ("lib.sh", "configs.py") and limit.search(p.read_text(encoding="utf-8"))]
+               and p.name != "lib.sh" and limit.search(p.read_text(encoding="utf-8"))]
     assert written == []
 
 
 def test_the_bench_shape_as_flags_is_the_bench_configuration():
     """The bench shape is defined once (arch_utils.SHAPES): ``shape_flags("bench")`` are the flags of the bench
-    configuration's baseline (recipes/bench/configs.py ``TRANSFORMER_SMALL``) and build ``transformer_bench``."""
+    configuration's baseline (``bench_configs.TRANSFORMER_SMALL``) and build ``transformer_bench``."""
     from fairseq_ext.modules.arch_utils import shape_flags
-    from fairseq_ext.tools.evaluation.runs import load_script
-    from harness import ROOT
+    from fairseq_ext.tools.evaluation.bench_configs import TRANSFORMER_SMALL as recipe
 
-    recipe = load_script(ROOT / "recipes" / "bench" / "configs.py").TRANSFORMER_SMALL
     flags = shape_flags("bench")
 
     def pairs(argv):

@@ -201,8 +201,7 @@ def test_degenerate_settings_reduce_to_fairseq_transformer(flags, twt_flags):
 
 
 def test_small_arch_is_the_bench_baseline():
-    from fairseq_ext.tools.evaluation.runs import load_script
-    TRANSFORMER_SMALL = load_script(ROOT / "recipes" / "bench" / "configs.py").TRANSFORMER_SMALL
+    from fairseq_ext.tools.evaluation.bench_configs import TRANSFORMER_SMALL
 
     fairseq_flags = [f for f in TRANSFORMER_SMALL if f not in ("--arch", "transformer")]
     twt, ref = build("transformer_twt_bench", share=False), build("transformer", *fairseq_flags, share=False)

@@ -342,7 +342,7 @@ def rnnsearch_tiny(args):
 
 @register_model_architecture("rnnsearch", "rnnsearch_bench")
 def rnnsearch_bench(args):
-    """The CPU benchmark's RNNsearch (recipes/bench/configs.py ``rnnsearch``), the parameters of the bench
+    """The CPU benchmark's RNNsearch (bench_configs ``rnnsearch``), the parameters of the bench
     transformer on the 8k joined Bible vocabulary (7.46M vs 7.58M): conditional GRU, emb 256, encoder
     2x288, decoder 576, attention 288, all embeddings shared, dropout 0.2."""
     _default(args, "encoder_embed_dim", 256)

@@ -5,7 +5,7 @@ Every transformer family of the plugin registers its architectures on the same s
 each (``transformer_twt_bench``, ``transformer_jas_m11_iwslt_small``, ``nat_fertility_bench``, ...):
 
 =============== ======================================================================================
-``bench``       the benchmark model of ``recipes/bench`` (``configs.py`` ``transformer``): 3+3 layers,
+``bench``       the benchmark model of ``recipes/bench`` (``bench_configs`` ``transformer``): 3+3 layers,
                 d 256, FFN 1024, 4 heads, PreNorm, all embeddings shared, dropout 0.1
 ``iwslt_small`` the IWSLT "small" Transformer (Ampomah 2021, §3.3.2): 4+4 layers, 256/1024/4, shared
 ``wmt_en_de``   fairseq's ``transformer`` (base 6+6, 512/2048/8) with all embeddings shared

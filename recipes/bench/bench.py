@@ -4,7 +4,7 @@
     python recipes/bench/bench.py --data data/bible_es_en/spm8000 --configs transformer,... \
         --budget-min 15 --out runs/bench/JOB [--table recipes/bench/RESULTS.md]
 
-For every configuration (``recipes/bench/configs.py``), one after the other on the same machine:
+For every configuration (``fairseq_ext/tools/evaluation/bench_configs.py``), one after the other on the same machine:
 
 1. ``fairseq-train --user-dir fairseq_ext`` for ``--budget-min`` minutes of wall-clock training
    (``--stop-time-hours``; fairseq stops at the first update past the budget), keeping the
@@ -51,16 +51,15 @@ import shutil
 import sys
 from pathlib import Path
 
-from fairseq_ext.tools.evaluation import score as ev
+from fairseq_ext.tools.evaluation import bench_configs, score as ev
 from fairseq_ext.tools.evaluation.fairseq_log import (
     best_point, curve_points, parse_curve, parse_generate_log, parse_train_log, plot_curves, stop_reason,
     write_curve_csv, write_curves_csv,
 )
-from fairseq_ext.tools.evaluation.runs import fmt, load_script, logger, post_process, raw_folder, run_logged
+from fairseq_ext.tools.evaluation.runs import fmt, logger, post_process, raw_folder, run_logged
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-bench_configs = load_script(HERE / "configs.py")
 
 BIN = Path(sys.executable).parent
 log = logger("bench")
@@ -102,7 +101,7 @@ def continue_from(src: Path, d: Path, data_bin: Path, cfg: dict) -> None:
     log(f"{d.name}: continuing {ckpts[-1]} ({state['optimizer_history'][-1].get('num_updates', '?')} updates)")
 
 
-# flags of the CPU bf16 path (recipes/bench/configs.py BF16): decoding repeats them; on a GPU they are dropped
+# flags of the CPU bf16 path (bench_configs BF16): decoding repeats them; on a GPU they are dropped
 CPU_ONLY = ("--cpu-bf16", "--math-attention")
 # --precision on cuda: fairseq's --amp (float16 autocast, float32 master weights, loss scaling) or --fp16 (float16
 # weights); fairseq's --bf16 is its TPU path, so CUDA bf16 is not offered
@@ -349,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--baseline", default=bench_configs.BASELINE,
                     help="configuration the others are compared with (default %(default)s)")
     ap.add_argument("--configs", default=bench_configs.BASELINE,
-                    help=f"comma-separated names from configs.py (known: {', '.join(bench_configs.CONFIGS)})")
+                    help=f"comma-separated names from bench_configs (known: {', '.join(bench_configs.CONFIGS)})")
     ap.add_argument("--budget-min", type=float, default=15.0, help="training wall-clock budget per config")
     ap.add_argument("--out", type=Path, default=None, help="job folder (default runs/bench/<timestamp>)")
     ap.add_argument("--table", type=Path, default=None, help="merge the rows into this Markdown file")

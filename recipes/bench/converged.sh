@@ -12,7 +12,7 @@
 #   DATA=tiny bash recipes/bench/converged.sh              # the committed tiny slice, a few updates (~6 min)
 #   TABLE=recipes/bench/RESULTS.md bash recipes/bench/converged.sh   # merge the rows into the converged table
 #
-# Stages (every configuration of recipes/bench/configs.py keeps the bench's model, optimiser and decoding):
+# Stages (every configuration of bench_configs keeps the bench's model, optimiser and decoding):
 #   conv_es  es->en, LOW_SIZE (5,000) training verses, sentencepiece 4k (the Nguyen ch. 5 low set): transformer,
 #            jas_m11, enc_dc, ms12_aif; dev BLEU every CURVE_EVERY (200) updates, stopped after PATIENCE (5)
 #            validations without a better dev BLEU, capped at CAP_MIN (150) minutes of training each. A configuration

@@ -42,13 +42,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from fairseq_ext.tools.evaluation import score as ev
+from fairseq_ext.tools.evaluation import bench_configs, score as ev
 from fairseq_ext.tools.hypotheses import align_to_references, load_hypotheses
 from fairseq_ext.tools.evaluation.runs import load_script, logger, post_process, raw_folder
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-bench_configs = load_script(HERE / "configs.py")
 decode_speed = load_script(HERE / "decode_speed.py")  # DONE, summarise: the interleaved-timing conventions
 
 FAIRSEQ_SYSTEMS = {"fairseq_fp32": [], "fairseq_bf16": ["--cpu-bf16"], "fast_int8": ["--quantize", "int8"]}

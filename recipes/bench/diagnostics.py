@@ -43,9 +43,7 @@ BIN = Path(sys.executable).parent
 from fairseq_ext.tools.analysis.diagnostics import (
     AMB, AMB_TGT, BUCKETS, DEFAULTS, decoded_scores, generate, read_hypotheses,
 )
-from fairseq_ext.tools.evaluation.runs import load_script
-
-bench_configs = load_script(Path(__file__).resolve().parent / "configs.py")
+from fairseq_ext.tools.evaluation import bench_configs
 
 TRANSFORMER = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
                "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-data evidence in one command: a list of recipes/bench/configs.py configurations trained to convergence AT THE
+# Real-data evidence in one command: a list of bench_configs configurations trained to convergence AT THE
 # SAME TIME on one GPU (one recipes/bench/bench.py --train-only process each), each stopped by its dev BLEU (PATIENCE
 # validations every CURVE_EVERY updates without a better one) or by the wall-clock cap CAP_MIN, then decoded (test
 # set, beam 5), scored (sacreBLEU BLEU/chrF) and compared (paired bootstrap against the job's baseline) by bench.py,
@@ -68,10 +68,11 @@ OUT=${OUT:-$JOB/out}
 
 IFS=, read -r -a NAMES <<< "$CONFIGS"
 [[ ",$CONFIGS," == *",$BASELINE,"* ]] || NAMES=("$BASELINE" "${NAMES[@]}")
-$PY -c 'import runpy, sys
-known = runpy.run_path("recipes/bench/configs.py")["CONFIGS"]
-bad = [n for n in sys.argv[1:] if n not in known]
-sys.exit("error: recipes/bench/configs.py has no configuration " + ", ".join(bad) if bad else 0)' "${NAMES[@]}"
+$PY -c 'import sys
+from fairseq_ext.tools.evaluation.bench_configs import CONFIGS
+bad = [n for n in sys.argv[1:] if n not in CONFIGS]
+sys.exit("error: fairseq_ext/tools/evaluation/bench_configs.py has no configuration "
+         + ", ".join(bad) if bad else 0)' "${NAMES[@]}"
 
 if [ -z "${DATA:-}" ]; then
   case $set_data in

@@ -4,7 +4,7 @@
 load of the 2-core machine changes between two runs (job1's baseline shared its core with a test
 suite).  This tool measures the one number the issues set targets on -- training time per target
 word relative to the baseline -- in a way that load changes cancel out of: every configuration is
-built in this one process from its ``recipes/bench/configs.py`` flags (same task, criterion,
+built in this one process from its ``fairseq_ext/tools/evaluation/bench_configs.py`` flags (same task, criterion,
 optimizer, bf16 autocast and attention kernel as the bench), all of them train on the *same* fixed
 list of real batches, and the configurations take turns: each round times ``--steps`` full
 training steps (forward, backward, clipping, Adam update) of every configuration, in a rotated
@@ -36,10 +36,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from fairseq_ext.tools.evaluation.runs import load_script, logger
+from fairseq_ext.tools.evaluation import bench_configs
+from fairseq_ext.tools.evaluation.runs import logger
 
 ROOT = Path(__file__).resolve().parents[2]
-bench_configs = load_script(Path(__file__).resolve().parent / "configs.py")
 
 START, END = "<!-- speed:table -->", "<!-- /speed:table -->"
 # the baseline configuration of each task whose batches only its own kind reads

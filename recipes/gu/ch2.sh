@@ -159,7 +159,7 @@ if [ "${DATA:-bible}" = tiny ]; then
     $PY -m fairseq_ext.tools.corpora.corpora binarize $OUT/data/seg --out $OUT/data --src es --tgt en
   fi
   if [ ! -s $OUT/model/checkpoint_best.pt ] || [ -n "${FORCE:-}" ]; then
-    # the bench's RNNSEARCH_OPTIM (recipes/bench/configs.py)
+    # the bench's RNNSEARCH_OPTIM (fairseq_ext/tools/evaluation/bench_configs.py)
     .venv/bin/fairseq-train $OUT/data/bin --user-dir fairseq_ext --task translation_decoding --arch rnnsearch_tiny \
       --optimizer adam --adam-betas '(0.9,0.98)' --lr 1e-3 --clip-norm 1.0 --max-tokens 2048 \
       --criterion cross_entropy --max-update "${MAX_UPDATE:-40}" --cpu --seed 1 \

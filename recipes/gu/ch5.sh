@@ -322,7 +322,7 @@ fi
 
 # ---- cost ratio (MEASURE_COST=1): training time per target word of +ULR and +ULR+MoLE vs Multi-NMT, measured
 # interleaved in one process on the same fixed batches of the main size (recipes/bench/speed.py, configurations
-# gu5_* of recipes/bench/configs.py: the universal_rnn_bench shape), COST_ROUNDS rounds x COST_STEPS steps
+# gu5_* of bench_configs: the universal_rnn_bench shape), COST_ROUNDS rounds x COST_STEPS steps
 if [ "${MEASURE_COST:-1}" = 1 ] && [ ! -s $OUT/cost/speed.json ]; then
   $PY recipes/bench/speed.py --data $MAIN --baseline gu5_multi --configs gu5_ulr,gu5_ulr_mole \
     --rounds "$COST_ROUNDS" --steps "$COST_STEPS" --warmup 2 --max-tokens "$COST_TOKENS" --out $OUT/cost \

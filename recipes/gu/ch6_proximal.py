@@ -20,10 +20,9 @@ from pathlib import Path
 import torch
 
 from fairseq_ext.tools.evaluation.fairseq_log import parse_curve, plot_curves, write_curves_csv
-from fairseq_ext.tools.evaluation.runs import load_script
+from fairseq_ext.tools.evaluation import bench_configs
 
 ROOT = Path(__file__).resolve().parents[2]
-bench_configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
 BIN = Path(sys.executable).parent
 TINY_MULTI = ROOT / "tests" / "data" / "bible_multi_tiny" / "multi.tsv"
 

@@ -22,7 +22,7 @@
 #        # resumable, curve in runs/gu_ch8_low/nat/nat/curve.png; fine-tuning FT_MAX_UPDATE (300) updates
 #
 # CPU budget of the Bible mode (2 vCPUs, THREADS=1, BUDGET_MIN=15; about 2 h in all, ~40 min of it NPD s=100):
-#   teacher      BUDGET_MIN min: the bench baseline `transformer` (recipes/bench/configs.py: 3+3 d256 FFN 1024
+#   teacher      BUDGET_MIN min: the bench baseline `transformer` (bench_configs: 3+3 d256 FFN 1024
 #                PreNorm, shared embeddings, label smoothing 0.1, beam-5 test decode) via recipes/bench/bench.py
 #                -> runs/gu_ch8/transformer/ (skipped with TEACHER=ckpt; bench reuses a finished result);
 #   distillation greedy decode of the 28,717 training pairs (~10 min) + eflomal fertilities (~1-2 min);

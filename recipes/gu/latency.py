@@ -62,7 +62,8 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from fairseq_ext.tools.evaluation.runs import fmt, load_script, logger
+from fairseq_ext.tools.evaluation import bench_configs
+from fairseq_ext.tools.evaluation.runs import fmt, logger
 
 SYSTEM_RE = re.compile(r"^(?:(?P<ar2>ar2_)?(?:ar_b(?P<beam>\d+)|b(?P<beam2>\d+)|ct2_(?P<ct2>int8|fp32)_b(?P<ct2beam>\d+))"
                        r"|nat(?P<ft>_ft)?(?:_(?P<mode>avg|npd(?P<s>\d+)|epd(?P<k>\d+)))?)$")
@@ -70,7 +71,6 @@ CT2_COMPUTE = {"int8": "int8", "fp32": "float32"}
 
 
 log = logger("latency")
-bench_configs = load_script(Path(__file__).resolve().parents[1] / "bench" / "configs.py")
 
 
 # ------------------------------------------------------------------------------------------- systems

@@ -13,7 +13,7 @@ plugin's CLIs) except decoding/timing, which ``recipes/gu/latency.py`` does in o
 Stages (each skipped when its ``done.json`` / output exists, unless ``--force``), under ``--out``:
 
 1. ``teacher/``   only without ``--teacher``: train the AR teacher with the bench's ``transformer`` flags
-                  (``recipes/bench/configs.py``; ``--size tiny``: the tests' 2+2 d32 shape, same optimiser);
+                  (``bench_configs``; ``--size tiny``: the tests' 2+2 d32 shape, same optimiser);
 2. ``kd/``        ``python -m fairseq_ext.tools.corpora.distill --splits train --beam 1 --fertility eflomal``:
                   greedy sequence-level KD of the training set (thesis §8.4.1; ``--distill-beam 4`` for the
                   ablation), dev/test keep the real references; eflomal fertilities on every split;
@@ -50,12 +50,11 @@ import sys
 import time
 from pathlib import Path
 
-from fairseq_ext.tools.evaluation import fairseq_log, runs
-from fairseq_ext.tools.evaluation.runs import fmt, load_script, logger
+from fairseq_ext.tools.evaluation import bench_configs, fairseq_log, runs
+from fairseq_ext.tools.evaluation.runs import fmt, logger
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-bench_configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
 
 BIN = Path(sys.executable).parent
 
@@ -164,7 +163,7 @@ def stage_distill(args, data_bin: Path, teacher: Path) -> Path:
 
 
 def nat_train_flags(args):
-    # the bench's optimiser and batch (recipes/bench/configs.py SCHEDULE) without label smoothing (thesis)
+    # the bench's optimiser and batch (bench_configs SCHEDULE) without label smoothing (thesis)
     return without(bench_configs.SCHEDULE, "--label-smoothing")
 
 

@@ -32,7 +32,7 @@
 # Stage 1: the sentence transformer of the bench (transformer_maruf_base_bench = the project's baseline,
 # 3+3 d256 PreNorm, 7.58M): STAGE1=path/to/checkpoint, or trained here for STAGE1_MIN (30) minutes.
 # Stage 2 (the same UPDATES (600) document batches, two systems side by side; the flags are the configurations
-# maruf_<system> of recipes/bench/configs.py: Adam lr 3e-4, inverse-sqrt warm-up 100), each warm-started from
+# maruf_<system> of bench_configs: Adam lr 3e-4, inverse-sqrt warm-up 100), each warm-started from
 # stage 1:
 #   sentence        the sentence model trained on (the same updates: the fair baseline of stage 2)
 #   hatt_enc_off    transformer_selattn_enc_hier_sparsesoft_bench, offline context (the whole chapter)
@@ -123,9 +123,9 @@ if [ ! -s "$STAGE1" ]; then
 fi
 GREEDY=(--beam 1 "${LEN[@]}" --batch-size 64 --post-process sentencepiece --cpu)
 
-# system NAME -> its stage-2 flags: configuration maruf_NAME of recipes/bench/configs.py (one place for them)
+# system NAME -> its stage-2 flags: configuration maruf_NAME of bench_configs (one place for them)
 system_flags() {
-  $PY recipes/bench/configs.py "maruf_$1"
+  $PY -m fairseq_ext.tools.evaluation.bench_configs "maruf_$1"
 }
 ctx_flags() {  # the task flags a system also needs at decoding time (--doc-context-mode, --doc-concat-prev,
   # the generated target context)

@@ -351,7 +351,7 @@ fi
 
 # ---- training-cost ratio × base (MEASURE_COST=1): time per target word of each system's model, measured interleaved in
 # one process on the same fixed conversation batches (recipes/bench/speed.py, configurations maruf5_<system> of
-# recipes/bench/configs.py: the CPU mode's model flags), COST_ROUNDS rounds x COST_STEPS steps
+# fairseq_ext/tools/evaluation/bench_configs.py: the CPU mode's model flags), COST_ROUNDS rounds x COST_STEPS steps
 if [ "${MEASURE_COST:-1}" = 1 ] && [ ! -s $OUT/cost/speed.json ]; then
   cost_configs=$(for s in "${SYSTEMS[@]:1}"; do echo "maruf5_$s"; done | paste -sd,)
   if [ -n "$cost_configs" ]; then

@@ -34,7 +34,7 @@
 # transformer (3+3, d256, PreNorm, Adam 3e-3 inverse-sqrt, 2048-token batches) for BUDGET_MIN (15)
 # minutes of wall clock: the same compute for each (the thesis keeps steps per epoch fixed too), with
 # fairseq's length-sorted batches (10k verses would make a single Morishita chunk anyway).
-# Configs (recipes/bench/configs.py): transformer (baseline), concat_consec, concat_rand; also
+# Configs (fairseq_ext/tools/evaluation/bench_configs.py): transformer (baseline), concat_consec, concat_rand; also
 # shift_sim, shift_uniform, concat_rand_uniform_shift, concat_rand_mask, concat_rand_sep_batch,
 # concat_rand_mask_sep_batch, concat_rand_mask_sep_batch_reset_pos. sacreBLEU BLEU/chrF of the test
 # set (beam 5) + paired bootstrap vs the baseline, BLEU by source length (bleu_by_length.png);

@@ -43,7 +43,7 @@
 # Two data sets, es->en (RV1909 -> WEB, second reference KJV when present), sentencepiece unigram:
 #   full  the whole Bible train split (~28.7k verses), spm 8000 (data/bible_es_en/spm8000);
 #   low   LOW_SIZE (5000) training verses drawn with seed 1, spm 4000 (spm4000-train5000-seed1);
-# valid/test are the same held-out books. Configs (recipes/bench/configs.py), BUDGET_MIN (15) minutes
+# valid/test are the same held-out books. Configs (bench_configs), BUDGET_MIN (15) minutes
 # of training each, beam 5, sacreBLEU BLEU/chrF + paired bootstrap vs the transformer baseline:
 #   transformer (= tied: all embeddings shared), transformer_untied, twt_scalenorm_fixnorm (fixnorm:
 #   FixNorm embeddings + ScaleNorm output), fixnorm_lex (fixnorm+lex) -- same dims and optimiser;

@@ -23,7 +23,7 @@
 #
 # ---- Bible mode (real data, this 2-core CPU) -----------------------------------------------------
 # es->en (RV1909 -> WEB): full (~28.7k verses, spm 8000) and low (LOW_SIZE=5000 verses, spm 4000),
-# as recipes/nguyen/ch5.sh. Configs (recipes/bench/configs.py), BUDGET_MIN (15) minutes each, beam 5,
+# as recipes/nguyen/ch5.sh. Configs (bench_configs), BUDGET_MIN (15) minutes each, beam 5,
 # sacreBLEU BLEU/chrF + paired bootstrap vs the transformer baseline:
 #   transformer (baseline: sinusoidal positions added to the input, PreNorm LayerNorm),
 #   untied_pos, random_untied_pos (the same model with Eq. 7.6 instead);

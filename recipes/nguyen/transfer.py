@@ -49,12 +49,12 @@ from pathlib import Path
 
 from fairseq_ext.tools.corpora import corpora, transfer, unk_copy
 from fairseq_ext.tools.common import CorpusError, OutputSet, log, read_lines, stamp_ok, write_stamp
+from fairseq_ext.tools.evaluation import bench_configs
 from fairseq_ext.tools.evaluation.runs import load_script
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 bench = load_script(ROOT / "recipes" / "bench" / "bench.py")
-bench_configs = load_script(ROOT / "recipes" / "bench" / "configs.py")
 
 NON_LATIN = {"ar": "ara", "fa": "fas", "ru": "rus", "hi": "hin", "ug": "uig"}  # code -> uroman lcode
 SYSTEMS = ("bpe_baseline", "bpe_transfer", "bpe_transfer_freeze")
@@ -150,7 +150,7 @@ def unk_copy_binarized(seg: Path, out: Path, src: str, tgt: str, min_freq: int, 
 
 # ============================================================================ systems
 def register_configs(parent_ckpt: str, parent_bin: str, desc: str) -> None:
-    """The parent and child systems, registered in ``recipes/bench/configs.py``'s table (in-process);
+    """The parent and child systems, registered in ``bench_configs``'s table (in-process);
     the child baseline becomes the bench baseline of the child job."""
     opt = bench_configs.OPTIM
     base = {"task": "transfer_translation", "generate": GENERATE_BPE}

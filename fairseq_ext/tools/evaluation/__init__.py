@@ -20,6 +20,9 @@ module                   console script                         what
 ``fairseq_log``          —                                      reading fairseq-train / fairseq-generate logs
 ``runs``                 —                                      what the recipe drivers share to run fairseq's
                                                                 command lines and report on them
+``bench_configs``        —                                      the benchmark's named configurations: the
+                                                                train/generate flags of every system the
+                                                                recipes train
 =======================  =====================================  ===============================================
 
 ``data/`` holds the gendered nouns of ``contrastive`` and the stopwords of ``doc_consistency``.

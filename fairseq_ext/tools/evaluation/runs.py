@@ -7,7 +7,7 @@
   folder, from the ``segment.json`` that ``fairseq-ext-data`` / ``corpora prepare`` wrote;
 * :func:`fmt`: a table cell of a number that may be missing;
 * :func:`load_script`: a recipe script loaded as a module by its path (one instance per path in a process), so
-  that recipes reuse each other's tables (``recipes/bench/configs.py``) without changing ``sys.path``.
+  that recipes reuse each other's helpers without changing ``sys.path``.
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def fmt(x, spec: str = ".2f", missing: str = "–") -> str:
 
 def load_script(path) -> object:
     """The Python file ``path`` (a recipe script) as a module, executed once per process: later calls return the
-    same module, so that a table one script extends (``configs.CONFIGS``) is the table the others read."""
+    same module, so that a table one script extends is the table the others read."""
     path = Path(path).resolve()
     name = "_script_" + re.sub(r"\W", "_", str(path.with_suffix("")))
     if name not in sys.modules:

@@ -4,7 +4,7 @@ One entry per system: the ``fairseq-train`` flags (after the data folder), the t
 ``fairseq-generate`` flags.  Every later issue adds its rows here; the baseline is what every
 thesis method is compared against, at the same data, budget and decoding settings.
 
-``python recipes/bench/configs.py NAME`` prints the shell-quoted train flags of NAME.
+``python -m fairseq_ext.tools.evaluation.bench_configs NAME`` prints the shell-quoted train flags of NAME.
 """
 import shlex
 import sys
