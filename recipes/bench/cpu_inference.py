@@ -205,7 +205,7 @@ def main(argv=None) -> int:
 
     import fairseq_ext  # noqa: F401
     from fairseq_ext.tasks.translation_ext import native_cpu_bf16
-    from fairseq_ext.tools.export import export
+    from fairseq_ext.tools.export.export import export
 
     names = [s for s in a.systems.split(",") if s]
     unknown = [s for s in names if s not in FAIRSEQ_SYSTEMS and s not in CT2_SYSTEMS]

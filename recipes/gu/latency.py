@@ -175,7 +175,7 @@ def ct2_translators(systems: List[Dict], teacher: Optional[str], data: str, ct2_
         import ctranslate2
     except ImportError:
         raise SystemExit("error: ct2_* systems need CTranslate2: pip install 'fairseq_ext[ctranslate2]'") from None
-    from fairseq_ext.tools.export import export
+    from fairseq_ext.tools.export.export import export
 
     out = {}
     for role, q in wanted:
