@@ -2,7 +2,7 @@
 import json
 import sys
 
-from harness import ROOT, run
+from harness import ROOT, run, toy_task, train_parse
 
 SPEED = ROOT / "recipes" / "bench" / "speed.py"
 
@@ -151,23 +151,18 @@ def test_deep_shallow_configuration_moves_the_layers():
     changed; its non-embedding parameters are within 5% of the baseline's (the 6+1 vs 3+3 tables)."""
     import fairseq_ext  # noqa: F401
     from fairseq_ext.tools.evaluation import bench_configs as configs
-    from fairseq import options
-    from fairseq.data import Dictionary
     from fairseq.models.transformer import TransformerModel
 
     base, ds = configs.CONFIGS["transformer"]["train"], configs.CONFIGS["transformer_6_1"]["train"]
     diff = [(i, a, b) for i, (a, b) in enumerate(zip(base, ds)) if a != b]
     assert len(base) == len(ds) and [(base[i - 1], a, b) for i, a, b in diff] == [
         ("--encoder-layers", "3", "6"), ("--decoder-layers", "3", "1")]
-    d = Dictionary()
-    for i in range(96):
-        d.add_symbol(f"w{i}")
-    task = type("T", (), {"source_dictionary": d, "target_dictionary": d})()
+    task = toy_task(100)
     counts = {}
     for name, flags in (("base", base), ("ds", ds)):
         # the config's own task (translation_ext: it carries --cpu-bf16/--math-attention on a bf16 CPU)
         task_name = configs.CONFIGS["transformer"]["task"]
-        args = options.parse_args_and_arch(options.get_training_parser(), ["x", "--task", task_name, *flags])
+        args = train_parse("x", "--task", task_name, *flags)
         m = TransformerModel.build_model(args, task)
         assert (len(m.encoder.layers), len(m.decoder.layers)) == ((3, 3) if name == "base" else (6, 1))
         counts[name] = sum(p.numel() for p in m.parameters()) - m.encoder.embed_tokens.weight.numel()
