@@ -6,13 +6,11 @@ updates limits, so a cheaper update wins. These tests pin what makes that so: th
 recipe at d 128 (the options ``short_budget.sh``'s measured ``small`` setting spelled out), an update costs at
 most half of the d-256 model's, and it trains and decodes through fairseq's command lines.
 """
-import argparse
-
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import build_model, generate, hypotheses, n_lines, train
+from harness import arch_args, build_model, generate, hypotheses, n_lines, train
 
 # the model options of short_budget.sh's measured "small" setting (README's command at d 128)
 SMALL_FLAGS = dict(encoder_layers=3, decoder_layers=3, encoder_embed_dim=128, decoder_embed_dim=128,
@@ -22,12 +20,7 @@ SMALL_FLAGS = dict(encoder_layers=3, decoder_layers=3, encoder_embed_dim=128, de
 
 
 def _arch_args(arch, **kw):
-    import fairseq_ext  # noqa: F401  (registers the plugin)
-    from fairseq.models import ARCH_CONFIG_REGISTRY
-
-    args = argparse.Namespace(arch=arch, **kw)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    return vars(args)
+    return vars(arch_args(arch, arch=arch, **kw))
 
 
 def test_the_preset_is_the_measured_small_setting():
