@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-from harness import fairseq, universal_corpus
+from harness import fairseq, train_objects, universal_corpus
 
 from fairseq_ext.modules.meta_learning import INNER_ADAM_BETAS, INNER_ADAM_EPS, model_partition
 
@@ -27,17 +27,8 @@ def data(tmp_path_factory):
 
 def setup(data, criterion, *extra, dropout="0.1"):
     """(task, model, criterion) of ``fairseq-train DATA --task meta_translation ...`` built in process."""
-    import fairseq_ext  # noqa: F401
-    from fairseq import options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        str(data), "--task", "meta_translation", *MODEL, "--dropout", dropout, *OPT,
-        "--criterion", criterion, *extra])
-    cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
-    torch.manual_seed(0)
-    model, crit = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
+    _, task, model, crit = train_objects(data, "--task", "meta_translation", *MODEL, "--dropout", dropout, *OPT,
+                                         "--criterion", criterion, *extra, seed=0)
     task.load_dataset("train")
     return task, model, crit
 
