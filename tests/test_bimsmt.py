@@ -14,7 +14,8 @@ from fairseq_ext.data.conversations import ConversationIndex, ConversationPairDa
 from fairseq_ext.generators.conversation_online import ConversationOnlineGenerator
 from fairseq_ext.models.bimsmt import BiMSMTModel
 from fairseq_ext.models.rnnsearch import RNNSearchModel
-from harness import ROOT, build_model, fairseq, hypotheses, make_dictionary, n_lines, train
+from harness import (ROOT, build_model, fairseq, hypotheses, lstm_lm_checkpoint, make_dictionary, n_lines, train,
+                     train_parse)
 
 FIXTURE = ROOT / "tests" / "data" / "conversations"
 VOCAB = 60
@@ -353,38 +354,19 @@ def test_cli_train_and_generate(conv_bin, tmp_path, arch, extra):
 
 def test_bad_conversation_file_is_one_clear_error(conv_bin, tmp_path):
     """The task's loading (what fairseq-train runs): an unknown language tag names the file and line."""
-    from fairseq import options, tasks
+    from fairseq import tasks
 
     bad = tmp_path / "bin"
     shutil.copytree(conv_bin, bad)
     lines = (bad / "valid.conv").read_text().splitlines()
     lines[2] = lines[2].replace("\ten\t", "\tfr\t").replace("\tes\t", "\tfr\t")
     (bad / "valid.conv").write_text("\n".join(lines) + "\n")
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [str(bad), "--task", "conversation_translation", "--arch",
-                                                "bimsmt_rnn_tiny", "--user-dir", str(ROOT / "fairseq_ext")])
+    args = train_parse(bad, "--task", "conversation_translation", "--arch", "bimsmt_rnn_tiny", "--user-dir",
+                       ROOT / "fairseq_ext")
     task = tasks.setup_task(args)
     task.load_dataset("train")
     with pytest.raises(ValueError, match=f"{bad / 'valid.conv'}:3: unknown language tag 'fr'"):
         task.load_dataset("valid")
-
-
-def lstm_lm_checkpoint(path, dictionary, seed, emb=8, hidden=6):
-    """A stock fairseq lstm_lm checkpoint (untrained) on ``dictionary``."""
-    import argparse
-    import types
-
-    from fairseq.models.lstm_lm import LSTMLanguageModel, base_architecture
-
-    torch.manual_seed(seed)
-    args = argparse.Namespace(decoder_embed_dim=emb, decoder_hidden_size=hidden, decoder_layers=1,
-                              decoder_out_embed_dim=hidden, dropout=0.0, criterion="cross_entropy",
-                              max_target_positions=64, tokens_per_sample=64)
-    base_architecture(args)
-    lm = LSTMLanguageModel.build_model(args, types.SimpleNamespace(dictionary=dictionary,
-                                                                   target_dictionary=dictionary))
-    torch.save({"model": lm.state_dict(), "args": args, "cfg": None}, path)
-    return str(path)
 
 
 @pytest.mark.slow
@@ -400,8 +382,9 @@ def test_cli_rnnlm_sentence_vectors_end_to_end(conv_bin, tmp_path):
     run_cmd([sys.executable, "-m", "fairseq_ext.tools.corpora.conversations", "lm-data", FIXTURE, lm])
     assert n_lines(lm / "train.en.fwd") == n_lines(lm / "train.en.bwd") == 24
     d = Dictionary.load(str(conv_bin / "dict.src.txt"))
-    ckpts = [lstm_lm_checkpoint(tmp_path / f"{name}.pt", d, k) for k, name in
-             enumerate(("en.fwd", "en.bwd", "es.fwd", "es.bwd"))]
+    ckpts = [str(tmp_path / f"{name}.pt") for name in ("en.fwd", "en.bwd", "es.fwd", "es.bwd")]
+    for k, path in enumerate(ckpts):
+        lstm_lm_checkpoint(path, d, k)
     ckpt = cli_train(conv_bin, tmp_path, ["--arch", "bimsmt_rnn_tiny", "--src-sent-encoder", "rnnlm",
                                           "--sent-lm", ",".join(ckpts)])
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
