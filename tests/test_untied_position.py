@@ -8,7 +8,7 @@ import fairseq_ext  # noqa: F401  (registers the models)
 from fairseq_ext.models.untied_position import (
     PositionTable, UntiedPosAttention, sinusoidal_table,
 )
-from harness import build_model, generate, hypotheses, incremental_logits, n_lines, train
+from harness import TINY_SHAPE_FLAGS, build_model, generate, hypotheses, incremental_logits, n_lines, train
 
 V = 50
 D, H = 16, 2
@@ -261,9 +261,7 @@ def test_archs_and_parameters():
 
 
 # ------------------------------------------------------------------------------------- CLI
-TINY_CLI = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-            "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-            "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+TINY_CLI = TINY_SHAPE_FLAGS
 
 
 @pytest.mark.parametrize("arch,extra", [
