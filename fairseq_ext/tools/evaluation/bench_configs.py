@@ -359,4 +359,8 @@ def resolve(name: str, run, data_bin, src: str, tgt: str) -> dict:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CONFIGS:
+        print(f"error: {sys.argv[1:] and sys.argv[1]!r} is not a benchmark configuration; known: "
+              f"{', '.join(sorted(CONFIGS))}", file=sys.stderr)
+        sys.exit(2)
     print(shlex.join(["--task", get(sys.argv[1])["task"], *get(sys.argv[1])["train"]]))
