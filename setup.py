@@ -63,6 +63,7 @@ setup(
             "fairseq-ext-simul-latency=fairseq_ext.tools.evaluation.simul_latency:cli_main",
             "fairseq-ext-conversations=fairseq_ext.tools.corpora.conversations:cli_main",
             "fairseq-ext-doc-consistency=fairseq_ext.tools.evaluation.doc_consistency:cli_main",
+            "fairseq-ext-doc-context=fairseq_ext.tools.corpora.doc_context:cli_main",
             "fairseq-ext-diagnostics=fairseq_ext.tools.analysis.diagnostics:cli_main",
             # fairseq's own CLIs with the plugin loaded
             "fairseq-ext-train=fairseq_ext.cli:train_main",

@@ -68,3 +68,18 @@ def test_parsing_without_help_is_unchanged():
         options.parse_args_and_arch(parser, ["--user-dir", str(USER_DIR), "--task", "doc_translation",
                                              "--arch", "transformer_twt"])
     assert "parse_known_args" not in vars(parser)  # the parser is argparse's again
+
+
+def test_every_console_script_of_setup_py_answers_help():
+    """Each ``fairseq-ext-*`` entry point of setup.py is installed and its module's parser runs (a moved module or a
+    stale entry point fails here)."""
+    import re
+    from pathlib import Path
+
+    setup = (Path(__file__).resolve().parents[1] / "setup.py").read_text()
+    scripts = re.findall(r'"(fairseq-ext-[a-z0-9-]+)=', setup)
+    assert "fairseq-ext-doc-context" in scripts and len(scripts) > 20
+    for name in scripts:
+        p = run([BIN / name, "--help"], check=False, timeout=120)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, (name, p.stderr[-2000:])
+        assert "usage" in p.stdout.lower(), name

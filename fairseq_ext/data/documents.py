@@ -380,7 +380,7 @@ def read_generated_context(path: str, tgt_dict, n_expected: int, binarized: str,
     ``option``: the option the messages name (``--conv-target-history`` for the conversations)."""
     if not os.path.exists(path):
         raise DocumentDataError(f"{option} generated: {path} not found (one translation per line "
-                                f"of {binarized}, in dataset order; see python -m fairseq_ext.tools.corpora.doc_context)")
+                                f"of {binarized}, in dataset order; see fairseq-ext-doc-context)")
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     if lines and lines[-1] == "":

@@ -29,7 +29,7 @@ module                 console script                         what
 ``back_translation``   ``fairseq-ext-bt``                     Gu ch. 5: the two back-translation passes' corpora
 ``conversations``      ``fairseq-ext-conversations``          Maruf ch. 5: speaker conversations from the SWORD
                                                               markup, Table 5.1 statistics, per-direction BLEU
-``doc_context``        (``python -m``)                        Maruf ch. 3-4: the stage-1 translations as the
+``doc_context``        ``fairseq-ext-doc-context``            Maruf ch. 3-4: the stage-1 translations as the
                                                               target context of a split
 =====================  =====================================  ===============================================
 

@@ -66,7 +66,7 @@ def generated_lines(gen_out: str, n: int, binarized: str = "the split") -> list:
 
 
 def main(argv=None) -> int:
-    ap = ArgumentParser(prog="python -m fairseq_ext.tools.corpora.doc_context", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="fairseq-ext-doc-context", description=__doc__.split("\n\n")[0])
     ap.add_argument("generate_output", help="fairseq-generate stdout for the split (S-/T-/H- lines)")
     ap.add_argument("--data", required=True, help="the binarized folder (counts the split's examples)")
     ap.add_argument("--split", default="train", help="split that was decoded (--gen-subset; default train)")
