@@ -360,6 +360,24 @@ def beam_incremental(model, src, lengths, tgt, beam=None):
     return torch.stack(outs, 1), src, lengths, tgt, state
 
 
+def incremental_reordered(model, enc, prev, order=None, at: int = 3):
+    """Step-by-step decoding with an incremental state; with ``order`` the rows are re-selected before step ``at``
+    as beam search does (encoder output, incremental state, inputs, outputs so far): ``(outputs (B, T, C), the
+    row order, the reordered inputs)``. Call it under ``torch.no_grad()``."""
+    import torch
+
+    state, outs = {}, []
+    for t in range(prev.size(1)):
+        if order is not None and t == at:
+            idx = torch.tensor(order)
+            enc = model.encoder.reorder_encoder_out(enc, idx)
+            model.decoder.reorder_incremental_state_scripting(state, idx)
+            prev, outs = prev.index_select(0, idx), [o.index_select(0, idx) for o in outs]
+        outs.append(model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0])
+    idx = torch.arange(prev.size(0)) if order is None else torch.tensor(order)
+    return torch.cat(outs, 1), idx, prev
+
+
 def toy_arthur_lexicon(path, vocab: int = 60, k: int = 3, seed: int = 0) -> str:
     """Write a random Arthur lexicon (``--arthur-lexicon``) for :func:`make_dictionary` (``vocab``) on
     both sides: k target types per regular source type with probabilities summing to < 1."""

@@ -13,7 +13,7 @@ import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 
 from harness import (BIN, USER_DIR, arch_args, build_model, copy_task, fairseq, fairseq_in_one_process, hypotheses,
-                     make_dictionary, run, toy_batch)
+                     incremental_reordered, make_dictionary, run, toy_batch)
 from fairseq_ext.modules.copy_attention import copy_mixture, selective_read, source_copy_ids, source_to_target_map
 
 ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "CopyNetModel")
@@ -200,16 +200,7 @@ def test_incremental_decoding_equals_the_full_pass_with_beam_reordering(order):
     src, lengths, prev = oov_batch()
     with torch.no_grad():
         enc = model.encoder(src, src_lengths=lengths)
-        state, outs = {}, []
-        for t in range(prev.size(1)):
-            if order is not None and t == 3:
-                idx = torch.tensor(order)
-                enc = model.encoder.reorder_encoder_out(enc, idx)
-                model.decoder.reorder_incremental_state_scripting(state, idx)
-                prev, outs = prev.index_select(0, idx), [o.index_select(0, idx) for o in outs]
-            outs.append(model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0])
-        inc = torch.cat(outs, 1)
-        idx = torch.arange(2) if order is None else torch.tensor(order)
+        inc, idx, prev = incremental_reordered(model, enc, prev, order)
         full = model(src.index_select(0, idx), lengths.index_select(0, idx), prev)[0]
     assert torch.allclose(inc, full, atol=1e-5)
 

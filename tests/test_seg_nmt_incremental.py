@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import fairseq_ext  # noqa: F401  (registrations)
-from harness import make_dictionary
+from harness import incremental_reordered, make_dictionary
 from seg_toys import EOS, V, seg, toy
 
 
@@ -17,16 +17,7 @@ def test_incremental_decoding_equals_the_full_pass_with_beam_reordering(fusion, 
     src, lengths, prev, tm = toy()
     with torch.no_grad():
         enc = model.encoder(src, lengths, **tm)
-        state, outs = {}, []
-        for t in range(prev.size(1)):
-            if order is not None and t == 3:
-                idx = torch.tensor(order)
-                enc = model.encoder.reorder_encoder_out(enc, idx)
-                model.decoder.reorder_incremental_state_scripting(state, idx)
-                prev, outs = prev.index_select(0, idx), [o.index_select(0, idx) for o in outs]
-            outs.append(model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0])
-        inc = torch.cat(outs, 1)
-        idx = torch.arange(3) if order is None else torch.tensor(order)
+        inc, idx, prev = incremental_reordered(model, enc, prev, order)
         tm = dict(tm, tm_index=tm["tm_index"].index_select(0, idx))
         full = model(src.index_select(0, idx), lengths.index_select(0, idx), prev, **tm)[0]
     assert torch.allclose(inc, full, atol=1e-5)
