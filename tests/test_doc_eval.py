@@ -12,7 +12,7 @@ import pytest
 from fairseq_ext.tools.evaluation import contrastive as C
 from fairseq_ext.tools.evaluation import contrastive_scoring as CSC
 from fairseq_ext.tools.evaluation import doc_consistency as D
-from fairseq_ext.tools.evaluation import score
+from fairseq_ext.tools.evaluation import meteor, score
 from fairseq_ext.tools.common import ToolError, cli_status, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -402,22 +402,22 @@ def test_consistency_errors(tmp_path):
 def test_meteor_offline():
     import nltk
 
-    same = score.meteor_sentence("the cat sat on the mat", ["the cat sat on the mat"])
+    same = meteor.meteor_sentence("the cat sat on the mat", ["the cat sat on the mat"])
     assert same > 0.99
-    assert score.meteor_sentence("a b c", ["x y z"]) == 0.0
-    stem = score.meteor_sentence("he walked home", ["he walks home"])
-    other = score.meteor_sentence("he went home", ["he walks home"])
+    assert meteor.meteor_sentence("a b c", ["x y z"]) == 0.0
+    stem = meteor.meteor_sentence("he walked home", ["he walks home"])
+    other = meteor.meteor_sentence("he went home", ["he walks home"])
     assert stem > 0.9 > other  # walked/walks match on the Porter stem
     # no synonyms: WordNet is never loaded (nothing downloaded)
-    assert score.meteor_sentence("he went home", ["he departed home"]) < 0.9
+    assert meteor.meteor_sentence("he went home", ["he departed home"]) < 0.9
     assert type(nltk.corpus.wordnet).__name__ == "LazyCorpusLoader"
-    res = score.meteor_corpus(["the cat sat on the mat", "a b c"], [["the cat sat on the mat", "x y z"]])
+    res = meteor.meteor_corpus(["the cat sat on the mat", "a b c"], [["the cat sat on the mat", "x y z"]])
     assert res["meteor"] == pytest.approx(100 * (same + 0.0) / 2)
     assert res["meteor_label"] == "METEOR (exact+stem, nltk; not comparable to METEOR 1.5)"
     assert res["corpus"] == "mean of sentence scores"
     # several references: the best one counts
-    two = score.meteor_corpus(["a b c"], [["x y z"], ["a b c"]])
-    assert two["meteor"] == pytest.approx(100 * score.meteor_sentence("a b c", ["a b c"]))
+    two = meteor.meteor_corpus(["a b c"], [["x y z"], ["a b c"]])
+    assert two["meteor"] == pytest.approx(100 * meteor.meteor_sentence("a b c", ["a b c"]))
 
 
 def test_meteor_cli(tmp_path, capsys):

@@ -12,7 +12,8 @@ import sacrebleu
 
 from fairseq_ext.tools import hypotheses as gen
 from fairseq_ext.tools import plots
-from fairseq_ext.tools.evaluation import score
+from fairseq_ext.tools.evaluation import length_buckets, oov, score, significance
+from fairseq_ext.tools.evaluation.bleu import TOKENISED_LABEL
 from fairseq_ext.tools.common import cli_status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,7 +178,7 @@ def test_tokenised_differs_from_detok():
     assert detok["bleu"] == pytest.approx(100.0)  # 13a splits the punctuation
     assert tok["bleu"] < 50.0  # whitespace tokens do not match
     assert "tok:none" in tok["bleu_signature"]
-    assert tok["bleu_label"] == score.TOKENISED_LABEL
+    assert tok["bleu_label"] == TOKENISED_LABEL
     assert tok["bleu"] == pytest.approx(
         sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", smooth_method="none").score)
     # identical tokenised text -> 100 in both modes
@@ -202,7 +203,7 @@ def test_bootstrap_identical_and_better():
     base = _corrupt(ref, 0.5, seed=7)
     better = _corrupt(ref, 0.1, seed=8)
     env_before = os.environ.get("SACREBLEU_SEED")
-    res = score.paired_bootstrap(base, {"same": list(base), "better": better}, [ref], n=300)
+    res = significance.paired_bootstrap(base, {"same": list(base), "better": better}, [ref], n=300)
     assert os.environ.get("SACREBLEU_SEED") == env_before  # environment left as it was
     same, good = res["systems"]
     for m in ("BLEU", "chrF2"):
@@ -214,22 +215,22 @@ def test_bootstrap_identical_and_better():
     assert res["baseline"]["BLEU"]["score"] == pytest.approx(sacrebleu.corpus_bleu(base, [ref]).score)
     assert "bs:300" in res["signatures"]["BLEU"] and "seed:12345" in res["signatures"]["BLEU"]
     # reproducible with the fixed seed
-    again = score.paired_bootstrap(base, {"same": list(base), "better": better}, [ref], n=300)
+    again = significance.paired_bootstrap(base, {"same": list(base), "better": better}, [ref], n=300)
     assert again == res
-    table = score.format_comparison(res)
+    table = significance.format_comparison(res)
     assert "better" in table and "*" in table
 
 
 def test_bootstrap_checks_lengths():
     with pytest.raises(ScoringError, match="hypotheses but the baseline"):
-        score.paired_bootstrap(["a", "b"], {"s": ["a"]}, [["a", "b"]], n=10)
+        significance.paired_bootstrap(["a", "b"], {"s": ["a"]}, [["a", "b"]], n=10)
 
 
 # ------------------------------------------------------------------------- length buckets
 def test_length_buckets_sum_to_total():
     src, ref = _corpus(80, seed=9)
     hyp = _corrupt(ref, 0.3, seed=10)
-    rows = score.bleu_by_length(src, hyp, [ref], "0,10,20,30,40,50,inf")
+    rows = length_buckets.bleu_by_length(src, hyp, [ref], "0,10,20,30,40,50,inf")
     assert [r["bucket"] for r in rows] == ["0-9", "10-19", "20-29", "30-39", "40-49", "50+"]
     assert sum(r["count"] for r in rows) == len(src)
     for r in rows:
@@ -243,14 +244,14 @@ def test_length_buckets_sum_to_total():
             assert r["bleu"] is None
     assert rows[-1]["count"] == 0 and rows[-1]["hi"] is None  # no source longer than 45
     with pytest.raises(ScoringError, match="outside the buckets"):
-        score.bleu_by_length(src, hyp, [ref], "0,10,20")
-    assert "total" in score.format_buckets(rows)
+        length_buckets.bleu_by_length(src, hyp, [ref], "0,10,20")
+    assert "total" in length_buckets.format_buckets(rows)
 
 
 def test_plot_written(tmp_path):
     src, ref = _corpus(50, seed=11)
     hyp = _corrupt(ref, 0.3, seed=12)
-    rows = score.bleu_by_length(src, hyp, [ref], score.DEFAULT_EDGES)
+    rows = length_buckets.bleu_by_length(src, hyp, [ref], length_buckets.DEFAULT_EDGES)
     out = plots.plot_length_buckets(rows, tmp_path / "sub" / "buckets.png", title="test")
     data = Path(out).read_bytes()
     assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -331,17 +332,17 @@ def test_oov_recall_hand_case():
     refs = ["the son of Zerubbabel and Zerubbabel", "Abraham and the son"]
     hyps = ["the son of Zerubbabel", "the son of Abraham"]
     srcs = ["Zerubbabel begat", "and Isaac"]
-    r = score.oov_recall(hyps, refs, vocab, srcs)
+    r = oov.oov_recall(hyps, refs, vocab, srcs)
     # reference OOVs: Zerubbabel x2 (1 produced: clipped by the hypothesis count), Abraham x1 (produced)
     assert (r["ref_oov_tokens"], r["produced"]) == (3, 2)
     assert r["recall"] == pytest.approx(200 / 3)
     # copyable = in the source sentence: only Zerubbabel (sentence 1); Abraham is not in source 2
     assert (r["copyable_oov_tokens"], r["copyable_produced"]) == (2, 1)
     assert r["hyp_unk_tokens"] == 0
-    r2 = score.oov_recall(["the <unk> of <unk>", "<unk>"], refs, vocab)
+    r2 = oov.oov_recall(["the <unk> of <unk>", "<unk>"], refs, vocab)
     assert r2["produced"] == 0 and r2["hyp_unk_tokens"] == 3 and "copyable_recall" not in r2
     with pytest.raises(ScoringError):
-        score.oov_recall(["x"], refs, vocab)
+        oov.oov_recall(["x"], refs, vocab)
 
 
 def test_cli_oov(tmp_path, capsys):

@@ -3,10 +3,14 @@
 =======================  =====================================  ===============================================
 module                   console script                         what
 =======================  =====================================  ===============================================
-``score``                ``fairseq-ext-score``                  sacreBLEU BLEU/chrF, bootstrap, length buckets,
-                                                                METEOR, d-BLEU (``dbleu``)
+``score``                ``fairseq-ext-score``                  reads the files, runs the metrics: BLEU/chrF,
+                                                                bootstrap, buckets, OOV, METEOR, d-BLEU ``dbleu``
 ``bleu``                 —                                      the corpus BLEU/chrF core ``score`` and
                                                                 ``doc_metrics`` share
+``significance``         (``fairseq-ext-score compare``)        paired bootstrap resampling of BLEU/chrF
+``length_buckets``       (``fairseq-ext-score score --src``)    BLEU/chrF by source-length bucket
+``oov``                  (``fairseq-ext-score oov``)            recall of the reference's OOV words (copying)
+``meteor``               (``fairseq-ext-score meteor``)         METEOR, exact + stem matching only (nltk)
 ``doc_metrics``          (``fairseq-ext-score dbleu``)          document-level BLEU over joined documents
 ``contrastive``          ``fairseq-ext-contrastive``            Maruf ch. 4: the Bible pronoun set; scores any
                                                                 contrastive set with any model
