@@ -194,9 +194,8 @@ def test_the_cue_corpus_makes_pass_0_inconsistent_by_construction(tmp_path):
     """The BCD diagnostic's pass 0: a training set whose synonym is set by each sentence's own cue (its first
     filler word's parity), binarized with the corpus's dictionaries, so its sentence model decodes the real test
     set and disagrees within a document by chance."""
-    from harness import recipe_script
+    from fairseq_ext.tools.analysis import diagnostics_runs as runner
 
-    runner = recipe_script("recipes/bench/diagnostics.py")
     info = generate("consistency", str(tmp_path / "data"), n_train=400, n_valid=40, n_test=40)
     data = tmp_path / "data" / "word" / "bin"
     cue_bin = runner.cue_corpus(data, tmp_path / "cue")

@@ -28,20 +28,14 @@ it stays <= 0.5 everywhere. Results are cached per system (``OUT/TASK/SYSTEM/res
 ``contrastive*.json``): a rerun only does what is missing (``--force`` rebuilds the rows and the table from them).
 Exit status 1 when a row fails.
 """
-import argparse
 import json
-import os
-import platform
-import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-from fairseq_ext.tools.analysis.diagnostics import (
-    AMB, AMB_TGT, BUCKETS, DEFAULTS, decoded_scores, generate, read_hypotheses,
+from fairseq_ext.tools.analysis.diagnostics import BUCKETS, DEFAULTS, decoded_scores, generate, read_hypotheses
+from fairseq_ext.tools.analysis.diagnostics_runs import (
+    LANGS, adam, cached, cpu_line, cue_corpus, curve_checkpoints, fairseq_generate, fairseq_train, fmt,
+    parser, pass_cell, report, run, run_tasks, save_row, selected,
 )
 from fairseq_ext.tools.evaluation import bench_configs
 
@@ -104,55 +98,22 @@ SYSTEMS = {
     ],
 }
 BCD = {"hatt_dec": "sentence", "m2c_tgt": "rnn_sentence", "m2o_tgt": "rnn_sentence"}  # doc model -> pass 0
-TASK_FLAGS = ["--task", "doc_translation", "--source-lang", "src", "--target-lang", "tgt"]
-RUN = ["--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
-       "--no-epoch-checkpoints", "--disable-validation"]
+TASK_FLAGS = ["--task", "doc_translation", *LANGS]
 START, END = "<!-- diagnostics:table -->", "<!-- /diagnostics:table -->"
-
-
-def env(threads: int) -> dict:
-    return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
-
-
-def run(cmd, log_path: Path, threads: int) -> float:
-    """Run a command with its output in ``log_path``; returns the wall seconds; exits on failure."""
-    t0 = time.time()
-    with open(log_path, "a", encoding="utf-8") as log:
-        log.write("+ " + " ".join(map(str, cmd)) + "\n")
-        log.flush()
-        p = subprocess.run([str(c) for c in cmd], cwd=ROOT, env=env(threads), stdout=log, stderr=subprocess.STDOUT)
-    if p.returncode != 0:
-        tail = Path(log_path).read_text(encoding="utf-8")[-3000:]
-        raise SystemExit(f"error: command failed ({p.returncode}), see {log_path}:\n{tail}")
-    return time.time() - t0
+TITLE = "Diagnostics: document context (recipes/bench/diagnostics.py)"
 
 
 def optim(lr: float) -> list:
-    return ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(lr), "--lr-scheduler", "inverse_sqrt",
-            "--warmup-updates", "100", "--clip-norm", "1.0", "--criterion", "label_smoothed_cross_entropy",
-            "--label-smoothing", "0.1", "--max-tokens", "1024"]
+    return [*adam(lr), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--max-tokens", "1024"]
 
 
 def train(data: Path, save: Path, flags: list, updates: int, lr: float, threads: int, warm=None,
           curve_every: int = 0, marker: str = "train.done") -> float:
-    """fairseq-train into ``save`` up to ``updates`` (skipped when ``marker`` exists). A later call with more
-    updates and another marker resumes from ``checkpoint_last.pt`` (optimizer and schedule included)."""
-    ckpt = save / "checkpoint_last.pt"
-    done = save / marker
-    if done.exists() and ckpt.exists():
-        return float(done.read_text() or 0)
-    save.mkdir(parents=True, exist_ok=True)
-    cmd = [BIN / "fairseq-train", data, "--user-dir", ROOT / "fairseq_ext", *TASK_FLAGS, *flags, *optim(lr), *RUN,
-           "--max-update", str(updates), "--save-dir", save]
-    if curve_every:
-        cmd += ["--save-interval-updates", str(curve_every), "--keep-interval-updates", "-1"]
-    if warm is not None:
-        cmd += ["--finetune-from-model", warm]
-    else:
-        cmd += ["--doc-batching", "size"]
-    secs = run(cmd, save / "train.log", threads)
-    done.write_text(f"{secs:.1f}")
-    return secs
+    """A document-task training of ``flags`` at peak ``lr`` (:func:`fairseq_train`); a stage-1 model (no ``warm``)
+    is batched by size, a stage-2 one warm-starts from ``warm``."""
+    flags = [*TASK_FLAGS, *flags, *optim(lr)] + (["--doc-batching", "size"] if warm is None else [])
+    return fairseq_train(data, save, flags, updates, threads, curve_every=curve_every, warm=warm, marker=marker)
 
 
 def task_flags(flags) -> list:
@@ -188,14 +149,8 @@ def score(data: Path, ckpt: Path, flags: list, out_json: Path, name: str, thread
 
 
 def decode(data: Path, paths: str, flags: list, out: Path, threads: int) -> Path:
-    gen = out / "generate-test.txt"
-    if not gen.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        cmd = [BIN / "fairseq-generate", data, "--user-dir", ROOT / "fairseq_ext", *TASK_FLAGS, *flags,
-               "--path", paths, "--beam", "1", *bench_configs.DECODE_LEN, "--batch-size", "64",
-               "--cpu", "--results-path", out]
-        run(cmd, out / "generate.log", threads)
-    return gen
+    return fairseq_generate(data, paths, [*TASK_FLAGS, *flags, "--beam", "1", *bench_configs.DECODE_LEN,
+                                          "--batch-size", "64"], out, threads)
 
 
 def accuracy_by_bucket(res: dict) -> dict:
@@ -219,7 +174,7 @@ def run_task(task: str, args) -> list:
     info = generate(task, str(out / "data"), seed=args.seed, n_train=args.n_train, n_valid=args.n_valid,
                     n_test=args.n_test)
     data = Path(info["bin"])
-    systems = [s for s in SYSTEMS[task] if not args.systems or s[0] in args.systems]
+    systems = list(selected(SYSTEMS[task], args))
     stage1 = {}
     for fam in sorted({s[1] for s in systems}):
         save = out / f"stage1_{fam}"
@@ -228,12 +183,11 @@ def run_task(task: str, args) -> list:
     rows = []
     for name, fam, flags, resolvable, note in systems:
         save = out / name
-        result = save / "result.json"
-        if result.exists() and not args.force:
-            row = json.loads(result.read_text())
+        row = cached(save, args)
+        if row is not None:
             if task == "consistency" and name in BCD and "decoded_cue" not in row:
                 row["decoded_cue"] = decoded_cue(data, out, name, fam, stage1[fam][0], args)
-                result.write_text(json.dumps(row, indent=1))
+                save_row(save, row)
             rows.append(row)
             continue
         train_flags = (flags if flags is not None else FAMILIES[fam]) + SHAPES[fam]
@@ -248,8 +202,7 @@ def run_task(task: str, args) -> list:
             # a failing mechanism trains on (resumed): the learning curve says whether it is a slow learner
             train(data, save, train_flags, args.extend_failing, LR[fam][1], args.threads, curve_every=args.curve_every,
                   marker=f"extend{args.extend_failing}.done")
-        for c in save.glob("checkpoint_*_*.pt"):
-            upd = int(c.stem.rsplit("_", 1)[1])
+        for upd, c in curve_checkpoints(save):
             if upd != args.stage2_updates and upd <= max(args.extend_failing, args.stage2_updates):
                 r = score(data, c, tflags, save / f"contrastive.{upd}.json", f"{name} @{upd}", args.threads)
                 curve[upd] = dict(accuracy_by_bucket(r), margin=margin_of(r, resolvable))
@@ -272,8 +225,7 @@ def run_task(task: str, args) -> list:
             row["decoded"] = decoded(task, data, out, name, fam, flags, args)
         if task == "consistency" and name in BCD:
             row["decoded_cue"] = decoded_cue(data, out, name, fam, stage1[fam][0], args)
-        result.write_text(json.dumps(row, indent=1))
-        rows.append(row)
+        rows.append(save_row(save, row))
     return rows
 
 
@@ -294,45 +246,6 @@ def decoded(task: str, data: Path, out: Path, name: str, fam: str, flags, args) 
                                               "--bcd-init", "base_model"], out / name / f"bcd{k}", args.threads)
         res[f"bcd{k}"] = decoded_scores(instances, read_hypotheses(str(gen)))
     return res
-
-
-def cue_synonym(src_words: list) -> str:
-    """The synonym of the cue corpus: set by the sentence itself (the parity of its first filler word), so it is
-    independent of the other sentences of the document."""
-    first = next(w for w in src_words if w.lstrip("\u2581") != AMB)
-    return AMB_TGT["f" if int(first.lstrip("\u2581")[1:]) % 2 == 0 else "m"]
-
-
-def cue_corpus(data: Path, out: Path) -> Path:
-    """The consistency training set with every sentence's synonym re-drawn by :func:`cue_synonym`, binarized with
-    the corpus's dictionaries (so its models decode the real test set): a sentence model trained on it is a
-    pass 0 that is inconsistent by construction (a document's occurrences agree by chance only)."""
-    bin_dir = out / "data" / "bin"
-    if (bin_dir / "train.ids").exists():
-        return bin_dir
-    word = data.parent  # the segmented word-level files beside bin/
-    raw = out / "data" / "word"
-    raw.mkdir(parents=True, exist_ok=True)
-    src = (word / "train.src").read_text(encoding="utf-8").splitlines()
-    tgt = (word / "train.tgt").read_text(encoding="utf-8").splitlines()
-    synonyms = {"\u2581" + w for w in AMB_TGT.values()}
-    new = []
-    for s_line, t_line in zip(src, tgt):
-        s_words = s_line.split()
-        if "\u2581" + AMB in s_words:
-            cue = "\u2581" + cue_synonym(s_words)
-            t_line = " ".join(cue if w in synonyms else w for w in t_line.split())
-        new.append(t_line)
-    (raw / "train.src").write_text("\n".join(src) + "\n", encoding="utf-8")
-    (raw / "train.tgt").write_text("\n".join(new) + "\n", encoding="utf-8")
-    tmp = out / "data" / "bin.tmp"
-    run([BIN / "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", "--trainpref", raw / "train",
-         "--validpref", word / "valid", "--srcdict", data / "dict.src.txt", "--tgtdict", data / "dict.tgt.txt",
-         "--destdir", tmp, "--workers", "1"], out / "preprocess.log", 1)
-    for split in ("train", "valid"):
-        (tmp / f"{split}.ids").write_text((data / f"{split}.ids").read_text(encoding="utf-8"), encoding="utf-8")
-    tmp.rename(bin_dir)
-    return bin_dir
 
 
 def decoded_cue(data: Path, out: Path, name: str, fam: str, stage1: Path, args) -> dict:
@@ -357,22 +270,6 @@ def decoded_cue(data: Path, out: Path, name: str, fam: str, stage1: Path, args) 
 
 
 # ------------------------------------------------------------------------------------------------ table
-def cpu_name() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        model = re.search(r"model name\s*:\s*(.*)", text).group(1).strip()
-        flags = re.search(r"flags\s*:\s*(.*)", text).group(1).split()
-        isa = "AMX" if "amx_tile" in flags else "AVX512-BF16" if "avx512_bf16" in flags else \
-            "AVX512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
-        return f"{model} ({isa})" if isa else model
-    except (OSError, AttributeError):
-        return platform.processor() or "CPU"
-
-
-def fmt(x) -> str:
-    return "–" if x is None else f"{x:.3f}"
-
-
 def curve_text(r: dict) -> str:
     """Mean accuracy over the resolvable buckets (all buckets when none) at each scored stage-2 update."""
     keys = r["resolvable"] or list(BUCKETS)
@@ -386,13 +283,12 @@ def curve_text(r: dict) -> str:
 
 def status(r: dict) -> str:
     if r["pass"]:
-        return "pass"
+        return pass_cell(True)
     later = r.get("passes_at")
     return f"**FAIL** (passes at {later} updates)" if later and later > r["stage2_updates"] else "**FAIL**"
 
 
 def table(rows: list, threads: int) -> str:
-    cpu = cpu_name()
     lines = ["| task | bound | system | resolvable d | accuracy (all) | by d: " + " / ".join(BUCKETS)
              + " | margin | context off (all; margin) | pass | stage-2 curve (accuracy on resolvable d (margin)) "
              "| budget (stage 1 + 2 updates; stage-2 s) |",
@@ -413,30 +309,11 @@ def table(rows: list, threads: int) -> str:
             for how, d in {**r["decoded"], **r.get("decoded_cue", {})}.items():
                 lines.append(f"| {r['system']} | {how} | {fmt(d['accuracy'])} | {d['consistent_docs']}/{d['documents']}"
                              f" ({fmt(d['consistency'])}) |")
-    lines += ["", f"CPU: {cpu}, {threads} torch thread(s) per run."]
+    lines += ["", cpu_line(threads)]
     return "\n".join(lines)
 
 
-def write_table(path: Path, text: str, start: str = START, end: str = END,
-                title: str = "Diagnostics: document context (recipes/bench/diagnostics.py)") -> None:
-    """Replace the table between the markers ``start``/``end`` of ``path``; without them, append a section ``title``
-    holding it (the family runners share this)."""
-    doc = path.read_text(encoding="utf-8")
-    block = f"{start}\n{text}\n{end}"
-    if start in doc and end in doc:
-        doc = doc[:doc.index(start)] + block + doc[doc.index(end) + len(end):]
-    else:
-        doc = doc.rstrip("\n") + f"\n\n## {title}\n\n" + block + "\n"
-    path.write_text(doc, encoding="utf-8")
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tasks", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
-    ap.add_argument("--systems", nargs="+", help="only these systems (default: all of each task; name the baselines "
-                                                 "sentence / rnn_sentence too to have them)")
-    ap.add_argument("--out", default="runs/diagnostics")
-    ap.add_argument("--seed", type=int, default=1)
+def options(ap) -> None:
     ap.add_argument("--n-train", type=int, default=DEFAULTS["n_train"])
     ap.add_argument("--n-valid", type=int, default=DEFAULTS["n_valid"])
     ap.add_argument("--n-test", type=int, default=DEFAULTS["n_test"])
@@ -447,21 +324,14 @@ def main(argv=None) -> int:
     ap.add_argument("--extend-failing", type=int, default=5000,
                     help="train a mechanism that fails at --stage2-updates on to N updates (scored every --curve-every; "
                          "the verdict stays the one at --stage2-updates)")
-    ap.add_argument("--pass-at", type=float, default=0.9)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--table", default=str(ROOT / "recipes" / "bench" / "RESULTS.md"),
-                    help="the RESULTS.md whose Diagnostics table is rewritten ('' = print only)")
-    ap.add_argument("--force", action="store_true", help="score again and rewrite the results (training is kept)")
-    args = ap.parse_args(argv)
-    for task in args.tasks:
-        run_task(task, args)
-    rows = [json.loads(p.read_text()) for task in SYSTEMS for name, *_ in SYSTEMS[task]
-            for p in [Path(args.out) / task / name / "result.json"] if p.exists()]  # every task run so far
-    text = table(rows, args.threads)
-    print(text)
-    if args.table:
-        write_table(Path(args.table), text)
-    return 0 if all(r["pass"] for r in rows) else 1
+
+
+def main(argv=None) -> int:
+    args = parser(__doc__, SYSTEMS, "runs/diagnostics", "Diagnostics table", options,
+                  systems="only these systems (default: all of each task; name the baselines sentence / rnn_sentence "
+                          "too to have them)").parse_args(argv)
+    rows = run_tasks(args, run_task, SYSTEMS)  # every task run so far
+    return report(rows, table(rows, args.threads), args, START, END, TITLE)
 
 
 if __name__ == "__main__":

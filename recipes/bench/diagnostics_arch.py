@@ -22,18 +22,14 @@ Optimisation: Adam 1e-2 (the transformers 1e-3), inverse-sqrt warm-up 100, ≤ 1
 rare-word accuracy above the baseline's) with its switch-off or baseline at the bound (≤ 0.5 + 0.02; position:
 ≤ the blind bound + 0.05). Results are cached per system (``OUT/TASK/SYSTEM/result.json``); ``--force`` rescores.
 """
-import argparse
-import json
 import re
 import sys
 from pathlib import Path
 
 from fairseq_ext.tools.analysis.diagnostics_arch import generate, probe_scores
-from fairseq_ext.tools.evaluation.runs import load_script
-
-_doc_runner = load_script(Path(__file__).resolve().parent / "diagnostics.py")  # the document-context runner's helpers
-BIN, ROOT, cpu_name, fmt, run, write_table = (_doc_runner.BIN, _doc_runner.ROOT, _doc_runner.cpu_name, _doc_runner.fmt,
-                                              _doc_runner.run, _doc_runner.write_table)
+from fairseq_ext.tools.analysis.diagnostics_runs import (
+    BIN, PACKAGE, adam, cpu_line, fairseq_train, fmt, parser, pass_cell, pending, report, run, run_tasks, save_row,
+)
 
 CONV = ["--task", "conversation_translation", "--arch", "bimsmt_tiny", "--encoder-embed-dim", "32",
         "--encoder-hidden-size", "32", "--attention-dim", "32", "--criterion", "conversation_cross_entropy"]
@@ -61,23 +57,14 @@ SYSTEMS = {
 UPDATES = {"conv_register": 1000, "rare_lex": 800, "position_perm": 800}
 LR = {"conv_register": 1e-2, "rare_lex": 1e-3, "position_perm": 1e-3}
 MAX_TOKENS = {"conv_register": 256, "rare_lex": 1024, "position_perm": 1024}  # Bi-MSMT: small batches, more updates
-RUN = ["--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
-       "--no-epoch-checkpoints", "--disable-validation"]
 START, END = "<!-- diagnostics_arch:table -->", "<!-- /diagnostics_arch:table -->"
 TITLE = "Diagnostics: conversations, rare words, positions (recipes/bench/diagnostics_arch.py)"
 
 
 def train(data: Path, save: Path, flags: list, updates: int, lr: float, threads: int, max_tokens: int) -> float:
-    """fairseq-train into ``save`` (skipped when ``train.done`` exists); returns fairseq's training seconds."""
-    done = save / "train.done"
-    if not (done.exists() and (save / "checkpoint_last.pt").exists()):
-        save.mkdir(parents=True, exist_ok=True)
-        cmd = [BIN / "fairseq-train", data, "--user-dir", ROOT / "fairseq_ext", *flags, "--optimizer", "adam",
-               "--adam-betas", "(0.9,0.98)", "--lr", str(lr), "--lr-scheduler", "inverse_sqrt", "--warmup-updates",
-               "100", "--clip-norm", "1.0", "--max-tokens", str(max_tokens), *RUN, "--max-update", str(updates),
-               "--save-dir", save]
-        run(cmd, save / "train.log", threads)
-        done.write_text("done")
+    """fairseq-train into ``save`` (:func:`fairseq_train`: skipped when ``train.done`` exists); returns fairseq's
+    training seconds."""
+    fairseq_train(data, save, [*flags, *adam(lr), "--max-tokens", str(max_tokens)], updates, threads)
     m = re.findall(r"done training in ([\d.]+) seconds", (save / "train.log").read_text(errors="replace"))
     return float(m[-1]) if m else 0.0
 
@@ -85,7 +72,7 @@ def train(data: Path, save: Path, flags: list, updates: int, lr: float, threads:
 def decode(data: Path, ckpt: Path, flags: list, out: Path, threads: int, extra=()) -> dict:
     """Greedy fairseq-generate of the test split: {line id: hypothesis}."""
     task = flags[flags.index("--task") + 1]
-    cmd = [BIN / "fairseq-generate", data, "--user-dir", ROOT / "fairseq_ext", "--task", task, "--path", ckpt,
+    cmd = [BIN / "fairseq-generate", data, "--user-dir", PACKAGE, "--task", task, "--path", ckpt,
            "--gen-subset", "test", "--beam", "1", "--max-len-a", "1", "--max-len-b", "4", "--batch-size", "64",
            "--cpu", *extra]
     if out.exists():
@@ -122,25 +109,18 @@ def run_task(task: str, args) -> list:
     info = generate(task, str(out / "data"), seed=args.seed)
     data = Path(info["bin"])
     updates = args.updates or UPDATES[task]
-    rows = {}
-    for name, flags, role, note in SYSTEMS[task]:
-        if args.systems and name not in args.systems:
-            continue
-        save = out / name
-        result = save / "result.json"
-        if result.exists() and not args.force:
-            rows[name] = json.loads(result.read_text())
-            continue
+    rows = []
+    for save, name, flags, role, note in pending(SYSTEMS[task], out, args, rows):
         secs = train(data, save, flags, updates, LR[task], args.threads, MAX_TOKENS[task])
         ckpt = save / "checkpoint_last.pt"
         res = {"test": scores(task, info, data, ckpt, flags, save / "test.gen", args.threads)}
         if task == "conv_register" and role == "mechanism":  # the context switched off at test time
             res["switch_off"] = scores(task, info, data, ckpt, flags, save / "test_off.gen", args.threads,
                                        ["--model-overrides", "{'zero_context': True}"])
-        rows[name] = {"task": task, "system": name, "role": role, "note": note, "flags": flags, "updates": updates,
-                      "seconds": round(secs, 1), "bound": info["bound"], "blind_bound": info.get("blind_bound"), **res}
-        result.write_text(json.dumps(rows[name], indent=1))
-    return list(rows.values())
+        row = {"task": task, "system": name, "role": role, "note": note, "flags": flags, "updates": updates,
+               "seconds": round(secs, 1), "bound": info["bound"], "blind_bound": info.get("blind_bound"), **res}
+        rows.append(save_row(save, row))
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------ table
@@ -166,38 +146,24 @@ def table(rows: list, threads: int) -> str:
         main, off = cells(r)
         bound = BOUND_CELL.get(r["task"]) or f"{fmt(r['blind_bound'])} (position-blind)"
         lines.append(f"| {r['task']} | {bound} | {r['system']}: {r['note']} | {r['role']} | {main} | {off} "
-                     f"| {'pass' if r['pass'] else '**FAIL**'} | {r['updates']}; {r['seconds']:.0f} s |")
-    lines += ["", f"CPU: {cpu_name()}, {threads} torch thread(s) per run, shared machine."]
+                     f"| {pass_cell(r['pass'])} | {r['updates']}; {r['seconds']:.0f} s |")
+    lines += ["", cpu_line(threads, ", shared machine")]
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tasks", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
-    ap.add_argument("--systems", nargs="+", help="only these systems (default: all of each task)")
-    ap.add_argument("--out", default="runs/diagnostics_arch")
-    ap.add_argument("--seed", type=int, default=1)
+def options(ap) -> None:
     ap.add_argument("--updates", type=int, default=0, help="updates per system (default: the task's, UPDATES)")
-    ap.add_argument("--pass-at", type=float, default=0.9)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--table", default=str(ROOT / "recipes" / "bench" / "RESULTS.md"),
-                    help="the RESULTS.md whose table is rewritten ('' = print only)")
-    ap.add_argument("--force", action="store_true", help="score again and rewrite the results (training is kept)")
-    args = ap.parse_args(argv)
-    for task in args.tasks:
-        run_task(task, args)
-    rows = [json.loads(p.read_text()) for task in SYSTEMS for name, *_ in SYSTEMS[task]
-            for p in [Path(args.out) / task / name / "result.json"] if p.exists()]
+
+
+def main(argv=None) -> int:
+    args = parser(__doc__, SYSTEMS, "runs/diagnostics_arch", "table", options).parse_args(argv)
+    rows = run_tasks(args, run_task, SYSTEMS)
     by_name = {(r["task"], r["system"]): r for r in rows}
     for r in rows:  # the verdict of the current criteria
         info = {"blind_bound": r.get("blind_bound")}
         r["pass"] = verdict(r["task"], r["role"], r, {s: x for (t, s), x in by_name.items() if t == r["task"]},
                             args.pass_at, info)
-    text = table(rows, args.threads)
-    print(text)
-    if args.table:
-        write_table(Path(args.table), text, START, END, TITLE)
-    return 0 if all(r["pass"] for r in rows) else 1
+    return report(rows, table(rows, args.threads), args, START, END, TITLE)
 
 
 if __name__ == "__main__":

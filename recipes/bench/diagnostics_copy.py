@@ -28,25 +28,20 @@ reaches ``--pass-at`` (0.9) with its memory/copy path and its switch-off rows (c
 below the bound; a baseline passes when it stays at or below the bound. Results are cached per system
 (``OUT/TASK/SYSTEM/result.json``); ``--force`` rescores. Exit status 1 when a row fails.
 """
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from fairseq_ext.tools.analysis.diagnostics import read_hypotheses
 from fairseq_ext.tools.analysis.diagnostics_copy import generate, name_scores, value_scores
-from fairseq_ext.tools.evaluation.runs import load_script
+from fairseq_ext.tools.analysis.diagnostics_runs import (
+    LANGS, RNNSEARCH_SHAPE, adam, cpu_line, curve_checkpoints, fairseq_generate, fairseq_train, fmt, parser, pass_cell,
+    pending, read_probes, report, run_tasks, save_row,
+)
 
-_doc_runner = load_script(Path(__file__).resolve().parent / "diagnostics.py")  # the document-context runner's helpers
-BIN, ROOT, cpu_name, run, write_table = (_doc_runner.BIN, _doc_runner.ROOT, _doc_runner.cpu_name, _doc_runner.run,
-                                         _doc_runner.write_table)
-
-SHAPE = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--decoder-out-embed-dim", "64",
-         "--encoder-hidden-size", "64", "--decoder-hidden-size", "64", "--attention-dim", "64",
-         "--decoder-variant", "plain", "--dropout", "0.1", "--share-all-embeddings"]
-LANGS = ["--source-lang", "src", "--target-lang", "tgt"]
 BASE = (["--task", "translation_decoding"], ["--criterion", "cross_entropy"])
 SEG = ["--task", "seg_translation", "--tm-topk", "2"]
+GREEDY = ["--gen-subset", "test", "--beam", "1", "--max-len-a", "1", "--max-len-b", "5", "--batch-size", "128"]
 # task -> [(system, arch, task flags, criterion flags, warm start from, note)]
 SYSTEMS = {
     "copy": [
@@ -64,41 +59,20 @@ SYSTEMS = {
          "COPYNET over the top-1 retrieved target"),
     ],
 }
-RUN = ["--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
-       "--no-epoch-checkpoints", "--disable-validation"]
 START, END = "<!-- diagnostics-copy:table -->", "<!-- /diagnostics-copy:table -->"
+TITLE = "Diagnostics: copying and retrieval (recipes/bench/diagnostics_copy.py)"
 
 
 def train(data: Path, save: Path, flags: list, updates: int, lr: float, threads: int, curve_every: int,
           warm=None) -> float:
-    """fairseq-train into ``save`` (skipped when ``train.done`` exists); returns the wall seconds."""
-    done = save / "train.done"
-    if done.exists() and (save / "checkpoint_last.pt").exists():
-        return float(done.read_text() or 0)
-    save.mkdir(parents=True, exist_ok=True)
-    cmd = [BIN / "fairseq-train", data, "--user-dir", ROOT / "fairseq_ext", *LANGS, *flags, *SHAPE,
-           "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(lr), "--lr-scheduler", "inverse_sqrt",
-           "--warmup-updates", "100", "--clip-norm", "1.0", "--batch-size", "64", *RUN, "--max-update", str(updates),
-           "--save-dir", save]
-    if curve_every:
-        cmd += ["--save-interval-updates", str(curve_every), "--keep-interval-updates", "-1"]
-    if warm is not None:
-        cmd += ["--finetune-from-model", warm]
-    secs = run(cmd, save / "train.log", threads)
-    done.write_text(f"{secs:.1f}")
-    return secs
+    """A training of the shared shape (:func:`fairseq_train`): ``flags`` (arch, task, criterion) at peak ``lr``."""
+    flags = [*LANGS, *flags, *RNNSEARCH_SHAPE, *adam(lr), "--batch-size", "64"]
+    return fairseq_train(data, save, flags, updates, threads, curve_every=curve_every, warm=warm)
 
 
 def decode(data: Path, ckpt: Path, flags: list, out: Path, threads: int) -> dict:
     """Greedy fairseq-generate of the test split into ``out``; returns ``{line: hypothesis}``."""
-    gen = out / "generate-test.txt"
-    if not gen.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        cmd = [BIN / "fairseq-generate", data, "--user-dir", ROOT / "fairseq_ext", *LANGS, *flags, "--path", ckpt,
-               "--gen-subset", "test", "--beam", "1", "--max-len-a", "1", "--max-len-b", "5", "--batch-size", "128",
-               "--cpu", "--results-path", out]
-        run(cmd, out / "generate.log", threads)
-    return read_hypotheses(str(gen))
+    return read_hypotheses(str(fairseq_generate(data, ckpt, [*LANGS, *flags, *GREEDY], out, threads)))
 
 
 def gate_stats(path: Path, probes: list) -> dict:
@@ -150,24 +124,13 @@ def scored(task: str, info: dict, ckpt: Path, tflags: list, out: Path, threads: 
     return res
 
 
-def read_probes(folder: Path) -> list:
-    return [json.loads(x) for x in (folder / "raw" / "test.probes.jsonl").read_text().splitlines()]
-
-
 def run_task(task: str, args) -> list:
     out = Path(args.out) / task
     info = generate(task, str(out / "data"), seed=args.seed)
     bound = 0.0 if task == "copy" else 1.0 / info["layout"]["values"]
     metric = "name_accuracy" if task == "copy" else "accuracy"
     rows = []
-    for name, arch, tflags, crit, warm, note in SYSTEMS[task]:
-        if args.systems and name not in args.systems:
-            continue
-        save = out / name
-        result = save / "result.json"
-        if result.exists() and not args.force:
-            rows.append(json.loads(result.read_text()))
-            continue
+    for save, name, arch, tflags, crit, warm, note in pending(SYSTEMS[task], out, args, rows):
         raw = ["--copy-raw-dir", str(out / "data" / "raw")] if "copy_translation" in tflags else []
         warm_ckpt = None if warm is None else out / warm / "checkpoint_last.pt"
         if warm_ckpt is not None and not warm_ckpt.exists():
@@ -178,8 +141,7 @@ def run_task(task: str, args) -> list:
         baseline = arch == "rnnsearch_tiny"
         main = scored(task, info, ckpt, tflags, save / "test", args.threads, export=arch == "seg_nmt_tiny")
         curve = {args.updates: main[metric]}
-        for c in [] if baseline else sorted(save.glob("checkpoint_*_*.pt")):
-            upd = int(c.stem.rsplit("_", 1)[1])
+        for upd, c in [] if baseline else curve_checkpoints(save):
             if upd < args.updates:
                 curve[upd] = scored(task, info, c, tflags, save / f"test.{upd}", args.threads)[metric]
         row = {"task": task, "system": name, "note": note, "bound": bound, "updates": args.updates,
@@ -203,16 +165,11 @@ def run_task(task: str, args) -> list:
         else:
             row["pass"] = row["accuracy"] >= args.pass_at and all(v[metric] <= bound + 1e-9 for v in switch)
         row["passes_at"] = next((u for u, a in row["curve"].items() if a >= args.pass_at), None)
-        result.write_text(json.dumps(row, indent=1))
-        rows.append(row)
+        rows.append(save_row(save, row))
     return rows
 
 
 # ------------------------------------------------------------------------------------------------ table
-def fmt(x) -> str:
-    return "–" if x is None else f"{x:.3f}"
-
-
 def table(rows: list, threads: int) -> str:
     lines = ["| task | bound | system | accuracy | switch-off rows | pass | curve (updates: accuracy) | budget |",
              "|---|---|---|---:|---|---|---|---|"]
@@ -222,9 +179,8 @@ def table(rows: list, threads: int) -> str:
                         for k, v in r["off"].items()) or "–"
         curve = ", ".join(f"{u}: {a:.2f}" for u, a in r["curve"].items()) if len(r["curve"]) > 1 else "–"
         bound = "0 (names outside the dictionary)" if r["task"] == "copy" else f"{r['bound']:.3f} (1/V, exact)"
-        verdict = "pass" if r["pass"] else "**FAIL**"
-        lines.append(f"| {r['task']} | {bound} | {r['system']}: {r['note']} | {fmt(r['accuracy'])} | {off} | {verdict} "
-                     f"| {curve} | {r['updates']} updates; {r['seconds'] / 60:.1f} min |")
+        lines.append(f"| {r['task']} | {bound} | {r['system']}: {r['note']} | {fmt(r['accuracy'])} | {off} "
+                     f"| {pass_cell(r['pass'])} | {curve} | {r['updates']} updates; {r['seconds'] / 60:.1f} min |")
     gates = [r for r in rows if "gate_at_value" in r["result"]]
     if gates:
         lines += ["", "| SEG-NMT (test, with its pairs) | mean ζ at the value token | mean ζ elsewhere | argmax slot holds "
@@ -233,35 +189,20 @@ def table(rows: list, threads: int) -> str:
             g = r["result"]
             lines.append(f"| {r['system']} | {fmt(g['gate_at_value'])} | {fmt(g['gate_elsewhere'])} | "
                          f"{fmt(g['slot_holds_value'])} | {fmt(r.get('coverage_weight'))} |")
-    lines += ["", f"CPU: {cpu_name()}, {threads} torch thread(s) per run, a shared machine (minutes are wall-clock)."]
+    lines += ["", cpu_line(threads, ", a shared machine (minutes are wall-clock)")]
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tasks", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
-    ap.add_argument("--systems", nargs="+", help="only these systems (default: all of each task)")
-    ap.add_argument("--out", default="runs/diagnostics_copy")
-    ap.add_argument("--seed", type=int, default=1)
+def options(ap) -> None:
     ap.add_argument("--updates", type=int, default=2000)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--curve-every", type=int, default=500, help="keep and decode a checkpoint every N updates (0 = off)")
-    ap.add_argument("--pass-at", type=float, default=0.9)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--table", default=str(ROOT / "recipes" / "bench" / "RESULTS.md"),
-                    help="the RESULTS.md whose copying-and-retrieval table is rewritten ('' = print only)")
-    ap.add_argument("--force", action="store_true", help="score again and rewrite the results (training is kept)")
-    args = ap.parse_args(argv)
-    for task in args.tasks:
-        run_task(task, args)
-    rows = [json.loads(p.read_text()) for task in SYSTEMS for name, *_ in SYSTEMS[task]
-            for p in [Path(args.out) / task / name / "result.json"] if p.exists()]
-    text = table(rows, args.threads)
-    print(text)
-    if args.table:
-        write_table(Path(args.table), text, START, END,
-                    "Diagnostics: copying and retrieval (recipes/bench/diagnostics_copy.py)")
-    return 0 if all(r["pass"] for r in rows) else 1
+
+
+def main(argv=None) -> int:
+    args = parser(__doc__, SYSTEMS, "runs/diagnostics_copy", "copying-and-retrieval table", options).parse_args(argv)
+    rows = run_tasks(args, run_task, SYSTEMS)
+    return report(rows, table(rows, args.threads), args, START, END, TITLE)
 
 
 if __name__ == "__main__":

@@ -27,23 +27,17 @@ fertility copy) or closes at least half of greedy's gap to the beam (NPD, the ac
 at its bound (greedy <= 0.05; uniform copy: reported, no bound by construction). Results are cached per row
 (``OUT/TASK/ROW/result.json``); ``--force`` rescores. Exit status 1 when a row fails.
 """
-import argparse
 import json
 import re
 import sys
 from pathlib import Path
 
 from fairseq_ext.tools.analysis.diagnostics_decoding import exact_scores, generate
-from fairseq_ext.tools.evaluation.runs import load_script
+from fairseq_ext.tools.analysis.diagnostics_runs import (
+    LANGS, RNNSEARCH_SHAPE, adam, cpu_line, fairseq_generate, fairseq_train, fmt, parser, pass_cell, read_probes,
+    report,
+)
 
-_doc_runner = load_script(Path(__file__).resolve().parent / "diagnostics.py")  # the document-context runner's helpers
-BIN, ROOT, cpu_name, run, write_table = (_doc_runner.BIN, _doc_runner.ROOT, _doc_runner.cpu_name, _doc_runner.run,
-                                         _doc_runner.write_table)
-_copy_runner = load_script(Path(__file__).resolve().parent / "diagnostics_copy.py")
-SHAPE, LANGS, RUN, read_probes = _copy_runner.SHAPE, _copy_runner.LANGS, _copy_runner.RUN, _copy_runner.read_probes
-
-ADAM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr-scheduler", "inverse_sqrt",
-        "--warmup-updates", "100", "--clip-norm", "1.0"]
 DEC = ["--task", "translation_decoding"]
 # search rows: (row, decoding flags, note)
 SEARCH = [
@@ -63,7 +57,7 @@ ACTOR = ["--arch", "trainable_greedy_tiny", "--task", "trainable_greedy_decoding
          "--tg-noise-std", "0.5", "--tg-tau", "0.01", "--tg-objective", "bleu", "--optimizer", "rmsprop",
          "--lr", "1e-3", "--group-lr", "actor:1e-3,critic:1e-3", "--lr-scheduler", "fixed", "--batch-size", "32"]
 NAT = ["--arch", "nat_fertility_tiny", "--task", "translation_fertility", "--criterion", "nat_fertility_loss",
-       "--lr", "2e-3", "--max-tokens", "1024", *ADAM]
+       "--max-tokens", "1024", *adam(2e-3)]
 # fertility rows: (row, decoder input, decoding flags, note)
 FERTILITY = [
     ("uniform", "uniform", [], "uniform copy, predicted length: the baseline"),
@@ -72,30 +66,18 @@ FERTILITY = [
     ("fertility_gold", "copy-fertility", ["--oracle-length"], "fertility copy, reference fertilities"),
 ]
 START, END = "<!-- diagnostics-decoding:table -->", "<!-- /diagnostics-decoding:table -->"
+TITLE = "Diagnostics: decoding (recipes/bench/diagnostics_decoding.py)"
 
 
 def train(data: Path, save: Path, flags: list, updates: int, threads: int) -> float:
-    """fairseq-train into ``save`` (skipped when ``train.done`` exists); returns the wall seconds."""
-    done = save / "train.done"
-    if done.exists() and (save / "checkpoint_last.pt").exists():
-        return float(done.read_text() or 0)
-    save.mkdir(parents=True, exist_ok=True)
-    cmd = [BIN / "fairseq-train", data, "--user-dir", ROOT / "fairseq_ext", *LANGS, *flags, *RUN,
-           "--max-update", str(updates), "--save-dir", save]
-    secs = run(cmd, save / "train.log", threads)
-    done.write_text(f"{secs:.1f}")
-    return secs
+    """fairseq-train ``flags`` into ``save`` (:func:`fairseq_train`); returns the wall seconds."""
+    return fairseq_train(data, save, [*LANGS, *flags], updates, threads)
 
 
 def decode(data: Path, ckpt: Path, flags: list, out: Path, threads: int):
     """fairseq-generate of the test split into ``out``: ``({line: hypothesis}, {line: reference}, mean score)``."""
-    gen = out / "generate-test.txt"
-    if not gen.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        cmd = [BIN / "fairseq-generate", data, "--user-dir", ROOT / "fairseq_ext", *LANGS, *flags, "--path", ckpt,
-               "--gen-subset", "test", "--max-len-a", "1", "--max-len-b", "5", "--batch-size", "128", "--cpu",
-               "--results-path", out]
-        run(cmd, out / "generate.log", threads)
+    gen = fairseq_generate(data, ckpt, [*LANGS, *flags, "--gen-subset", "test", "--max-len-a", "1", "--max-len-b", "5",
+                                        "--batch-size", "128"], out, threads)
     hyps, refs, scores = {}, {}, []
     for line in gen.read_text(encoding="utf-8").splitlines():
         m = re.match(r"^([HT])-(\d+)\t(.*)$", line)
@@ -125,7 +107,7 @@ def run_search(args) -> list:
     out = Path(args.out) / "search"
     info = generate("search", str(out / "data"), seed=args.seed)
     nmt = out / "rnnsearch"
-    flags = ["--arch", "rnnsearch_tiny", *DEC, "--criterion", "cross_entropy", *SHAPE, *ADAM, "--lr", str(args.lr),
+    flags = ["--arch", "rnnsearch_tiny", *DEC, "--criterion", "cross_entropy", *RNNSEARCH_SHAPE, *adam(args.lr),
              "--batch-size", "64"]
     secs = train(Path(info["bin"]), nmt, flags, args.updates, args.threads)
     res = {name: scored(info, nmt / "checkpoint_last.pt", flags, nmt / f"test.{name}", args.threads)
@@ -165,39 +147,29 @@ def run_fertility(args) -> list:
 
 
 # ------------------------------------------------------------------------------------------------ table
-def fmt(x) -> str:
-    return "–" if x is None else f"{x:.3f}"
-
-
 def table(rows: list, threads: int) -> str:
     lines = ["| task | bound | system | exact match | starts with A | reference length | mean score | pass | budget |",
              "|---|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         res = r["result"]
-        verdict = ("pass" if r["pass"] else "**FAIL**") + (" (baseline)" if r["baseline"] else "")
+        verdict = pass_cell(r["pass"]) + (" (baseline)" if r["baseline"] else "")
         lines.append(f"| {r['task']} | {r['bound']} | {r['system']}: {r['note']} | {fmt(res['exact'])} | "
                      f"{fmt(res['major_first']) if r['task'] == 'search' else '–'} | {fmt(res['length_ok'])} | "
                      f"{fmt(res['score'])} | {verdict} | {r['updates']} updates; {r['seconds'] / 60:.1f} min |")
-    lines += ["", f"CPU: {cpu_name()}, {threads} torch thread(s) per run, a shared, heavily loaded machine "
-                  "(minutes are wall-clock)."]
+    lines += ["", cpu_line(threads, ", a shared, heavily loaded machine (minutes are wall-clock)")]
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tasks", nargs="+", default=["search", "fertility"], choices=["search", "fertility"])
-    ap.add_argument("--out", default="runs/diagnostics_decoding")
-    ap.add_argument("--seed", type=int, default=1)
+def options(ap) -> None:
     ap.add_argument("--updates", type=int, default=1000, help="MLE updates of the search task's RNNsearch")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--actor-updates", type=int, default=300, help="actor-critic updates of the trainable greedy actor")
     ap.add_argument("--nat-updates", type=int, default=1500, help="updates of each NAT")
-    ap.add_argument("--pass-at", type=float, default=0.9)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--table", default=str(ROOT / "recipes" / "bench" / "RESULTS.md"),
-                    help="the RESULTS.md whose decoding table is rewritten ('' = print only)")
-    ap.add_argument("--force", action="store_true", help="score again and rewrite the results (training is kept)")
-    args = ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parser(__doc__, ["search", "fertility"], "runs/diagnostics_decoding", "decoding table", options,
+                  systems=None).parse_args(argv)
     rows = []
     for task in args.tasks:
         cache = Path(args.out) / task / "result.json"
@@ -210,12 +182,7 @@ def main(argv=None) -> int:
         got = run_search(args) if task == "search" else run_fertility(args)
         cache.write_text(json.dumps(got, indent=1))
         rows += got
-    text = table(rows, args.threads)
-    print(text)
-    if args.table:
-        write_table(Path(args.table), text, START, END,
-                    "Diagnostics: decoding (recipes/bench/diagnostics_decoding.py)")
-    return 0 if all(r["pass"] for r in rows) else 1
+    return report(rows, table(rows, args.threads), args, START, END, TITLE)
 
 
 if __name__ == "__main__":

@@ -29,17 +29,13 @@ bound (cipher ≤ 0.02 = 6/C; ``mole_shared`` ≤ 0.5), a baseline at the bound.
 ``--extend-failing`` updates (resumed) and scored on the way: the learning curve; its verdict stays the one at
 ``--updates``. Exit status 1 when a row fails.
 """
-import argparse
-import json
 import sys
 from pathlib import Path
 
 from fairseq_ext.tools.analysis.diagnostics_multi import DEFAULTS, generate
-from fairseq_ext.tools.evaluation.runs import load_script
-
-_doc_runner = load_script(Path(__file__).resolve().parent / "diagnostics.py")  # the document-context runner's helpers
-BIN, ROOT, cpu_name, fmt, run, write_table = (_doc_runner.BIN, _doc_runner.ROOT, _doc_runner.cpu_name, _doc_runner.fmt,
-                                              _doc_runner.run, _doc_runner.write_table)
+from fairseq_ext.tools.analysis.diagnostics_runs import (
+    adam, cpu_line, curve_checkpoints, fairseq_train, fmt, parser, pass_cell, pending, report, run_tasks, save_row,
+)
 
 SHAPE = ["--arch", "universal_rnn_tiny", "--encoder-embed-dim", "64", "--encoder-hidden-size", "64",
          "--attention-dim", "64", "--decoder-embed-dim", "64", "--decoder-hidden-size", "64",
@@ -62,29 +58,17 @@ SYSTEMS = {
     ],
 }
 TASK_FLAGS = ["--task", "universal_translation", "--source-lang", "src", "--target-lang", "en"]
-RUN = ["--cpu", "--seed", "1", "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
-       "--no-epoch-checkpoints", "--disable-validation"]
-OPTIM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
-         "--warmup-updates", "100", "--clip-norm", "1.0", "--max-tokens", "1024"]
+OPTIM = [*adam(3e-3), "--max-tokens", "1024"]
 CIPHER_BOUND = 0.02  # 6/C at C = 300: the cipher rows of a model that carries no meaning of a cipher word
 START, END = "<!-- diagnostics_multi:table -->", "<!-- /diagnostics_multi:table -->"
 
 
 def train(data: Path, save: Path, flags: list, updates: int, threads: int, curve_every: int,
           marker: str = "train.done") -> float:
-    """fairseq-train into ``save`` up to ``updates`` (skipped when ``marker`` exists); a later call with more updates
-    and another marker resumes from ``checkpoint_last.pt``."""
-    done = save / marker
-    if done.exists() and (save / "checkpoint_last.pt").exists():
-        return float(done.read_text() or 0)
-    save.mkdir(parents=True, exist_ok=True)
-    cmd = [BIN / "fairseq-train", data, "--user-dir", ROOT / "fairseq_ext", *TASK_FLAGS, *SHAPE, *flags, *OPTIM,
-           *RUN, "--max-update", str(updates), "--save-dir", save]
-    if curve_every:
-        cmd += ["--save-interval-updates", str(curve_every), "--keep-interval-updates", "-1"]
-    secs = run(cmd, save / "train.log", threads)
-    done.write_text(f"{secs:.1f}")
-    return secs
+    """fairseq-train the shared shape with ``flags`` into ``save`` up to ``updates`` (:func:`fairseq_train`:
+    skipped when ``marker`` exists, resumed by a later call with more updates and another marker)."""
+    return fairseq_train(data, save, [*TASK_FLAGS, *SHAPE, *flags, *OPTIM], updates, threads, curve_every=curve_every,
+                         marker=marker)
 
 
 # ------------------------------------------------------------------------------------------------ scoring
@@ -226,14 +210,7 @@ def run_task(task: str, args) -> list:
                     n_test=args.n_test)
     data = Path(info["bin"])
     rows = []
-    for name, flags, role, note in SYSTEMS[task]:
-        if args.systems and name not in args.systems:
-            continue
-        save = out / name
-        result = save / "result.json"
-        if result.exists() and not args.force:
-            rows.append(json.loads(result.read_text()))
-            continue
+    for save, name, flags, role, note in pending(SYSTEMS[task], out, args, rows):
         secs = train(data, save, flags, args.updates, args.threads, args.curve_every)
         ckpt = save / "checkpoint_last.pt"
         if (save / f"extend{args.extend_failing}.done").exists():  # trained on earlier: its update-N checkpoint
@@ -248,8 +225,7 @@ def run_task(task: str, args) -> list:
             extended = dict(updates=args.extend_failing, **task_scores(task, name, flags, save / "checkpoint_last.pt",
                                                                        info))
         curve = {}
-        for c in sorted(save.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1])):
-            upd = int(c.stem.rsplit("_", 1)[1])
+        for upd, c in curve_checkpoints(save):
             if upd != args.updates and upd <= max(args.updates, args.extend_failing):
                 curve[upd] = score(c, info, "test", "test")["accuracy"]
         curve[args.updates] = res["test"]["accuracy"]
@@ -261,8 +237,7 @@ def run_task(task: str, args) -> list:
         if extended:
             row["extended"] = extended
         row["pass"] = verdict(task, role, res, args.pass_at)
-        result.write_text(json.dumps(row, indent=1))
-        rows.append(row)
+        rows.append(save_row(save, row))
     return rows
 
 
@@ -310,21 +285,16 @@ def table(rows: list, threads: int) -> str:
     for r in rows:
         main, off, extra = row_cells(r)
         lines.append(f"| {r['task']} | {bounds[r['task']]} | {r['system']}: {r['note']} | {r['role']} | {main} "
-                     f"| {off} | {extra} | {'pass' if r['pass'] else '**FAIL**'} | {curve_text(r)} "
+                     f"| {off} | {extra} | {pass_cell(r['pass'])} | {curve_text(r)} "
                      f"| {r['updates']}; {r['seconds']:.0f} s |")
-    lines += ["", f"CPU: {cpu_name()}, {threads} torch thread(s) per run, shared machine."]
+    lines += ["", cpu_line(threads, ", shared machine")]
     return "\n".join(lines)
 
 
 TITLE = "Diagnostics: multilingual (recipes/bench/diagnostics_multi.py)"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tasks", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
-    ap.add_argument("--systems", nargs="+", help="only these systems (default: all of each task)")
-    ap.add_argument("--out", default="runs/diagnostics_multi")
-    ap.add_argument("--seed", type=int, default=1)
+def options(ap) -> None:
     ap.add_argument("--n-train", type=int, default=DEFAULTS["n_train"])
     ap.add_argument("--n-valid", type=int, default=DEFAULTS["n_valid"])
     ap.add_argument("--n-test", type=int, default=DEFAULTS["n_test"])
@@ -333,26 +303,18 @@ def main(argv=None) -> int:
     ap.add_argument("--extend-failing", type=int, default=0,
                     help="train a failing mechanism on to N updates, scored every --curve-every (the verdict stays the "
                          "one at --updates)")
-    ap.add_argument("--pass-at", type=float, default=0.9)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--table", default=str(ROOT / "recipes" / "bench" / "RESULTS.md"),
-                    help="the RESULTS.md whose multilingual diagnostics table is rewritten ('' = print only)")
-    ap.add_argument("--force", action="store_true", help="score again and rewrite the results (training is kept)")
-    args = ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parser(__doc__, SYSTEMS, "runs/diagnostics_multi", "multilingual diagnostics table",
+                  options).parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
-    for task in args.tasks:
-        run_task(task, args)
-    rows = [json.loads(p.read_text()) for task in SYSTEMS for name, *_ in SYSTEMS[task]
-            for p in [Path(args.out) / task / name / "result.json"] if p.exists()]
+    rows = run_tasks(args, run_task, SYSTEMS)
     for r in rows:  # the verdict of the current criteria
         r["pass"] = verdict(r["task"], r["role"], r, args.pass_at)
-    text = table(rows, args.threads)
-    print(text)
-    if args.table:
-        write_table(Path(args.table), text, START, END, TITLE)
-    return 0 if all(r["pass"] for r in rows) else 1
+    return report(rows, table(rows, args.threads), args, START, END, TITLE)
 
 
 if __name__ == "__main__":
