@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from fairseq_ext.data.translation_memory import read_tm
+from fairseq_ext.tools.tm import memory_index, selection, tm_engines
 from fairseq_ext.tools.tm import retrieval as tm
-from fairseq_ext.tools.common import ToolError, cli_status, read_lines
+from fairseq_ext.tools.common import ToolError, cli_status, read_lines, stamp_path
 
 from harness import BIN, TINY, run
 
@@ -33,35 +34,35 @@ def _index(tmp_path, lines, name="idx"):
     """``(memory, retriever)`` for a memory of ``lines`` indexed in ``tmp_path/name``."""
     src = _write(tmp_path / f"{name}.src", lines)
     folder = str(tmp_path / name)
-    tm.build_index(src, folder)
-    mem = tm.Memory(src)
-    return mem, tm.open_index(folder, mem)
+    memory_index.build_index(src, folder)
+    mem = memory_index.Memory(src)
+    return mem, memory_index.open_index(folder, mem)
 
 
 @pytest.fixture(scope="module")
 def tiny_index(tmp_path_factory):
     """The tiny slice's training source indexed once: ``(memory path, index folder)``."""
     folder = str(tmp_path_factory.mktemp("tm") / "index")
-    tm.build_index(str(TINY / "train.es"), folder)
+    memory_index.build_index(str(TINY / "train.es"), folder)
     return str(TINY / "train.es"), folder
 
 
 # --------------------------------------------------------------------------------------------- Eq. 4.1
 def test_fuzzy_score_identical_disjoint_and_hand_case():
-    x = tm.tokenize("Y dijo Jehová á Moisés, diciendo: Habla á los hijos de Israel.")
-    assert tm.fuzzy_score(x, x) == 1.0
-    assert tm.fuzzy_score(tm.tokenize("el rey David"), tm.tokenize("una mujer sabia .")) == 0.0
+    x = tm_engines.tokenize("Y dijo Jehová á Moisés, diciendo: Habla á los hijos de Israel.")
+    assert selection.fuzzy_score(x, x) == 1.0
+    assert selection.fuzzy_score(tm_engines.tokenize("el rey David"), tm_engines.tokenize("una mujer sabia .")) == 0.0
     # hand case: one substitution (dijo -> habló) + three insertions (", diciendo :") = 4 edits; max = 8
-    a = tm.tokenize("Y dijo Jehová á Moisés")
-    b = tm.tokenize("Y habló Jehová á Moisés, diciendo:")
+    a = tm_engines.tokenize("Y dijo Jehová á Moisés")
+    b = tm_engines.tokenize("Y habló Jehová á Moisés, diciendo:")
     assert (len(a), len(b)) == (5, 8)
-    assert tm.fuzzy_score(a, b) == pytest.approx(1 - 4 / 8) == tm.fuzzy_score(b, a)
+    assert selection.fuzzy_score(a, b) == pytest.approx(1 - 4 / 8) == selection.fuzzy_score(b, a)
     # token level, not characters; case kept; the empty sentence
-    assert tm.fuzzy_score(["casa"], ["cosa"]) == 0.0
-    assert tm.fuzzy_score(["Y"], ["y"]) == 0.0
-    assert tm.fuzzy_score([], []) == 1.0 and tm.fuzzy_score([], ["a"]) == 0.0
+    assert selection.fuzzy_score(["casa"], ["cosa"]) == 0.0
+    assert selection.fuzzy_score(["Y"], ["y"]) == 0.0
+    assert selection.fuzzy_score([], []) == 1.0 and selection.fuzzy_score([], ["a"]) == 0.0
     with pytest.raises(TypeError):
-        tm.fuzzy_score("a b", "a c")
+        selection.fuzzy_score("a b", "a c")
 
 
 def test_rerank_scores_are_eq_4_1_on_the_tokens_and_ordered(tmp_path):
@@ -69,15 +70,15 @@ def test_rerank_scores_are_eq_4_1_on_the_tokens_and_ordered(tmp_path):
     rng = random.Random(3)
     words = ["y", "Y", "de", "la", "Dios", ",", ".", ":", "rey", "casa", "á"]
     lines = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) for _ in range(60)]
-    mem = tm.Memory(_write(tmp_path / "mem.txt", lines))
+    mem = memory_index.Memory(_write(tmp_path / "mem.txt", lines))
     for _ in range(30):
-        q = tm.tokenize(" ".join(rng.choice(words + ["nuevo", "otro"]) for _ in range(rng.randint(1, 10))))
+        q = tm_engines.tokenize(" ".join(rng.choice(words + ["nuevo", "otro"]) for _ in range(rng.randint(1, 10))))
         hits = [(i, float(rng.choice([1.0, 2.0, 3.0]))) for i in rng.sample(range(len(lines)), 20)]
-        ranked = tm.rerank(mem.encode(q), hits, mem.codes)
-        assert [c.fuzzy for c in ranked] == [tm.fuzzy_score(q, mem.tokens[c.index]) for c in ranked]
+        ranked = selection.rerank(mem.encode(q), hits, mem.codes)
+        assert [c.fuzzy for c in ranked] == [selection.fuzzy_score(q, mem.tokens[c.index]) for c in ranked]
         keys = [(-c.fuzzy, -c.bm25, c.index) for c in ranked]
         assert keys == sorted(keys) and len(ranked) == 20
-        assert tm.rerank(mem.encode(q), hits, mem.codes, keep=5) == ranked[:5]
+        assert selection.rerank(mem.encode(q), hits, mem.codes, keep=5) == ranked[:5]
 
 
 def test_bm25_is_tantivys_with_k1_1_2_and_b_0_75(tmp_path):
@@ -96,7 +97,7 @@ def test_bm25_is_tantivys_with_k1_1_2_and_b_0_75(tmp_path):
     # the terms: word tokens lowercased, punctuation dropped, repeats counted
     for query, terms in ((["a"], ["a"]), (["b", "c"], ["b", "c"]), (["a", "a", "x"], ["a", "a", "x"]),
                          (["A", ",", "B", "("], ["a", "b"])):
-        assert tm.index_terms(query) == terms
+        assert tm_engines.index_terms(query) == terms
         got = dict(r.search(query, 10))
         want = {d: sum(bm25(t, d) for t in terms) for d in range(n) if any(t in toks[d] for t in terms)}
         assert set(got) == set(want)
@@ -107,8 +108,8 @@ def test_bm25_is_tantivys_with_k1_1_2_and_b_0_75(tmp_path):
 # --------------------------------------------------------------------------------------------- retrieval
 def test_exact_match_is_retrieved_first(tiny_index):
     src, folder = tiny_index
-    mem = tm.Memory(src)
-    r = tm.open_index(folder, mem)
+    mem = memory_index.Memory(src)
+    r = memory_index.open_index(folder, mem)
     unique = [i for i, t in enumerate(mem.tokens) if t and sum(x == t for x in mem.tokens) == 1]
     for i in unique[::10]:
         e = tm.retrieve_one(r, mem, mem.tokens[i])
@@ -122,8 +123,8 @@ def test_exact_match_is_retrieved_first(tiny_index):
 
 def test_training_mode_excludes_the_query(tiny_index, tmp_path):
     src, folder = tiny_index
-    mem = tm.Memory(src)
-    r = tm.open_index(folder, mem)
+    mem = memory_index.Memory(src)
+    r = memory_index.open_index(folder, mem)
     entries, _ = tm.retrieve_split(r, mem, mem.lines[:60], exclude_self=True)
     for i, e in enumerate(entries):
         assert i not in e.ids and i not in e.adaptive
@@ -154,24 +155,24 @@ def _alg1_literal(query, candidates):
 
 def test_adaptive_selection_coverage_never_decreases():
     # the union matters: the second pair covers what the first does not, both are kept
-    assert tm.adaptive_select("a b c d".split(), ["a b".split(), "c d".split()]) == [0, 1]
+    assert selection.adaptive_select("a b c d".split(), ["a b".split(), "c d".split()]) == [0, 1]
     # a pair that adds no new query token is skipped; later ones still count
-    assert tm.adaptive_select("a b c d".split(), ["a b".split(), "b a x".split(), "d".split()]) == [0, 2]
-    assert tm.adaptive_select("a b".split(), ["x".split(), "y".split()]) == []
-    assert tm.adaptive_select([], ["a".split()]) == []
+    assert selection.adaptive_select("a b c d".split(), ["a b".split(), "b a x".split(), "d".split()]) == [0, 2]
+    assert selection.adaptive_select("a b".split(), ["x".split(), "y".split()]) == []
+    assert selection.adaptive_select([], ["a".split()]) == []
     rng = random.Random(0)
     for _ in range(500):
         vocab = [f"w{i}" for i in range(rng.randint(2, 12))]
         query = [rng.choice(vocab) for _ in range(rng.randint(1, 15))]
         cands = [[rng.choice(vocab) for _ in range(rng.randint(0, 8))] for _ in range(rng.randint(0, 16))]
-        chosen = tm.adaptive_select(query, cands)
+        chosen = selection.adaptive_select(query, cands)
         assert chosen == _alg1_literal(query, cands)
         assert chosen == sorted(set(chosen))
-        covs = [tm.coverage(query, [cands[p] for p in chosen[:j]]) for j in range(len(chosen) + 1)]
+        covs = [selection.coverage(query, [cands[p] for p in chosen[:j]]) for j in range(len(chosen) + 1)]
         assert all(b > a for a, b in zip(covs, covs[1:]))            # each selection strictly increases c
-        assert covs[-1] == tm.coverage(query, cands)                  # ... up to the coverage of all of them
+        assert covs[-1] == selection.coverage(query, cands)                  # ... up to the coverage of all of them
         # and coverage never decreases along the candidate list either
-        seen = [tm.coverage(query, [cands[p] for p in chosen if p <= k]) for k in range(len(cands))]
+        seen = [selection.coverage(query, [cands[p] for p in chosen if p <= k]) for k in range(len(cands))]
         assert all(b >= a for a, b in zip(seen, seen[1:]))
 
 
@@ -182,23 +183,23 @@ def test_ties_are_broken_by_memory_index(tmp_path):
     lines = ["a b c"] * 6 + ["a b c d"] * 2 + ["z"]
     folder = str(tmp_path / "rev")
     sb = tv.SchemaBuilder()
-    sb.add_text_field(tm.TEXT_FIELD, tokenizer_name="whitespace", index_option="freq")
-    sb.add_unsigned_field(tm.LINE_FIELD, fast=True)
+    sb.add_text_field(tm_engines.TEXT_FIELD, tokenizer_name="whitespace", index_option="freq")
+    sb.add_unsigned_field(tm_engines.LINE_FIELD, fast=True)
     os.makedirs(folder)
     index = tv.Index(sb.build(), path=folder, reuse=False)
     w = index.writer(heap_size=50_000_000, num_threads=1)
     for i in reversed(range(len(lines))):
         doc = tv.Document()
-        doc.add_unsigned(tm.LINE_FIELD, i)
-        doc.add_text(tm.TEXT_FIELD, lines[i])
+        doc.add_unsigned(tm_engines.LINE_FIELD, i)
+        doc.add_text(tm_engines.TEXT_FIELD, lines[i])
         w.add_document(doc)
     w.commit()
     w.wait_merging_threads()
-    r = tm.TantivyRetriever(folder)
+    r = tm_engines.TantivyRetriever(folder)
     assert [i for i, _ in r.search(["a", "b", "c"], 3)] == [0, 1, 2]
     assert [i for i, _ in r.search(["a", "b", "c"], 7)] == [0, 1, 2, 3, 4, 5, 6]
     # re-ranking ties: same fuzzy, same BM25 -> memory index ascending
-    ranked = tm.rerank(["a", "b", "c"], [(5, 1.0), (2, 1.0), (7, 1.0), (4, 2.0)],
+    ranked = selection.rerank(["a", "b", "c"], [(5, 1.0), (2, 1.0), (7, 1.0), (4, 2.0)],
                        [["a", "b", "c"]] * 6 + [["a", "b", "c", "d"]] * 2)
     assert [c.index for c in ranked] == [4, 2, 5, 7]
 
@@ -222,32 +223,32 @@ def test_index_is_reused_and_stale_or_corrupt_refused(tmp_path, capsys):
     mem_a = _write(tmp_path / "a.es", ["el rey de Israel", "la casa de Dios", "y dijo"])
     mem_b = _write(tmp_path / "b.es", ["el rey de Judá", "la casa de Dios", "y dijo"])
     folder = str(tmp_path / "index")
-    info = tm.build_index(mem_a, folder)
+    info = memory_index.build_index(mem_a, folder)
     assert not info["reused"] and info["docs"] == 3
-    stamp = json.loads(Path(tm.stamp_path(folder, tm.STAMP_STEP)).read_text())
+    stamp = json.loads(Path(stamp_path(folder, memory_index.STAMP_STEP)).read_text())
     assert stamp["params"]["memory_lines"] == 3 and stamp["memory_src"] == os.path.abspath(mem_a)
     assert stamp["params"]["memory_sha1"] and stamp["params"]["memory_size"] == os.path.getsize(mem_a)
     before = {p.name: p.stat().st_mtime_ns for p in Path(folder).iterdir()}
     capsys.readouterr()
-    assert tm.build_index(mem_a, folder)["reused"]
+    assert memory_index.build_index(mem_a, folder)["reused"]
     assert "reused" in capsys.readouterr().err
     assert {p.name: p.stat().st_mtime_ns for p in Path(folder).iterdir()} == before
 
     # stale: built by another version of the tool (another tokenizer)
-    sp = Path(tm.stamp_path(folder, tm.STAMP_STEP))
+    sp = Path(stamp_path(folder, memory_index.STAMP_STEP))
     good = sp.read_text()
-    sp.write_text(good.replace(json.dumps(tm.TOKENIZER)[1:-1], "whitespace"))
+    sp.write_text(good.replace(json.dumps(tm_engines.TOKENIZER)[1:-1], "whitespace"))
     with pytest.raises(ToolError, match="another version.*tokenizer") as e:
-        tm.open_index(folder, tm.Memory(mem_a))
+        memory_index.open_index(folder, memory_index.Memory(mem_a))
     assert e.value.path == folder
     sp.write_text(good)
 
     # stale: built on other data -- build-index and retrieve both refuse, naming the folder
     with pytest.raises(ToolError, match="stale index: built on other data") as e:
-        tm.build_index(mem_b, folder)
+        memory_index.build_index(mem_b, folder)
     assert e.value.path == folder
     with pytest.raises(ToolError, match="stale index: built on other data") as e:
-        tm.open_index(folder, tm.Memory(mem_b))
+        memory_index.open_index(folder, memory_index.Memory(mem_b))
     assert e.value.path == folder
     q = _write(tmp_path / "q.es", ["el rey"])
     assert cli_status(tm.main, ["retrieve", "--index", folder, "--memory-src", mem_b, "--query", q,
@@ -260,32 +261,32 @@ def test_index_is_reused_and_stale_or_corrupt_refused(tmp_path, capsys):
     seg = next(p for p in Path(folder).iterdir() if p.suffix == ".idx")
     data = seg.read_bytes()
     seg.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
-    for call in (lambda: tm.open_index(folder, tm.Memory(mem_a)), lambda: tm.build_index(mem_a, folder)):
+    for call in (lambda: memory_index.open_index(folder, memory_index.Memory(mem_a)), lambda: memory_index.build_index(mem_a, folder)):
         with pytest.raises(ToolError, match=f"corrupt index: file {seg.name} changed") as e:
             call()
         assert e.value.path == folder
     seg.unlink()
     with pytest.raises(ToolError, match="corrupt.*missing") as e:
-        tm.open_index(folder, tm.Memory(mem_a))
+        memory_index.open_index(folder, memory_index.Memory(mem_a))
     assert e.value.path == folder
-    Path(tm.stamp_path(folder, tm.STAMP_STEP)).unlink()
+    Path(stamp_path(folder, memory_index.STAMP_STEP)).unlink()
     with pytest.raises(ToolError, match="no stamp") as e:
-        tm.open_index(folder, tm.Memory(mem_a))
+        memory_index.open_index(folder, memory_index.Memory(mem_a))
     assert e.value.path == folder
 
     # --force rebuilds (here on the other memory), and the index works
-    assert not tm.build_index(mem_b, folder, force=True)["reused"]
-    mem = tm.Memory(mem_b)
-    assert tm.retrieve_one(tm.open_index(folder, mem), mem, ["rey", "de", "Judá"]).ids[0] == 0
+    assert not memory_index.build_index(mem_b, folder, force=True)["reused"]
+    mem = memory_index.Memory(mem_b)
+    assert tm.retrieve_one(memory_index.open_index(folder, mem), mem, ["rey", "de", "Judá"]).ids[0] == 0
     # a folder that is not an index is never deleted, not even with --force
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("x")
     with pytest.raises(ToolError, match="not a translation-memory index"):
-        tm.build_index(mem_a, str(other), force=True)
+        memory_index.build_index(mem_a, str(other), force=True)
     assert (other / "keep.txt").exists()
     with pytest.raises(ToolError, match="no translation-memory index"):
-        tm.open_index(str(tmp_path / "nowhere"), mem)
+        memory_index.open_index(str(tmp_path / "nowhere"), mem)
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -301,7 +302,7 @@ def test_cli_end_to_end_on_the_tiny_slice(tmp_path, capsys):
     assert len(entries) == n_test == 36
     assert all(len(e.ids) == 8 and set(e.adaptive) <= set(e.ids) for e in entries)
     assert meta["candidates"] == 100 and meta["keep"] == 8 and meta["exclude_self"] is False
-    assert meta["memory_sha1"] and meta["tokenizer"] == tm.TOKENIZER
+    assert meta["memory_sha1"] and meta["tokenizer"] == tm_engines.TOKENIZER
 
     # deterministic: the same run again (in-process) gives byte-identical side files
     out2 = tmp_path / "bin2"

@@ -14,9 +14,10 @@ import random
 import numpy as np
 import pytest
 
+from fairseq_ext.tools.tm import memory_index
 from fairseq_ext.tools.tm import retrieval as tm
 from fairseq_ext.tools.tm import tm_engines
-from fairseq_ext.tools.common import ToolError
+from fairseq_ext.tools.common import ToolError, read_lines
 
 from harness import TINY
 from test_retrieval import _index, _write
@@ -25,7 +26,7 @@ from test_retrieval import _index, _write
 def _engines(tmp_path, lines):
     """``(memory, numpy retriever, tantivy retriever)`` of a memory of ``lines``."""
     mem, npy = _index(tmp_path, lines)
-    return mem, npy, tm.open_index(str(tmp_path / "idx"), mem, "tantivy")
+    return mem, npy, memory_index.open_index(str(tmp_path / "idx"), mem, "tantivy")
 
 
 def _random_memory(rng, n_lines, vocab, max_len):
@@ -72,7 +73,7 @@ def test_many_term_scores_and_ranking_equal_tantivys(tmp_path):
     lines = _random_memory(rng, 300, vocab, 25) + _random_memory(rng, 20, vocab, 90)
     mem, npy, tv = _engines(tmp_path, lines)
     for _ in range(60):
-        q = tm.tokenize(" ".join(rng.choice(vocab + ["nuevo", ","]) for _ in range(rng.randint(1, 20))))
+        q = tm_engines.tokenize(" ".join(rng.choice(vocab + ["nuevo", ","]) for _ in range(rng.randint(1, 20))))
         for n in (1, 10, 100, 400):
             want = tv.search(q, n)
             got = npy.search(q, n)
@@ -109,7 +110,7 @@ def test_top_n_is_a_full_sort_of_every_score(tmp_path, monkeypatch, probe):
     vocab = ["a", "b", "c", "d", "e", "f", "g", "h"] + ["y"] * 12
     lines = _random_memory(rng, 400, vocab, 10)
     mem, npy, _ = _engines(tmp_path, lines)
-    queries = [tm.tokenize(" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 8)))) for _ in range(40)]
+    queries = [tm_engines.tokenize(" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 8)))) for _ in range(40)]
     for n in (1, 5, 50, 399, 1000):
         for toks, (idx, scores) in zip(queries, npy.search_batch(queries, n)):
             assert list(zip(idx.tolist(), scores.tolist())) == _reference_top(npy, toks, n)
@@ -118,10 +119,10 @@ def test_top_n_is_a_full_sort_of_every_score(tmp_path, monkeypatch, probe):
 def test_both_engines_write_the_same_answers_on_the_tiny_slice(tmp_path):
     src = str(TINY / "train.es")
     folder = str(tmp_path / "index")
-    tm.build_index(src, folder)
-    mem = tm.Memory(src)
-    queries = tm.read_lines(TINY / "test.es") + tm.read_lines(TINY / "valid.es")
-    npy, tv = tm.open_index(folder, mem, "numpy"), tm.open_index(folder, mem, "tantivy")
+    memory_index.build_index(src, folder)
+    mem = memory_index.Memory(src)
+    queries = read_lines(TINY / "test.es") + read_lines(TINY / "valid.es")
+    npy, tv = memory_index.open_index(folder, mem, "numpy"), memory_index.open_index(folder, mem, "tantivy")
     for kwargs in ({}, {"candidates": 20, "keep": 20}):
         a = tm.retrieve_split(npy, mem, queries, **kwargs)[0]
         b = tm.retrieve_split(tv, mem, queries, **kwargs)[0]
@@ -152,8 +153,8 @@ def test_engine_option_and_errors(tmp_path, capsys):
                  "--out-dir", str(tmp_path), "--engine", "lucene"])
     assert e.value.code == 2 and "invalid choice: 'lucene'" in capsys.readouterr().err
     with pytest.raises(ToolError, match="unknown engine"):
-        tm.open_index(folder, tm.Memory(src), "lucene")
+        memory_index.open_index(folder, memory_index.Memory(src), "lucene")
     # a stale index is refused by the numpy engine too (it is checked even though not searched)
     other = _write(tmp_path / "other.es", ["el rey de Israel"])
     with pytest.raises(ToolError, match="stale index"):
-        tm.open_index(folder, tm.Memory(other), "numpy")
+        memory_index.open_index(folder, memory_index.Memory(other), "numpy")

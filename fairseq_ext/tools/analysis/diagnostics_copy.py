@@ -121,7 +121,7 @@ class _Retrieval:
 
 
 def _fuzzy(a: str, b: str) -> float:
-    from fairseq_ext.tools.tm.retrieval import fuzzy_score
+    from fairseq_ext.tools.tm.selection import fuzzy_score
 
     return round(fuzzy_score(a.split(), b.split()), 6)
 

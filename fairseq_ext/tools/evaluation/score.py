@@ -2,11 +2,9 @@ r"""``fairseq-ext-score``: corpus BLEU / chrF of hypothesis files, paired bootst
 recall, METEOR and d-BLEU, via sacreBLEU 2.6.
 
 This module reads the files (fairseq-generate output or plain hypotheses, aligned to the references by sentence
-id) and runs the metrics of its neighbours: :mod:`~fairseq_ext.tools.evaluation.bleu` (corpus BLEU/chrF),
-:mod:`~fairseq_ext.tools.evaluation.significance` (paired bootstrap), :mod:`~fairseq_ext.tools.evaluation.length_buckets`,
-:mod:`~fairseq_ext.tools.evaluation.oov`, :mod:`~fairseq_ext.tools.evaluation.meteor` and
-:mod:`~fairseq_ext.tools.evaluation.doc_metrics`. Python API: ``score_files``, ``compare_files``, ``oov_files``,
-``meteor_files``. CLI::
+id) and runs the metrics of its neighbours in :mod:`fairseq_ext.tools.evaluation`: ``bleu`` (corpus BLEU/chrF),
+``significance`` (paired bootstrap), ``length_buckets``, ``oov``, ``meteor`` and ``doc_metrics``. Python API:
+``score_files``, ``compare_files``, ``oov_files``, ``meteor_files``. CLI::
 
     python -m fairseq_ext.tools.evaluation.score score --hyp gen.out --ref test.en [--ref test.kjv] \
         [--src test.es] [--ids test.ids] [--tokenised] [--remove-bpe sentencepiece|subword_nmt] [--json out.json]

@@ -3,8 +3,10 @@
 =====================  =====================================  ===============================================
 module                 console script                         what
 =====================  =====================================  ===============================================
-``retrieval``          ``fairseq-ext-tm``                     translation-memory index (tantivy BM25), fuzzy
-                                                              re-rank, Alg. 1 selection, TM baseline
+``retrieval``          ``fairseq-ext-tm``                     retrieval for every query of a split (BM25, fuzzy
+                                                              re-rank, Alg. 1), side files, TM baseline, CLI
+``memory_index``       (``fairseq-ext-tm build-index``)       the memory and its stamped tantivy index
+``selection``          —                                      Eq. 4.1 fuzzy re-ranking, Alg. 1 adaptive selection
 ``tm_engines``         (``fairseq-ext-tm --engine``)          the BM25 candidate engines
 =====================  =====================================  ===============================================
 """

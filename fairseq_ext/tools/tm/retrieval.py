@@ -6,15 +6,19 @@ split is answered with the most similar training pairs, written as ``{split}.tm.
 
 Per query:
 
-1. word tokens (:func:`tokenize`, case kept) and lowercased index terms (:func:`index_terms`);
-2. BM25 candidates (:class:`Retriever`, ``--candidates 100``; k1 = 1.2, b = 0.75);
-3. fuzzy re-ranking (:func:`rerank`, Eq. 4.1: S_fuzzy = 1 - D_edit / max(|X|, |X'|)), best ``--keep``;
-4. adaptive selection (:func:`adaptive_select`, Algorithm 1, coverage with the union).
+1. word tokens (``tokenize``, case kept) and lowercased index terms (``index_terms``), both of
+   :mod:`~fairseq_ext.tools.tm.tm_engines`;
+2. BM25 candidates (its ``Retriever``, ``--candidates 100``; k1 = 1.2, b = 0.75);
+3. fuzzy re-ranking (:func:`~fairseq_ext.tools.tm.selection.rerank`, Eq. 4.1: S_fuzzy = 1 - D_edit /
+   max(|X|, |X'|)), best ``--keep``;
+4. adaptive selection (:func:`~fairseq_ext.tools.tm.selection.adaptive_select`, Algorithm 1, coverage with
+   the union).
 
 ``--train-mode`` excludes a query's own line (§4.2.3); ``--exclude-identical`` also drops identical
 lines. Two engines share the interface (:mod:`fairseq_ext.tools.tm.tm_engines`, ``--engine``): ``numpy``
-(default) and ``tantivy``. The index is stamped and reused; a stale or corrupt index is refused
-(``build-index --force`` rebuilds it).
+(default) and ``tantivy``. The index (:mod:`fairseq_ext.tools.tm.memory_index`) is stamped and reused; a
+stale or corrupt index is refused (``build-index --force`` rebuilds it). This module answers the queries,
+reads the side files (``select``, ``tm-baseline``, ``stats``) and holds the CLI.
 
 Usage (installed: ``fairseq-ext-tm``)::
 
@@ -30,355 +34,26 @@ exit status 2.
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import sys
 import time
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from fairseq_ext.tools.common import (
-    ArgumentParser, ToolError, atomic_write, json_text, log, positive_int, progress, read_json, read_lines,
-    require_file, run_cli, stamp_path, write_json, write_stamp,
+    ArgumentParser, ToolError, atomic_write, json_text, log, positive_int, progress, read_lines, require_file,
+    run_cli, write_json,
 )
-from fairseq_ext.tools.tm.tm_engines import (  # noqa: F401 - LINE_FIELD, TEXT_FIELD: the index schema, re-exported
-    DEFAULT_ENGINE, ENGINE, ENGINES, LINE_FIELD, TEXT_FIELD, TOKENIZER, NumpyRetriever, Retriever,
-    TantivyRetriever, index_terms, tokenize,
-)
+from fairseq_ext.tools.tm.memory_index import Memory, build_index, open_index, sha1_file
+from fairseq_ext.tools.tm.selection import adaptive_select, rerank_batch
+from fairseq_ext.tools.tm.tm_engines import DEFAULT_ENGINE, ENGINES, TOKENIZER, Retriever, tokenize
 
-__all__ = [
-    "TOKENIZER", "ENGINE", "ENGINES", "tokenize", "index_terms", "fuzzy_score", "Candidate", "rerank",
-    "coverage", "adaptive_select", "Retriever", "TantivyRetriever", "NumpyRetriever", "Memory", "build_index",
-    "open_index",
-    "retrieve_one", "retrieve_split", "tm_baseline", "fuzzy_stats", "main", "cli_main",
-]
+__all__ = ["BATCH", "DEFAULT_BINS", "retrieve_one", "retrieve_batch", "retrieve_split", "load_side", "tm_baseline",
+           "fuzzy_stats", "parse_bins", "build_parser", "main", "cli_main"]
 
-INDEX_FORMAT = 1
 BATCH = 16                 # queries scored at once (a batch x memory matrix of doubles)
-STAMP_STEP = "tm-index"
 DEFAULT_BINS = tuple(round(0.1 * i, 1) for i in range(11))
-
-
-# --------------------------------------------------------------------------------------------- Eq. 4.1
-def fuzzy_score(a: Sequence, b: Sequence) -> float:
-    """Eq. 4.1: ``1 - Levenshtein(a, b) / max(|a|, |b|)`` over token sequences (1.0 when both are empty).
-
-    The elements are compared for equality only (strings, or integer codes of them)."""
-    from rapidfuzz.distance import Levenshtein
-
-    if isinstance(a, str) or isinstance(b, str):
-        raise TypeError("fuzzy_score takes token sequences, not strings (use tokenize())")
-    n = max(len(a), len(b))
-    if n == 0:
-        return 1.0
-    return 1.0 - Levenshtein.distance(a, b) / n
-
-
-class Candidate(NamedTuple):
-    """One re-ranked memory pair: its memory (training-line) index, fuzzy score and BM25 score."""
-    index: int
-    fuzzy: float
-    bm25: float
-
-
-def rerank(query: Sequence, hits: Sequence[Tuple[int, float]], memory: Sequence[Sequence],
-           keep: Optional[int] = None) -> List[Candidate]:
-    """Fuzzy re-ranking of the engine's ``(memory index, BM25)`` hits (Eq. 4.1 against ``memory[index]``,
-    in the same token representation as ``query``): fuzzy descending, BM25 descending, index ascending;
-    the best ``keep`` (all when ``None``). The scores are exactly :func:`fuzzy_score`'s."""
-    if not hits:
-        return []
-    idx = np.fromiter((h[0] for h in hits), np.int64, len(hits))
-    bm25 = np.fromiter((h[1] for h in hits), np.float64, len(hits))
-    [(order, fuzzy)] = rerank_batch([query], [(idx, bm25)], memory, keep)
-    return [Candidate(*c) for c in zip(idx[order].tolist(), fuzzy.tolist(), bm25[order].tolist())]
-
-
-def rerank_batch(queries: Sequence[Sequence], hits: Sequence[Tuple[np.ndarray, np.ndarray]],
-                 memory: Sequence[Sequence], keep: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
-    """:func:`rerank` of a batch on arrays: for every query and its hits ``(memory indices, BM25)``, the
-    positions (into its hits) of the best ``keep`` in rank order, and their fuzzy scores. The distances
-    of a query come from one ``rapidfuzz.process.cdist`` call, the order of the batch from one
-    ``lexsort``; ``1 - d / n`` is computed as ``-(d / n - 1)``, the same double as :func:`fuzzy_score`."""
-    from rapidfuzz import process
-    from rapidfuzz.distance import Levenshtein
-
-    sizes = np.array([len(idx) for idx, _ in hits], dtype=np.int64)
-    if not sizes.sum():
-        return [(np.zeros(0, np.int64), np.zeros(0, np.float64)) for _ in hits]
-    idx = np.concatenate([h[0] for h in hits])
-    seqs = [memory[i] for i in idx.tolist()]
-    starts = (np.cumsum(sizes) - sizes).tolist()
-    dist = np.concatenate([process.cdist([query], seqs[start:start + size], scorer=Levenshtein.distance,
-                                         dtype=np.int64, workers=1)[0]
-                           for query, start, size in zip(queries, starts, sizes.tolist()) if size])
-    longest = np.maximum(np.fromiter(map(len, seqs), np.int64, len(seqs)),
-                         np.repeat(np.fromiter(map(len, queries), np.int64, len(queries)), sizes))
-    # (query, -fuzzy, -BM25, index) ascending; two empty sequences are identical (fuzzy 1)
-    neg_fuzzy = np.where(longest > 0, dist / np.maximum(longest, 1) - 1.0, -1.0)
-    rows = np.repeat(np.arange(len(hits)), sizes)
-    order = np.lexsort((idx, -np.concatenate([h[1] for h in hits]), neg_fuzzy, rows))
-    out = []
-    for start, size in zip(starts, sizes.tolist()):
-        best = order[start:start + (size if keep is None else min(size, keep))]
-        out.append((best - start, -neg_fuzzy[best]))
-    return out
-
-
-# --------------------------------------------------------------------------------------------- Algorithm 1
-def coverage(query: Sequence, selected: Iterable[Sequence]) -> float:
-    """Share of the tokens of ``query`` (with repeats) that occur in any of the ``selected`` sources."""
-    if not query:
-        return 0.0
-    covered = set()
-    for s in selected:
-        covered.update(s)
-    return sum(1 for x in query if x in covered) / len(query)
-
-
-def adaptive_select(query: Sequence, candidates: Sequence[Sequence]) -> List[int]:
-    """Algorithm 1 with the union erratum: positions (into ``candidates``, ranked best first) of the pairs
-    selected greedily, each one strictly increasing the coverage ``c`` of the query's tokens by the union
-    of the selected sources. An empty query selects nothing.
-
-    With the union, ``c_tmp - c`` is the share of query positions whose token occurs in ``X'_k`` and in no
-    source selected so far, so ``c_tmp > c`` exactly when ``X'_k`` contains a query token not yet covered:
-    that test (a set intersection) is what runs here; tests check it against the literal formula."""
-    if not query:
-        return []
-    uncovered = set(query)
-    chosen: List[int] = []
-    for k, cand in enumerate(candidates):
-        if not uncovered:
-            break                  # c = 1: nothing can increase it
-        if not uncovered.isdisjoint(cand):
-            uncovered.difference_update(cand)   # R <- R ∪ {X'_k : Y'_k} (the thesis writes R <- {X'_k : Y'_k})
-            chosen.append(k)
-    return chosen
-
-
-# --------------------------------------------------------------------------------------------- memory
-def _sha1_bytes(data: bytes) -> str:
-    return hashlib.sha1(data).hexdigest()
-
-
-def _sha1_file(path: str) -> str:
-    h = hashlib.sha1()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-_MAX_CODE = 0x10FFFF - 0x800       # code points left when the surrogates are skipped
-_MAX_STR_TYPES = 1_000_000         # more token types than this: integer lists instead of strings
-
-
-def _chars(ids: Sequence[int]) -> str:
-    """Token ids as a string of one code point each (the surrogate block skipped)."""
-    return "".join([chr(i) if i < 0xD800 else chr(i + 0x800) for i in ids])
-
-
-class Memory:
-    """The source side of the translation memory (a text file, one sentence a line): its lines, word
-    tokens, a code of the tokens (for the fast edit distance) and identity (size, lines, SHA-1)."""
-
-    def __init__(self, path: str) -> None:
-        require_file(path, "memory source file")
-        self.path = path
-        with open(path, "rb") as f:
-            data = f.read()
-        self.size = len(data)
-        self.sha1 = _sha1_bytes(data)
-        self.lines = read_lines(path)
-        self.tokens = [tokenize(s) for s in self.lines]
-        self._vocab: Optional[Dict[str, int]] = None
-        self._codes: Optional[list] = None
-        self._by_tokens: Optional[Dict[tuple, List[int]]] = None
-        self._as_str = True
-
-    def __len__(self) -> int:
-        return len(self.lines)
-
-    def info(self) -> dict:
-        """What identifies the memory (the parameters of the index stamp)."""
-        return {"memory_lines": len(self.lines), "memory_size": self.size, "memory_sha1": self.sha1}
-
-    @property
-    def codes(self) -> List[Union[str, List[int]]]:
-        """Every memory line's tokens in an equality-preserving code, one code per distinct token string:
-        a ``str`` with one character per token (rapidfuzz's edit distance is twice as fast on strings as on
-        lists), or a list of ints when the memory has too many token types for Unicode."""
-        if self._codes is None:
-            vocab: Dict[str, int] = {}
-            ids = [[vocab.setdefault(t, len(vocab)) for t in toks] for toks in self.tokens]
-            self._vocab = vocab
-            self._as_str = len(vocab) < _MAX_STR_TYPES
-            self._codes = [_chars(x) for x in ids] if self._as_str else ids
-        return self._codes
-
-    def encode(self, tokens: Sequence[str]) -> Union[str, List[int]]:
-        """``tokens`` in the code of :attr:`codes`; a token absent from the memory gets a code of its own
-        (equal tokens, equal codes), so edit distances and coverage are those of the token strings."""
-        self.codes  # noqa: B018 - builds the vocabulary
-        vocab = self._vocab
-        base = len(vocab)
-        unk: Dict[str, int] = {}
-        ids = [vocab[t] if t in vocab else base + unk.setdefault(t, len(unk)) for t in tokens]
-        if not self._as_str:
-            return ids
-        if base + len(unk) > _MAX_CODE:
-            raise ToolError(f"a query with {len(unk)} distinct unknown tokens is too long to encode")
-        return _chars(ids)
-
-    def identical(self, tokens: Sequence[str]) -> List[int]:
-        """Memory lines whose tokens equal ``tokens``."""
-        if self._by_tokens is None:
-            by: Dict[tuple, List[int]] = {}
-            for i, toks in enumerate(self.tokens):
-                by.setdefault(tuple(toks), []).append(i)
-            self._by_tokens = by
-        return self._by_tokens.get(tuple(tokens), [])
-
-
-# --------------------------------------------------------------------------------------------- index folder
-def _index_files(folder: str) -> List[str]:
-    """The files of a built index (tantivy's lock files and our stamp left out)."""
-    return sorted(n for n in os.listdir(folder)
-                  if os.path.isfile(os.path.join(folder, n)) and not n.startswith(".tantivy-")
-                  and not n.startswith(".stamp."))
-
-
-def _index_params(memory: Memory) -> dict:
-    return dict(memory.info(), format=INDEX_FORMAT, engine=ENGINE, tokenizer=TOKENIZER)
-
-
-def _describe(params: dict) -> str:
-    return (f"{params.get('memory_lines')} lines, {params.get('memory_size')} bytes, "
-            f"sha1 {str(params.get('memory_sha1'))[:12]}")
-
-
-def _check_index(folder: str, memory: Memory) -> dict:
-    """The stamp of a usable index of ``memory`` in ``folder``; a :class:`ToolError` naming the folder when
-    it is missing, stale (built on other data or by another version) or corrupt."""
-    if not os.path.isdir(folder):
-        raise ToolError("no translation-memory index here (run `fairseq-ext-tm build-index` first)", folder)
-    sp = stamp_path(folder, STAMP_STEP)
-    if not os.path.isfile(sp):
-        raise ToolError("not a complete translation-memory index: no stamp file "
-                        f"{os.path.basename(sp)} (an interrupted build or another folder); "
-                        "rebuild it with `fairseq-ext-tm build-index --force`", folder)
-    try:
-        stamp = read_json(sp)
-    except (ToolError, OSError, UnicodeDecodeError) as e:
-        raise ToolError(f"corrupt index: unreadable stamp ({e}); rebuild it with build-index --force",
-                        folder) from None
-    if not isinstance(stamp, dict) or not isinstance(stamp.get("params"), dict) \
-            or not isinstance(stamp.get("files"), dict):
-        raise ToolError("corrupt index: malformed stamp; rebuild it with build-index --force", folder)
-    want = _index_params(memory)
-    have = stamp["params"]
-    if any(have.get(k) != want[k] for k in ("memory_lines", "memory_size", "memory_sha1")):
-        raise ToolError(f"stale index: built on other data ({stamp.get('memory_src', '?')}: {_describe(have)}), "
-                        f"not on {memory.path} ({_describe(want)}); rebuild it with build-index --force",
-                        folder)
-    if have != want:
-        diff = ", ".join(k for k in sorted(set(want) | set(have)) if have.get(k) != want.get(k))
-        raise ToolError(f"stale index: built by another version of the tool (differs in {diff}); "
-                        f"rebuild it with build-index --force", folder)
-    for name, rec in sorted(stamp["files"].items()):
-        p = os.path.join(folder, name)
-        if not os.path.isfile(p):
-            raise ToolError(f"corrupt index: file {name} is missing; rebuild it with build-index --force",
-                            folder)
-        if os.path.getsize(p) != rec.get("size") or _sha1_file(p) != rec.get("sha1"):
-            raise ToolError(f"corrupt index: file {name} changed since the build; rebuild it with "
-                            f"build-index --force", folder)
-    return stamp
-
-
-def open_index(folder: str, memory: Memory, engine: str = DEFAULT_ENGINE) -> Retriever:
-    """The retriever of the index in ``folder``, after checking that it was built on ``memory`` and that
-    its files are intact (else a :class:`ToolError` naming the folder; never silently used). ``engine``
-    ``tantivy`` searches the index itself; ``numpy`` (the same BM25) holds the memory's postings in arrays,
-    built from ``memory`` -- the index is checked all the same, so both engines refuse the same folders."""
-    if engine not in ENGINES:
-        raise ToolError(f"unknown engine {engine!r} (choose from {', '.join(sorted(ENGINES))})")
-    _check_index(folder, memory)
-    if engine == NumpyRetriever.name:
-        return NumpyRetriever(memory.tokens)
-    try:
-        retriever = TantivyRetriever(folder)
-    except ToolError:
-        raise
-    except Exception as e:  # tantivy raises ValueError/OSError/its own errors on a damaged index
-        raise ToolError(f"corrupt index: tantivy cannot open it ({e}); rebuild it with build-index --force",
-                        folder) from None
-    if len(retriever) != len(memory):
-        raise ToolError(f"corrupt index: {len(retriever)} documents for a memory of {len(memory)} lines; "
-                        f"rebuild it with build-index --force", folder)
-    return retriever
-
-
-def _removable(folder: str) -> bool:
-    """Only an index (ours or tantivy's) or an empty folder is ever deleted by ``--force``."""
-    names = os.listdir(folder)
-    return not names or os.path.isfile(stamp_path(folder, STAMP_STEP)) or "meta.json" in names
-
-
-def build_index(memory_src: str, folder: str, force: bool = False, memory: Optional[Memory] = None) -> dict:
-    """Build (or reuse) the index of ``memory_src`` in ``folder``. Returns ``{"reused": bool, "seconds",
-    "docs", ...}``. An existing index of the same memory is reused; a stale or corrupt one is an error
-    unless ``force`` (then rebuilt). The new index is built in a sibling folder and moved into place when
-    complete, so a failed build never destroys the old index."""
-    t0 = time.perf_counter()
-    memory = memory or Memory(memory_src)
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise ToolError("exists and is not a folder", folder)
-    if os.path.isdir(folder):
-        try:
-            _check_index(folder, memory)
-            TantivyRetriever(folder)  # opens
-            log(f"[tm] index {folder} is up to date (memory {memory.path}: {_describe(memory.info())}); "
-                f"reused (--force rebuilds it)")
-            return {"reused": True, "seconds": time.perf_counter() - t0, "docs": len(memory), "index": folder}
-        except ToolError as e:
-            if not force:
-                raise
-            if os.listdir(folder) and not _removable(folder):
-                raise ToolError("exists and is not a translation-memory index; not deleting it "
-                                "(choose another --index folder)", folder) from None
-            log(f"[tm] --force: rebuilding {folder} ({e.message})")
-        except Exception as e:  # noqa: BLE001 - tantivy cannot open it
-            if not force:
-                raise ToolError(f"corrupt index: tantivy cannot open it ({e}); rebuild it with "
-                                f"build-index --force", folder) from None
-            log(f"[tm] --force: rebuilding {folder} (tantivy cannot open it: {e})")
-    parent = os.path.dirname(os.path.abspath(folder))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(folder))}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        t_idx = time.perf_counter()
-        docs = TantivyRetriever.build(tmp, progress(memory.tokens, desc="index", unit="line"))
-        index_seconds = time.perf_counter() - t_idx
-        files = {name: {"size": os.path.getsize(os.path.join(tmp, name)),
-                        "sha1": _sha1_file(os.path.join(tmp, name))} for name in _index_files(tmp)}
-        seconds = time.perf_counter() - t0
-        write_stamp(tmp, STAMP_STEP, _index_params(memory), list(files),
-                    extra={"memory_src": os.path.abspath(memory.path), "files": files, "docs": docs,
-                           "build_seconds": round(seconds, 3)})
-        if os.path.isdir(folder):
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    log(f"[tm] indexed {docs} memory lines of {memory.path} into {folder} in {seconds:.2f}s "
-        f"(tantivy {index_seconds:.2f}s; {ENGINE})")
-    return {"reused": False, "seconds": seconds, "index_seconds": index_seconds, "docs": docs, "index": folder}
 
 
 # --------------------------------------------------------------------------------------------- retrieval
@@ -509,7 +184,7 @@ def fuzzy_stats(entries, bins: Sequence[float] = DEFAULT_BINS) -> dict:
     }
 
 
-def _parse_bins(text: str) -> List[float]:
+def parse_bins(text: str) -> List[float]:
     try:
         edges = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -599,7 +274,7 @@ def _cmd_retrieve(args) -> int:
     memory = Memory(args.memory_src)
     retriever = open_index(args.index, memory, args.engine)
     require_file(args.query, "query file")
-    query_sha1 = _sha1_file(args.query)
+    query_sha1 = sha1_file(args.query)
     if args.exclude_self and query_sha1 != memory.sha1:
         raise ToolError(f"--train-mode: the query file must be the memory source {args.memory_src} "
                         f"(a query's own line is excluded by its line number)", args.query)
@@ -661,7 +336,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"without a match)")
         return 0
     # stats
-    st = fuzzy_stats(entries, _parse_bins(args.bins))
+    st = fuzzy_stats(entries, parse_bins(args.bins))
     st = dict({"side": args.side}, **st)
     sys.stdout.write(json_text(st, indent=1))
     if args.json:
@@ -676,7 +351,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     """Console script ``fairseq-ext-tm`` / ``python -m fairseq_ext.tools.tm.retrieval``."""
     run_cli(main, argv)
-
-
-if __name__ == "__main__":
-    cli_main()

@@ -102,7 +102,7 @@ class TantivyRetriever(Retriever):
 
     ``TantivyRetriever.build(folder, token_lists)`` writes the index (one document per memory line, in
     order, one writer thread); ``TantivyRetriever(folder)`` opens it for searching. Staleness and
-    integrity checks are the index stamp's (:func:`fairseq_ext.tools.tm.retrieval.open_index`), not this
+    integrity checks are the index stamp's (:func:`fairseq_ext.tools.tm.memory_index.open_index`), not this
     class's."""
 
     name = "tantivy"
