@@ -37,6 +37,9 @@ TRANSFORMER = ["--task", "translation", "--encoder-layers", "2", "--decoder-laye
                "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
                "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--dropout", "0.0",
                "--share-all-embeddings", "--criterion", "cross_entropy"]
+LSTM = ["--task", "translation", "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-hidden-size",
+        "64", "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64", "--dropout", "0.0", "--criterion",
+        "cross_entropy"]
 # task -> [(system, train flags, role, note)]; role: "baseline" (must stay at the bound), "mechanism", "compare"
 SYSTEMS = {
     "conv_register": [
@@ -46,6 +49,10 @@ SYSTEMS = {
     "rare_lex": [
         ("nolex", TRANSFORMER + ["--arch", "transformer_lex", "--no-lexical"], "compare", "transformer, no lexical module"),
         ("lex", TRANSFORMER + ["--arch", "transformer_lex"], "mechanism", "transformer + lexical module (§5.4)"),
+        ("lstm_nolex", LSTM + ["--arch", "lstm_luong_fixnorm"], "compare",
+         "Luong LSTM, fixnorm (2 x 64), no lexical module"),
+        ("lstm_lex", LSTM + ["--arch", "lstm_luong_fixnorm_lex"], "mechanism",
+         "Luong LSTM, fixnorm + lexical module (§5.5.3)"),
     ],
     "position_perm": [
         ("blind", TRANSFORMER + ["--arch", "transformer_twt", "--no-token-positional-embeddings"], "baseline",
@@ -54,6 +61,7 @@ SYSTEMS = {
         ("untied", TRANSFORMER + ["--arch", "transformer_untied_pos"], "mechanism", "untied positions (Eq. 7.6)"),
     ],
 }
+COMPARED_WITH = {"lstm_lex": "lstm_nolex"}  # rare_lex: a mechanism row -> its baseline row (default nolex)
 UPDATES = {"conv_register": 1000, "rare_lex": 800, "position_perm": 800}
 LR = {"conv_register": 1e-2, "rare_lex": 1e-3, "position_perm": 1e-3}
 MAX_TOKENS = {"conv_register": 256, "rare_lex": 1024, "position_perm": 1024}  # Bi-MSMT: small batches, more updates
@@ -98,7 +106,7 @@ def verdict(task: str, role: str, res: dict, rows: dict, pass_at: float, info: d
             return acc <= 0.52
         return acc >= pass_at and res["switch_off"]["all"] <= 0.52
     if task == "rare_lex":
-        base = rows.get("nolex")
+        base = rows.get(COMPARED_WITH.get(res.get("system"), "nolex"))
         return role == "compare" or (base is not None and acc > base["test"]["all"])
     line = info["blind_bound"] + 0.05
     return acc <= line if role == "baseline" else acc >= pass_at
