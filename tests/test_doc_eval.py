@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from fairseq_ext.tools.evaluation import contrastive as C
+from fairseq_ext.tools.evaluation import contrastive_build as CB
+from fairseq_ext.tools.evaluation import contrastive_gender as CG
 from fairseq_ext.tools.evaluation import contrastive_scoring as CSC
 from fairseq_ext.tools.evaluation import doc_consistency as D
 from fairseq_ext.tools.evaluation import meteor, score
@@ -85,51 +87,51 @@ def test_build_instances_distances_and_variants(chapter_dir, tmp_path, capsys):
 
 
 def test_build_needs_ambiguous_source_pronoun_and_one_gender(tmp_path):
-    lex = C.load_gender_lexicon()
+    lex = CG.load_gender_lexicon()
     rows = [("B.1.1", "El rey habló.", "The king said that he would go."),
             ("B.1.2", "Y él vino.", "And he came."),                       # él: gendered, not ambiguous
             ("B.1.3", "Y su hijo y su hija.", "And his son and her daughter.")]  # both genders
     ids, es, en = zip(*rows)
-    xs, skipped = C.build_instances(es, en, ids, lex, {})
+    xs, skipped = CB.build_instances(es, en, ids, lex, {})
     assert xs == []
     assert skipped == {"both_genders": 1, "no_ambiguous_source_pronoun": 2}
     # la/lo are not in the default list; --es-pronouns can add them
-    xs, _ = C.build_instances(["Y la vio."], ["And the man saw him."], ["B.1.1"], lex, {})
+    xs, _ = CB.build_instances(["Y la vio."], ["And the man saw him."], ["B.1.1"], lex, {})
     assert xs == []
-    xs, _ = C.build_instances(["Y la vio."], ["And the man saw him."], ["B.1.1"], lex, {}, es_pronouns=["la"])
+    xs, _ = CB.build_instances(["Y la vio."], ["And the man saw him."], ["B.1.1"], lex, {}, es_pronouns=["la"])
     assert [x["distance"] for x in xs] == [0]
 
 
 def test_gendered_source_flag(tmp_path):
-    lex = C.load_gender_lexicon()
+    lex = CG.load_gender_lexicon()
     es, en, ids = ["Y ella tomó su manto."], ["And the woman took her cloak."], ["B.1.1"]
-    xs, _ = C.build_instances(es, en, ids, lex, {})
+    xs, _ = CB.build_instances(es, en, ids, lex, {})
     assert xs[0]["source_gendered"] is True
-    xs, skipped = C.build_instances(es, en, ids, lex, {}, exclude_gendered_source=True)
+    xs, skipped = CB.build_instances(es, en, ids, lex, {}, exclude_gendered_source=True)
     assert xs == [] and skipped == {"gendered_source_pronoun": 1}
 
 
 def test_swap_variants():
-    assert C.swap_variants("He gave HIM his own.") == ["She gave HER her own."]
-    assert C.swap_variants("The land is his.") == ["The land is hers."]
-    assert C.swap_variants("She kept it for herself; it was hers.") == ["He kept it for himself; it was his."]
-    assert C.swap_variants("The he-goat ran.") == []  # a hyphenated compound is not a pronoun
-    v = C.swap_variants("her her her her")  # more than 3 `her`: the two uniform variants
+    assert CG.swap_variants("He gave HIM his own.") == ["She gave HER her own."]
+    assert CG.swap_variants("The land is his.") == ["The land is hers."]
+    assert CG.swap_variants("She kept it for herself; it was hers.") == ["He kept it for himself; it was his."]
+    assert CG.swap_variants("The he-goat ran.") == []  # a hyphenated compound is not a pronoun
+    v = CG.swap_variants("her her her her")  # more than 3 `her`: the two uniform variants
     assert v == ["his his his his", "him him him him"]
-    assert len(C.swap_variants("her her her")) == 8
+    assert len(CG.swap_variants("her her her")) == 8
 
 
 def test_derive_names():
-    lex = C.load_gender_lexicon()
+    lex = CG.load_gender_lexicon()
     lines = ["Then Abram took Sarai his wife and went.", "And Abram said that he would go.",
              "And Abram went with his flocks.", "And Sarai took her maid.", "So Sarai laughed, and she was afraid.",
              "They came to Bethel.", "And they lived in Bethel.", "They stayed in Bethel for ever.",
              "And then we sang."]
-    names = C.derive_names(lines, lex)
+    names = CG.derive_names(lines, lex)
     assert names["Sarai"]["gender"] == "f" and names["Abram"]["gender"] == "m"
     assert "Bethel" not in names and "Then" not in names and "And" not in names
     # names become antecedents
-    xs, _ = C.build_instances(["Y Sarai vino.", "Y su sierva vino."], ["Sarai came.", "Her servant came too."],
+    xs, _ = CB.build_instances(["Y Sarai vino.", "Y su sierva vino."], ["Sarai came.", "Her servant came too."],
                               ["G.16.1", "G.16.2"], lex, names)
     assert [(x["distance"], x["gender"], x["antecedent"]["word"]) for x in xs] == [(1, "f", "Sarai")]
 
@@ -164,9 +166,9 @@ def test_build_errors(tmp_path):
 
 @pytest.mark.skipif(not (REAL / "test.es").exists(), reason="the es-en Bible is not prepared")
 def test_build_on_the_real_test_split(tmp_path):
-    _, st = C.build_set(str(REAL), "test", str(tmp_path / "set.jsonl"))
+    _, st = CB.build_set(str(REAL), "test", str(tmp_path / "set.jsonl"))
     assert st["instances"] > 300 and st["by_gender"]["f"] > 10
-    assert all(st["by_distance"][b] > 0 for b in C.BUCKETS)
+    assert all(st["by_distance"][b] > 0 for b in CSC.BUCKETS)
     # Ruth: Naomi is a derived female name, and some feminine instance points back to her
     xs = read_jsonl(tmp_path / "set.jsonl")
     assert any(x["gender"] == "f" and x["antecedent"]["word"] == "Naomi" for x in xs)
@@ -188,7 +190,7 @@ def test_accuracy_counting():
     assert res["by_distance"][">3"]["accuracy"] == 1.0 and res["by_distance"]["3"]["accuracy"] is None
     assert res["by_gender"]["f"] == {"correct": 1, "total": 2, "accuracy": 0.5}
     # gender-balanced: mean of the m and f accuracies, only where both genders occur
-    assert res["balanced"] == {"overall": 0.5, "by_distance": {b: None for b in C.BUCKETS}}
+    assert res["balanced"] == {"overall": 0.5, "by_distance": {b: None for b in CSC.BUCKETS}}
     table = C.format_accuracy(res, "toy")
     assert "| Model | 0 | 1 | 2 | 3 | >3 | all |" in table
     assert "| toy | 1.000 | 0.000 | 0.000 | – | 1.000 | 0.500 |" in table
@@ -203,13 +205,13 @@ def test_accuracy_counting():
 def test_sample_per_bucket_balance():
     xs = [{"bucket": b, "gender": g, "k": k} for k, (b, g) in enumerate(
         [("0", "m")] * 5 + [("0", "f")] * 2 + [("1", "m")] * 3 + [(">3", "f")] * 2)]
-    bal = C.sample_per_bucket(xs, None, seed=1, balance_gender=True)
+    bal = CB.sample_per_bucket(xs, None, seed=1, balance_gender=True)
     assert [(x["bucket"], x["gender"]) for x in bal] == [("0", "m")] * 2 + [("0", "f")] * 2
-    assert bal == C.sample_per_bucket(xs, None, seed=1, balance_gender=True)  # seeded
+    assert bal == CB.sample_per_bucket(xs, None, seed=1, balance_gender=True)  # seeded
     assert [x["k"] for x in bal] == sorted(x["k"] for x in bal)  # split order
-    capped = C.sample_per_bucket(xs, 2, seed=1, balance_gender=True)
+    capped = CB.sample_per_bucket(xs, 2, seed=1, balance_gender=True)
     assert sorted((x["bucket"], x["gender"]) for x in capped) == [("0", "f"), ("0", "m")]
-    assert len(C.sample_per_bucket(xs, 2, seed=1)) == 2 + 2 + 2
+    assert len(CB.sample_per_bucket(xs, 2, seed=1)) == 2 + 2 + 2
 
 
 def _toy_dataset():

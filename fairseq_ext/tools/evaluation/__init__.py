@@ -14,6 +14,8 @@ module                   console script                         what
 ``doc_metrics``          (``fairseq-ext-score dbleu``)          document-level BLEU over joined documents
 ``contrastive``          ``fairseq-ext-contrastive``            Maruf ch. 4: the Bible pronoun set; scores any
                                                                 contrastive set with any model
+``contrastive_build``    (``fairseq-ext-contrastive build``)    the instances of the Bible set, by distance
+``contrastive_gender``   —                                      gendered pronouns, nouns and names; variants
 ``contrastive_sets``     (``fairseq-ext-contrastive score       ContraPro (Mueller et al. 2018) and Bawden et al.
                          --format``)                            2018 sets in their own formats
 ``contrastive_scoring``  —                                      scoring candidates with a fairseq model (teacher
@@ -29,5 +31,5 @@ module                   console script                         what
                                                                 recipes train
 =======================  =====================================  ===============================================
 
-``data/`` holds the gendered nouns of ``contrastive`` and the stopwords of ``doc_consistency``.
+``data/`` holds the gendered nouns of ``contrastive_gender`` and the stopwords of ``doc_consistency``.
 """
