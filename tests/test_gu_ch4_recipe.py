@@ -13,7 +13,9 @@ import sacrebleu
 
 from fairseq_ext.data.translation_memory import TMEntry, write_tm
 from fairseq_ext.tools.analysis import tm_analysis as ta
+from fairseq_ext.tools.analysis import tm_bleu, tm_gate, tm_split
 from fairseq_ext.tools.common import ToolError
+from fairseq_ext.tools.tm.retrieval import parse_bins
 
 from harness import ROOT, n_lines, parse_fairseq_command, run, thesis_commands
 
@@ -64,7 +66,7 @@ def _generate_output(path, hyps):
 
 # ============================================================================ Fig. 4.3
 def test_bins_partition_the_sentences_and_bleu_per_bin_is_sacrebleu_on_the_subset():
-    res = ta.fuzzy_bins(_entries(), [REFS], HYPS)
+    res = tm_bleu.fuzzy_bins(_entries(), [REFS], HYPS)
     assert [b["bin"] for b in res["bins"]] == ["[0,0.3)", "[0.3,0.5)", "[0.5,0.7)", "[0.7,1]"]
     members = {0: [0, 6], 1: [1, 2], 2: [3, 7], 3: [4, 5]}   # 0.3 -> [0.3,0.5), 0.69 -> [0.5,0.7), 1.0 -> last
     assert [b["n"] for b in res["bins"]] == [len(members[j]) for j in range(4)]
@@ -76,19 +78,19 @@ def test_bins_partition_the_sentences_and_bleu_per_bin_is_sacrebleu_on_the_subse
     for name, hyps in HYPS.items():
         assert res["all"][name]["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [REFS]).score)
     assert res["examples_without_candidate"] == 1 and res["bins"][0]["mean_fuzzy"] == pytest.approx(0.05)
-    md = ta.format_fuzzy_bins(res)
+    md = tm_bleu.format_fuzzy_bins(res)
     assert "| [0.7,1] | 2 |" in md and "Δ SEG − NMT" in md and "| all | 8 |" in md
 
 
 def test_bins_empty_bin_and_bins_that_do_not_cover_are_refused():
-    res = ta.fuzzy_bins(_entries(), [REFS], HYPS, [0.0, 0.2, 0.25, 1.0])
+    res = tm_bleu.fuzzy_bins(_entries(), [REFS], HYPS, [0.0, 0.2, 0.25, 1.0])
     assert res["bins"][1]["n"] == 0 and res["bins"][1]["systems"]["NMT"]["bleu"] is None
-    assert "| [0.2,0.25) | 0 | - | - | - |" in ta.format_fuzzy_bins(res)
+    assert "| [0.2,0.25) | 0 | - | - | - |" in tm_bleu.format_fuzzy_bins(res)
     with pytest.raises(ToolError, match="outside the bins"):
-        ta.fuzzy_bins(_entries(), [REFS], HYPS, [0.2, 1.0])
+        tm_bleu.fuzzy_bins(_entries(), [REFS], HYPS, [0.2, 1.0])
     with pytest.raises(ToolError, match="increasing"):
-        ta.parse_edges("0,0.5,0.5,1")
-    assert ta.bin_of(1.0, [0, 0.5, 1]) == 1 and ta.bin_of(0.5, [0, 0.5, 1]) == 1 and ta.bin_of(1.01, [0, 1]) is None
+        parse_bins("0,0.5,0.5,1")
+    assert tm_bleu.bin_of(1.0, [0, 0.5, 1]) == 1 and tm_bleu.bin_of(0.5, [0, 0.5, 1]) == 1 and tm_bleu.bin_of(1.01, [0, 1]) is None
 
 
 def test_fuzzy_bins_cli_reads_generate_output_and_writes_json_md_png(tmp_path, capsys):
@@ -116,11 +118,11 @@ def test_fuzzy_bins_cli_reads_generate_output_and_writes_json_md_png(tmp_path, c
 # ============================================================================ Fig. 4.4
 def test_pairs_used_follow_the_task_selection():
     e = [TMEntry([1, 2, 3], [0.9, 0.5, 0.1], [1, 3]), TMEntry([4], [0.2], [4]), TMEntry([], [], [])]
-    assert ta.pairs_used(e, 1) == pytest.approx(2 / 3)
-    assert ta.pairs_used(e, 2) == pytest.approx(3 / 3)
-    assert ta.pairs_used(e, 16) == pytest.approx(4 / 3)
-    assert ta.pairs_used(e, None) == pytest.approx(3 / 3)
-    assert ta.pairs_used(e, 16, max_k=2) == pytest.approx(3 / 3) and ta.pairs_used(e, None, max_k=1) == 2 / 3
+    assert tm_bleu.pairs_used(e, 1) == pytest.approx(2 / 3)
+    assert tm_bleu.pairs_used(e, 2) == pytest.approx(3 / 3)
+    assert tm_bleu.pairs_used(e, 16) == pytest.approx(4 / 3)
+    assert tm_bleu.pairs_used(e, None) == pytest.approx(3 / 3)
+    assert tm_bleu.pairs_used(e, 16, max_k=2) == pytest.approx(3 / 3) and tm_bleu.pairs_used(e, None, max_k=1) == 2 / 3
 
 
 def test_k_sweep_cli_table_and_plot(tmp_path):
@@ -157,10 +159,10 @@ def test_gate_examples_pick_the_highest_fuzzy_and_render_zeta(tmp_path, capsys):
         for rank in (0, 1):
             recs.append({"id": i, "rank": rank, "tokens": ["▁the", "▁king", "</s>"], "gate": [0.1, 0.8 - rank, 0.3],
                          "slot_token": [None, "▁king", "▁."], "tm_lines": [2, 5], "tm_fuzzy": [f, 0.1]})
-    assert [r["id"] for r in ta.gate_examples(recs, n=2)] == [1, 2]
-    assert [r["id"] for r in ta.gate_examples(recs, ids=[0])] == [0] and ta.gate_examples(recs, ids=[0])[0]["rank"] == 0
+    assert [r["id"] for r in tm_gate.gate_examples(recs, n=2)] == [1, 2]
+    assert [r["id"] for r in tm_gate.gate_examples(recs, ids=[0])] == [0] and tm_gate.gate_examples(recs, ids=[0])[0]["rank"] == 0
     with pytest.raises(ToolError, match="no exported hypothesis"):
-        ta.gate_examples(recs, ids=[7])
+        tm_gate.gate_examples(recs, ids=[7])
     export = tmp_path / "zeta.jsonl"
     export.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
     mem = _lines(tmp_path / "train.en", [f"memory line {i}" for i in range(8)])
@@ -181,7 +183,7 @@ def test_split_corpus_samples_dev_test_then_applies_the_length_limits(tmp_path):
     _lines(tmp_path / "all.en", [x.strip() for x in a])
     _lines(tmp_path / "all.fr", [x.strip() for x in b])
     out = tmp_path / "split"
-    st = ta.split_corpus(str(tmp_path / "all"), ["en", "fr"], str(out), dev=5, test=6, max_len_train=9,
+    st = tm_split.split_corpus(str(tmp_path / "all"), ["en", "fr"], str(out), dev=5, test=6, max_len_train=9,
                          max_len_test=100, seed=1)
     assert st["special_or_empty_dropped"] == 3 and st["splits"]["valid"]["sampled"] == 5
     assert st["splits"]["test"]["kept"] == 6 and st["splits"]["train"]["sampled"] == n - 3 - 11
@@ -197,12 +199,12 @@ def test_split_corpus_samples_dev_test_then_applies_the_length_limits(tmp_path):
         assert nums == sorted(nums)
         assert (raw / f"{s}.fr").read_text().splitlines() == [b[i - 1].strip() for i in nums]
     assert json.loads((out / "split.json").read_text()) == st
-    again = ta.split_corpus(str(tmp_path / "all"), ["en", "fr"], str(tmp_path / "again"), dev=5, test=6,
+    again = tm_split.split_corpus(str(tmp_path / "all"), ["en", "fr"], str(tmp_path / "again"), dev=5, test=6,
                             max_len_train=9, max_len_test=100, seed=1)
     assert again["splits"] == st["splits"]
     assert (tmp_path / "again" / "raw" / "test.ids").read_text() == (raw / "test.ids").read_text()
     with pytest.raises(ToolError, match="more than"):
-        ta.split_corpus(str(tmp_path / "all"), ["en", "fr"], str(tmp_path / "x"), dev=50, test=50)
+        tm_split.split_corpus(str(tmp_path / "all"), ["en", "fr"], str(tmp_path / "x"), dev=50, test=50)
 
 
 # ============================================================================ thesis printout

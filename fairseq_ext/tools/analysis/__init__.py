@@ -7,7 +7,10 @@ module                    console script                         what
 ``attention_stats``       —                                      the math and hooks behind ``analysis``
 ``copy_heatmap``          (``python -m``)                        Gu ch. 3: the copy/generate heatmap (Fig. 3.3)
 ``lexicon``               ``fairseq-ext-lexicon``                Nguyen ch. 5: the lexicon a lexical model learned
-``tm_analysis``           —                                      Gu ch. 4: the fuzzy-match bins and k sweep plots
+``tm_analysis``           (``python -m``)                        Gu ch. 4: the command line of the SEG-NMT analyses
+``tm_bleu``               (``tm_analysis fuzzy-bins|k-sweep``)   ... BLEU per fuzzy bin (Fig. 4.3), vs pairs (4.4)
+``tm_gate``               (``tm_analysis gate``)                 ... the gate ζ_t of a few sentences (Fig. 4.5)
+``tm_split``              (``tm_analysis split-corpus``)         ... the JRC-Acquis dev/test split (§4.5)
 ``diagnostics``           ``fairseq-ext-diagnostics``            synthetic corpora on which a mechanism must be
                                                                  near-perfect: document context (Maruf)
 ``diagnostics_copy``      (``fairseq-ext-diagnostics``)          ... copying and retrieval (Gu ch. 3-4)
