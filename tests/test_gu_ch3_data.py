@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_ext.tools.corpora import dialogue_patterns as dp
+from fairseq_ext.tools.corpora import dialogue_accuracy, dialogue_data as dd, dialogue_patterns as dp
 from fairseq_ext.tools.corpora import synthetic_rules as sr
 from fairseq_ext.tools.common import ToolError, cli_status, read_lines
 
@@ -69,7 +69,7 @@ def syn(tmp_path_factory):
 def dialogue(tmp_path_factory):
     base = tmp_path_factory.mktemp("dlg")
     for proto in ("ds1", "ds2"):
-        dp.generate(str(base / proto), proto, seed=3, train=400, valid=50, test=200)
+        dd.generate(str(base / proto), proto, seed=3, train=400, valid=50, test=200)
     return base
 
 
@@ -231,23 +231,23 @@ def test_synthetic_cli_subprocess(tmp_path):
 
 # =========================================================================== dialogue patterns
 def test_shipped_patterns():
-    slots, patterns = dp.read_patterns(dp.DEFAULT_PATTERNS)
+    slots, patterns = dd.read_patterns(dd.DEFAULT_PATTERNS)
     assert 20 <= len(patterns) <= 50
     kinds = {p.kind for p in patterns}
     assert kinds == {"copy", "none", "new"}
     assert any(len([q for q in patterns if q.input == p.input]) > 1 for p in patterns)  # several responses
     pattern_words = {w for p in patterns for text in (p.input, p.response)
-                     for w in dp.tokenize(re.sub(r"\{\w+\}", " ", text), "word")}
-    filler_words = {w for fs in slots.values() for f in fs for w in dp.tokenize(f, "word")}
+                     for w in dd.tokenize(re.sub(r"\{\w+\}", " ", text), "word")}
+    filler_words = {w for fs in slots.values() for f in fs for w in dd.tokenize(f, "word")}
     assert not pattern_words & filler_words  # a DS-II test filler is then an unseen word
 
 
 def test_dialogue_same_seed_same_files(dialogue, tmp_path):
     for proto in ("ds1", "ds2"):
         again = tmp_path / proto
-        dp.generate(str(again), proto, seed=3, train=400, valid=50, test=200)
+        dd.generate(str(again), proto, seed=3, train=400, valid=50, test=200)
         assert _files(dialogue / proto) == _files(again)
-    dp.generate(str(tmp_path / "s4"), "ds2", seed=4, train=400, valid=50, test=200)
+    dd.generate(str(tmp_path / "s4"), "ds2", seed=4, train=400, valid=50, test=200)
     assert _files(tmp_path / "s4")["train.src"] != _files(dialogue / "ds2")["train.src"]
 
 
@@ -256,21 +256,21 @@ def _fillers(folder, split):
 
 
 def test_dialogue_instances_follow_their_patterns(dialogue):
-    _, patterns = dp.read_patterns(dp.DEFAULT_PATTERNS)
+    _, patterns = dd.read_patterns(dd.DEFAULT_PATTERNS)
     by_id = {p.id: p for p in patterns}
     for proto in ("ds1", "ds2"):
         meta = json.loads((dialogue / proto / "dialogue_patterns.json").read_text())
-        assert meta["dataset"] == dp.PROTOCOLS[proto] and meta["lines"] == {"train": 400, "valid": 50, "test": 200}
+        assert meta["dataset"] == dd.PROTOCOLS[proto] and meta["lines"] == {"train": 400, "valid": 50, "test": 200}
         for sp in SPLITS:
             src, tgt = read_lines(dialogue / proto / f"{sp}.src"), read_lines(dialogue / proto / f"{sp}.tgt")
-            kinds = {k: 0 for k in dp.KINDS}
+            kinds = {k: 0 for k in dd.KINDS}
             for s, t, line in zip(src, tgt, read_lines(dialogue / proto / f"{sp}.rule")):
                 pid, kind, fillers = line.split("\t")
                 p = by_id[pid]
                 fillers = json.loads(fillers)
                 assert kind == p.kind and set(fillers) == set(p.slots())
-                assert s == " ".join(dp.tokenize(dp.fill_text(p.input, fillers), "word"))
-                assert t == " ".join(dp.tokenize(dp.fill_text(p.response, fillers), "word"))
+                assert s == " ".join(dd.tokenize(dd.fill_text(p.input, fillers), "word"))
+                assert t == " ".join(dd.tokenize(dd.fill_text(p.response, fillers), "word"))
                 kinds[kind] += 1
                 if kind == "copy":  # every response entity is in the input
                     assert all(fillers[x] in s for x in p.response_slots)
@@ -293,7 +293,7 @@ def test_ds2_test_fillers_never_seen_in_training(dialogue):
     for t in pools["train"]:
         assert not set(pools["train"][t]) & set(pools["test"][t])
         assert set(pools["train"][t]) | set(pools["valid"][t]) | set(pools["test"][t]) == set(
-            dp.read_patterns(dp.DEFAULT_PATTERNS)[0][t])
+            dd.read_patterns(dd.DEFAULT_PATTERNS)[0][t])
     # DS-I: one pool, so test fillers do occur in training
     train1 = {f for d in _fillers(dialogue / "ds1", "train") for f in d.values()}
     test1 = {f for d in _fillers(dialogue / "ds1", "test") for f in d.values()}
@@ -304,17 +304,17 @@ def test_dialogue_char_unit_and_custom_patterns(tmp_path):
     pat = _write_lines(tmp_path / "p.tsv", ["# toy", "slot\tcity\tRome|Oslo|Lima|Kyiv|Baku|Riga|Bern|Doha|Male|Suva",
                                             "pattern\ta\tI live in {city}.\tsee you in {city}!",
                                             "pattern\tb\tgo to {city}?\tno, {city2}."])
-    dp.generate(str(tmp_path / "c"), "ds2", patterns_path=pat, train=20, valid=0, test=10, unit="char")
+    dd.generate(str(tmp_path / "c"), "ds2", patterns_path=pat, train=20, valid=0, test=10, unit="char")
     src = read_lines(tmp_path / "c" / "train.src")
-    assert all(len(tok) == 1 for x in src for tok in x.split()) and dp.SPACE in src[0].split()
+    assert all(len(tok) == 1 for x in src for tok in x.split()) and dd.SPACE in src[0].split()
     assert len(read_lines(tmp_path / "c" / "valid.src")) == 0
     bad = _write_lines(tmp_path / "bad.tsv", ["slot\tcity\tRome|Oslo", "pattern\ta\tI live in {town}.\tok"])
     with pytest.raises(ToolError) as ei:
-        dp.generate(str(tmp_path / "d"), "ds1", patterns_path=bad, train=5, test=5)
+        dd.generate(str(tmp_path / "d"), "ds1", patterns_path=bad, train=5, test=5)
     assert str(ei.value).startswith(f"{bad}:2: pattern a: unknown slot type 'town'")
     few = _write_lines(tmp_path / "few.tsv", ["slot\tcity\tRome|Oslo|Lima", "pattern\ta\t{city} or {city2}?\t{city2}"])
     with pytest.raises(ToolError, match="needs 2 distinct"):
-        dp.generate(str(tmp_path / "e"), "ds2", patterns_path=few, train=5, test=5)
+        dd.generate(str(tmp_path / "e"), "ds2", patterns_path=few, train=5, test=5)
 
 
 def test_dialogue_topk_accuracy(dialogue, tmp_path, capsys):
@@ -325,7 +325,7 @@ def test_dialogue_topk_accuracy(dialogue, tmp_path, capsys):
     gen.write_text(_gen_output(refs["ds2"], wrong={0, 1, 2, 3, 4}, order=order, nbest=10), encoding="utf-8")
     perfect = _write_lines(tmp_path / "ds1.txt", refs["ds1"])
     nb2 = _write_lines(tmp_path / "rnn2.txt", [h for r in refs["ds2"] for h in ("nope", r)])
-    res = dp.score([f"DS-I={dialogue / 'ds1'}", str(dialogue / "ds2")],
+    res = dialogue_accuracy.score([f"DS-I={dialogue / 'ds1'}", str(dialogue / "ds2")],
                    [f"COPYNET@DS-I={perfect}", f"COPYNET@DS-II={gen}"], ks=(1, 10))
     cn = res["systems"]["COPYNET"]
     assert cn["DS-I"]["top1"]["all"]["accuracy"] == 100.0 and cn["DS-I"]["top10"]["all"]["accuracy"] is None

@@ -14,6 +14,8 @@ import torch
 
 from fairseq_ext.modules.ulr import ULREmbedding, alpha_with_missing
 from fairseq_ext.tools.corpora import ulr as tool
+from fairseq_ext.tools.corpora.ulr_embed import train_embeddings
+from fairseq_ext.tools.corpora.ulr_files import read_vec
 from fairseq_ext.tools.common import ToolError, read_lines
 
 W = "\u2581"
@@ -102,7 +104,7 @@ def dict_symbols(d):
 
 def test_embed_writes_unit_vectors(ulr_folder, capsys):
     for lang in LANGS + ("en",):
-        words, vecs = tool.read_vec(os.path.join(ulr_folder, "ulr", f"emb.{lang}.vec"))
+        words, vecs = read_vec(os.path.join(ulr_folder, "ulr", f"emb.{lang}.vec"))
         assert vecs.shape == (len(words), 16)
         assert np.allclose(np.linalg.norm(vecs, axis=1), 1, atol=1e-4)
         text_vocab = {t for line in read_lines(os.path.join(ulr_folder, "spm", f"text.{lang}")) for t in line.split()}
@@ -115,13 +117,13 @@ def test_embed_writes_unit_vectors(ulr_folder, capsys):
 def test_centered_embeddings():
     rng = random.Random(3)
     sents = [en_sentence(rng) for _ in range(100)]
-    words, vecs, composed = tool.train_embeddings(sents, 8, 2, 3, 1, "word2vec", 1, 1000, center=True)
+    words, vecs, composed = train_embeddings(sents, 8, 2, 3, 1, "word2vec", 1, 1000, center=True)
     assert composed == 0 and len(words) == vecs.shape[0]
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1, atol=1e-4)
     assert np.linalg.norm(vecs.mean(0)) < 0.2
-    again, vecs2, _ = tool.train_embeddings(sents, 8, 2, 3, 1, "word2vec", 1, 1000, center=True)
+    again, vecs2, _ = train_embeddings(sents, 8, 2, 3, 1, "word2vec", 1, 1000, center=True)
     assert again == words and np.array_equal(vecs, vecs2)  # one worker, fixed seed, stable hash
-    w3, v3, composed = tool.train_embeddings(sents, 8, 2, 3, 1, "fasttext", 1, 1000, extra_words=["▁kings", "<unk>"])
+    w3, v3, composed = train_embeddings(sents, 8, 2, 3, 1, "fasttext", 1, 1000, extra_words=["▁kings", "<unk>"])
     assert composed == 1 and w3[-1] == "▁kings" and v3.shape == (len(w3), 8)
 
 
@@ -166,7 +168,7 @@ def test_project_outputs(ulr_folder):
             assert abs(norms[i] - 1) < 1e-4, s
     # each row is the projected embedding of its own piece
     for lang in LANGS:
-        words, vecs = tool.read_vec(os.path.join(u, f"emb.{lang}.vec"))
+        words, vecs = read_vec(os.path.join(u, f"emb.{lang}.vec"))
         O = np.load(os.path.join(u, "rotation.npz"))[lang]
         assert np.allclose(O.T @ O, np.eye(16), atol=1e-4)
         idx = {w: k for k, w in enumerate(words)}

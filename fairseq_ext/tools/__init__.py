@@ -18,7 +18,7 @@ package / module   what
                    diagnostic corpora of each mechanism
 ``tm``             Gu ch. 4: the translation memory (``fairseq-ext-tm``): index, fuzzy re-rank, selection
 ``export``         use a trained model outside fairseq: CTranslate2 export, translation, SimulEval agent
-``common``         the CLI convention, line/JSON I/O, checks (every tool)
+``common``         the CLI convention, line/JSON I/O, atomic outputs, step stamps (every tool)
 ``hypotheses``     reading fairseq-generate output (corpora, evaluation, analysis and export use it)
 ``plots``          matplotlib helpers (corpora, evaluation, analysis and tm use them)
 =================  ============================================================================================

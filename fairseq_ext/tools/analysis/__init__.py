@@ -4,6 +4,9 @@
 module                    console script                         what
 ========================  =====================================  ===============================================
 ``analysis``              ``fairseq-ext-analysis``               Ampomah: attention statistics of a checkpoint
+``attention_divergence``  (``fairseq-ext-analysis dc-js|aif-kl``)  Ampomah ch. 4-5: DC JS divergence, AIF KL
+``analysis_io``           —                                      checkpoint, batches, tables and heatmaps of
+                                                                 ``analysis``
 ``attention_stats``       —                                      the math and hooks behind ``analysis``
 ``copy_heatmap``          (``python -m``)                        Gu ch. 3: the copy/generate heatmap (Fig. 3.3)
 ``lexicon``               ``fairseq-ext-lexicon``                Nguyen ch. 5: the lexicon a lexical model learned

@@ -192,7 +192,7 @@ def generate(task: str, out: str, *, seed: int = 1, force: bool = False, binariz
     dict_path = os.path.join(out, "dict.txt")
     write_lines(dict_path, (f"{w} {c}" for w, c in sorted(counts.items(), key=lambda x: (-x[1], x[0]))))
     if binarize:
-        from fairseq_ext.tools.corpora.universal_data import run_preprocess
+        from fairseq_ext.tools.corpora.binarize import run_preprocess
 
         bin_dir = os.path.join(out, "bin")
         os.makedirs(bin_dir, exist_ok=True)

@@ -192,7 +192,7 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: int = DEFAULTS["n_t
              n_valid: int = DEFAULTS["n_valid"], n_test: int = DEFAULTS["n_test"], force: bool = False,
              binarize: bool = True, **layout) -> Dict[str, Any]:
     """Write the corpus of ``task`` under ``out`` (module doc); returns the ``diagnostics.json`` record."""
-    from fairseq_ext.tools.corpora.ulr import write_vec
+    from fairseq_ext.tools.corpora.ulr_files import write_vec
 
     params = dict({k: v for k, v in DEFAULTS.items() if k not in ("seed", "n_train", "n_valid", "n_test")}, **layout)
     params["sent_len"] = list(params["sent_len"])
@@ -248,7 +248,7 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: int = DEFAULTS["n_t
     write_lines(dicts[1], (f"{w} {max(en_counts.get(w, 0), 1)}" for w in t["english"]))
     tests = ["test", "test_blind"] if "test_blind" in t["splits"] else ["test"]
     if binarize:
-        from fairseq_ext.tools.corpora.universal_data import run_preprocess
+        from fairseq_ext.tools.corpora.binarize import run_preprocess
 
         run_preprocess(["--source-lang", "src", "--target-lang", TGT, "--trainpref", os.path.join(spm, "train"),
                         "--validpref", os.path.join(spm, "valid"),

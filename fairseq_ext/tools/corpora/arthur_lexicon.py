@@ -43,9 +43,8 @@ import torch
 
 from fairseq_ext.data.binarized import language_pairs, load_tokens, sequences, split_prefix
 from fairseq_ext.data.lexicon_file import FORMAT, LexiconMismatchError, dictionary_sha256, load_lexicon
-from fairseq_ext.tools.common import (
-    ArgumentParser, ToolError, atomic_write, check_parallel, log, read_lines, require_file, resolve_pair, run_cli,
-)
+from fairseq_ext.tools.common import ArgumentParser, ToolError, atomic_write, log, read_lines, require_file, run_cli
+from fairseq_ext.tools.corpora.folder_checks import check_parallel, resolve_pair
 from fairseq_ext.tools.corpora.fertility import align_eflomal, parse_links
 
 __all__ = ["FORMAT", "LexiconMismatchError", "build_lexicon", "dictionary_sha256", "estimate_lexicon",

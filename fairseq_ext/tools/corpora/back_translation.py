@@ -33,7 +33,7 @@ import shutil
 
 from fairseq_ext.tools.common import ArgumentParser, ToolError, log, positive_int, read_json, read_lines, run_cli
 from fairseq_ext.tools.hypotheses import parse_generate_output
-from fairseq_ext.tools.corpora.universal_data import run_preprocess
+from fairseq_ext.tools.corpora.binarize import run_preprocess
 
 
 def _manifest(data: str) -> dict:

@@ -5,7 +5,8 @@ length limit ``bpe`` checks (:func:`fairseq_ext.tools.corpora.segment.validate_i
 one ``error: FILE:LINE: message``; the new ``bin/`` replaces the old one only once complete.
 
 Used by :mod:`fairseq_ext.tools.corpora.corpora` (``binarize``, ``prepare``),
-:mod:`fairseq_ext.tools.corpora.universal_data` and :mod:`fairseq_ext.tools.corpora.transfer`.
+:mod:`fairseq_ext.tools.corpora.universal_data` and :mod:`fairseq_ext.tools.corpora.transfer`;
+:func:`run_preprocess` (fairseq-preprocess in this process) serves every tool that binarizes.
 This module imports fairseq only when it runs.
 """
 from __future__ import annotations
@@ -14,11 +15,41 @@ import logging
 import os
 import shutil
 
-from fairseq_ext.tools.common import (DEFAULT_MAX_LEN, Timer, ToolError, log, read_json, resolve_pair, stamp_ok,
-                                      write_stamp)
+from fairseq_ext.tools.common import Timer, ToolError, log, read_json, stamp_ok, write_stamp
+from fairseq_ext.tools.corpora.folder_checks import DEFAULT_MAX_LEN, resolve_pair
 from fairseq_ext.tools.corpora.segment import fingerprint, validate_inputs
 
-__all__ = ["binarize"]
+__all__ = ["binarize", "run_preprocess", "swap_in"]
+
+
+def run_preprocess(argv: list[str]) -> None:
+    """fairseq-preprocess with the command line ``argv``, in this process; arguments it rejects are one
+    :class:`~fairseq_ext.tools.common.ToolError`, and the log file handler each call adds is removed again."""
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    plog = logging.getLogger("fairseq_cli.preprocess")
+    handlers = list(plog.handlers)
+    try:
+        try:
+            args = options.get_preprocessing_parser().parse_args(argv)
+        except SystemExit:
+            raise ToolError(f"fairseq-preprocess rejected the arguments {' '.join(argv)}") from None
+        preprocess.main(args)
+    finally:
+        for h in plog.handlers[:]:  # preprocess.main adds a FileHandler (preprocess.log) per call
+            if h not in handlers:
+                plog.removeHandler(h)
+                h.close()
+
+
+def swap_in(tmp: str, final: str) -> None:
+    """Replace the folder ``final`` by ``tmp`` (the old one is removed only once the new one is there)."""
+    old = f"{final}.old-{os.getpid()}"
+    if os.path.exists(final):
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str | None = None,
@@ -41,9 +72,6 @@ def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str 
         return bin_dir
     t0 = Timer()
     log(f"[binarize] fairseq preprocess {inp} -> {bin_dir} ({', '.join(f'{k} {v}' for k, v in counts.items())})")
-    from fairseq import options
-    from fairseq_cli import preprocess
-
     tmp = f"{bin_dir}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     argv = ["--source-lang", s, "--target-lang", t_, "--destdir", tmp, "--workers", str(max(1, workers))]
@@ -57,15 +85,8 @@ def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str 
         if info.get("method") == "word":  # word level: the --vocab-size most frequent types
             argv += ["--nwordssrc", str(info["vocab_size"]), "--nwordstgt", str(info["vocab_size"])]
     argv += extra_args or []
-    plog = logging.getLogger("fairseq_cli.preprocess")
-    handlers = list(plog.handlers)
     try:
-        parser = options.get_preprocessing_parser()
-        try:
-            args = parser.parse_args(argv)
-        except SystemExit:
-            raise ToolError(f"fairseq-preprocess rejected the arguments {' '.join(argv)}") from None
-        preprocess.main(args)
+        run_preprocess(argv)
         outputs = []
         for sp in splits:
             ids = os.path.join(inp, f"{sp}.ids")
@@ -77,17 +98,8 @@ def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str 
             if not name.startswith(".") and name != "preprocess.log":
                 outputs.append(name)
         write_stamp(tmp, "binarize", params, outputs)
-        # swap in: the old bin/ is removed only once the new one is complete
-        old = f"{bin_dir}.old-{os.getpid()}"
-        if os.path.exists(bin_dir):
-            os.replace(bin_dir, old)
-        os.replace(tmp, bin_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_in(tmp, bin_dir)
     finally:
-        for h in plog.handlers[:]:  # preprocess.main adds a FileHandler (preprocess.log) per call
-            if h not in handlers:
-                plog.removeHandler(h)
-                h.close()
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"[binarize] wrote {bin_dir} in {t0}")
     return bin_dir

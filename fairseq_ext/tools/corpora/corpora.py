@@ -31,9 +31,9 @@ import json
 import os
 import random
 
-from fairseq_ext.tools.common import (DEFAULT_MAX_LEN, SPLITS, ArgumentParser, CorpusError, OutputSet, Timer,
-                                      ToolError, check_folder, count_lines, log, positive_int, read_jsonl,
-                                      read_lines, run_cli, stamp_ok, write_stamp)
+from fairseq_ext.tools.common import (SPLITS, ArgumentParser, CorpusError, OutputSet, Timer, ToolError, log,
+                                      positive_int, read_jsonl, read_lines, run_cli, stamp_ok, write_stamp)
+from fairseq_ext.tools.corpora.folder_checks import DEFAULT_MAX_LEN, check_folder, count_lines
 from fairseq_ext.tools.corpora.binarize import binarize
 from fairseq_ext.tools.corpora.segment import (CLEAN_MAX_LEN, CLEAN_RATIO, METHODS, fingerprint, present_splits,
                                                segment)

@@ -40,9 +40,9 @@ import re
 import random
 from collections import Counter
 
-from fairseq_ext.tools.common import (DEFAULT_MAX_LEN, SPLITS, OutputSet, Timer, ToolError, check_parallel, log,
-                                      progress, read_json, read_lines, resolve_pair, sha256_file, stamp_ok,
-                                      write_stamp)
+from fairseq_ext.tools.common import (SPLITS, OutputSet, Timer, ToolError, log, progress, read_json, read_lines,
+                                      sha256_file, stamp_ok, write_stamp)
+from fairseq_ext.tools.corpora.folder_checks import DEFAULT_MAX_LEN, check_parallel, resolve_pair
 
 VERSION = 2
 METHODS = ("sentencepiece", "subword-nmt", "word")
@@ -115,28 +115,60 @@ def fingerprint(folder: str, names: list[str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- sentencepiece
-def _train_sentencepiece(files: list[str], model_path: str, vocab_path: str, vocab_size: int, sp_type: str,
-                         seed: int, threads: int) -> None:
+def train_sentencepiece(sentences: list[str], model_path: str, vocab_path: str, vocab_size: int, seed: int,
+                        label: str, sp_type: str = "bpe", threads: int = 1) -> int:
+    """A sentencepiece model (``sp_type``) of ``sentences`` -> ``model_path`` and its pieces and scores ->
+    ``vocab_path``; returns its size (``label`` names it in messages, e.g. ``spm.es``).
+
+    With ``hard_vocab_limit=False`` a text too small for ``vocab_size`` gives a smaller model; a ``vocab_size``
+    below the characters of the text is raised to what sentencepiece needs. Both are logged.
+    """
     import sentencepiece as spm
+
     if hasattr(spm, "set_random_generator_seed"):
         spm.set_random_generator_seed(seed)
-    sentences = [line for f in files for line in read_lines(f) if line.strip()]
-    model = io.BytesIO()
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences), model_writer=model, vocab_size=vocab_size,
-            model_type=sp_type, character_coverage=1.0, hard_vocab_limit=False, num_threads=threads,
-            shuffle_input_sentence=False, input_sentence_size=0, max_sentence_length=1 << 16,
-            minloglevel=2, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1)
-    except RuntimeError as e:
-        msg = str(e).strip().splitlines()
-        raise ToolError(f"sentencepiece training on {', '.join(files)} failed: {msg[-1] if msg else e}") from None
+    sentences = [x for x in sentences if x.strip()]
+    if not sentences:
+        raise ToolError(f"no text to train the sentencepiece model {label} on")
+    size = vocab_size
+    for _ in range(3):
+        model = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences), model_writer=model, vocab_size=size, model_type=sp_type,
+                character_coverage=1.0, hard_vocab_limit=False, num_threads=threads, shuffle_input_sentence=False,
+                input_sentence_size=0, max_sentence_length=1 << 16, minloglevel=2,
+                unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1)
+            break
+        except RuntimeError as e:
+            msg = str(e).strip().splitlines()
+            m = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(e))
+            if not m:
+                raise ToolError(f"sentencepiece training of {label} failed: {msg[-1] if msg else e}") from None
+            size = int(m.group(2)) + 2
+            log(f"[spm] {label}: vocab size {vocab_size} is below the {m.group(2)} characters of the text; "
+                f"raised to {size}")
+    else:  # pragma: no cover
+        raise ToolError(f"sentencepiece training of {label} failed (vocab size {size})")
     with open(model_path, "wb") as f:
         f.write(model.getvalue())
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
     with open(vocab_path, "w", encoding="utf-8") as f:
         for i in range(sp.get_piece_size()):
             f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n")
+    n = sp.get_piece_size()
+    if n < size:
+        log(f"[spm] {label}: {n} pieces instead of {size} (the text is too small for more)")
+    return n
+
+
+def model_pieces(model_path: str) -> list[str]:
+    """The pieces of a sentencepiece model, without ``<unk>``, control and unused pieces."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())
+            if not (sp.is_unknown(i) or sp.is_control(i) or sp.is_unused(i))]
 
 
 def words(line: str) -> str:
@@ -245,8 +277,8 @@ def segment(raw: str, out: str, src: str | None = None, tgt: str | None = None,
             if method == "sentencepiece":
                 name = f"spm{tag}"
                 log(f"[bpe] training sentencepiece {sp_type} ({vocab_size}) on {', '.join(train_files)}")
-                _train_sentencepiece(train_files, o.path(name + ".model"), o.path(name + ".vocab"),
-                                     vocab_size, sp_type, seed, threads)
+                train_sentencepiece([line for f in train_files for line in read_lines(f)], o.path(name + ".model"),
+                                    o.path(name + ".vocab"), vocab_size, seed, name, sp_type, threads)
                 model_file = name + ".model"
                 outputs += [name + ".model", name + ".vocab"]
             elif method == "word":

@@ -240,7 +240,7 @@ def read_rules(path: str) -> list[dict]:
     return out
 
 
-# --------------------------------------------------------------------------- scoring (shared with dialogue_patterns)
+# --------------------------------------------------------------------------- scoring (shared with dialogue_accuracy)
 def read_line_info(path: str, n_expected: Optional[int] = None, ref_path: Optional[str] = None,
                    known_types: Optional[Sequence[str]] = None) -> list[tuple[str, str]]:
     """A ``{split}.rule`` file as ``[(id, type)]``; checks the fields and (optionally) the line count."""

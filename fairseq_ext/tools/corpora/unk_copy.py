@@ -33,8 +33,9 @@ import json
 import os
 from collections import Counter
 
-from fairseq_ext.tools.common import (DEFAULT_MAX_LEN, ArgumentParser, OutputSet, Timer, ToolError, log, read_json,
-                                      read_lines, resolve_pair, run_cli, stamp_ok, write_stamp)
+from fairseq_ext.tools.common import (ArgumentParser, OutputSet, Timer, ToolError, log, read_json, read_lines,
+                                      run_cli, stamp_ok, write_stamp)
+from fairseq_ext.tools.corpora.folder_checks import DEFAULT_MAX_LEN, resolve_pair
 from fairseq_ext.tools.corpora.segment import fingerprint, validate_inputs
 
 VERSION = 1
