@@ -396,17 +396,6 @@ def toy_arthur_lexicon(path, vocab: int = 60, k: int = 3, seed: int = 0) -> str:
     return str(path)
 
 
-def recipe_script(relpath: str):
-    """A recipe's Python helper (e.g. ``recipes/gu/ch7_report.py``, not a package module) imported by path."""
-    import importlib.util
-
-    path = ROOT / relpath
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def thesis_commands(recipe, **env) -> list:
     """The commands a recipe prints in ``MODE=thesis`` (its ``+ `` lines; every other line is a ``# `` comment)."""
     p = run(["bash", recipe], timeout=120, MODE="thesis", **env)

@@ -1,8 +1,8 @@
 """Gu (2019) ch. 5 (universal NMT: ULR + MoLE) recipe: the thesis-mode printout of ``recipes/gu/ch5.sh`` (every
 command parses with its own parser: fairseq's with ``--user-dir fairseq_ext``, the tools' ``build_parser``), the
-report ``recipes/gu/ch5_report.py`` on a synthetic output tree (its scores.json written by the real
-``fairseq_ext.tools.evaluation.score compare --json``), ``fairseq-ext-ulr gates`` (the MoLE gate of Fig. 5.8) on tiny
-checkpoints trained here, and, marked slow, the recipe's ``DATA=tiny`` run end to end."""
+report (``fairseq_ext.tools.chapters.universal_report``) on a synthetic output tree (its scores.json written by
+the real ``fairseq_ext.tools.evaluation.score compare --json``), ``fairseq-ext-ulr gates`` (the MoLE gate of
+Fig. 5.8) on tiny checkpoints trained here, and, marked slow, the recipe's ``DATA=tiny`` run end to end."""
 import json
 import math
 import shlex
@@ -14,15 +14,12 @@ import pytest
 
 from fairseq_ext.tools.corpora import corpora, ulr
 
-from harness import ROOT, fairseq, n_lines, parse_fairseq_command, recipe_script, run, thesis_commands
+from fairseq_ext.tools.chapters import universal_report as rep
+from harness import ROOT, fairseq, n_lines, parse_fairseq_command, run, thesis_commands
 
 RECIPE = ROOT / "recipes" / "gu" / "ch5.sh"
 MULTI_TINY = ROOT / "tests" / "data" / "bible_multi_tiny" / "multi.tsv"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def report_module():
-    return recipe_script("recipes/gu/ch5_report.py")
 
 
 # ============================================================================ thesis printout
@@ -167,7 +164,6 @@ def tree(tmp_path_factory):
 
 
 def test_report_reads_the_real_compare_json(tree):
-    rep = report_module()
     sc = rep.read_scores(str(tree / "16k" / "scores.json"))
     raw = json.loads((tree / "16k" / "scores.json").read_text())
     assert set(sc) - {"_meta"} == {"vanilla", "multi", "closest", "ulr"} and sc["_meta"]["baseline"] == "multi"
@@ -185,7 +181,6 @@ def test_report_reads_the_real_compare_json(tree):
 
 
 def test_report_helpers(tmp_path):
-    rep = report_module()
     assert rep.system_of("runs/gu_ch5/it/16k/ulr_mole/test/generate-test.txt") == "ulr_mole"
     assert [rep.tokens_of_tag(t) for t in ("0k", "16k", "300", "full")] == [0, 16000, 300, None]
     log = tmp_path / "train.log"
@@ -198,7 +193,6 @@ def test_report_helpers(tmp_path):
 
 
 def test_report_writes_table_fig5_5_and_cost(tree, capsys):
-    rep = report_module()
     assert rep.main(["--out", str(tree), "--main", "16k"]) == 0
     printed = capsys.readouterr().out
     md = (tree / "table5_4.md").read_text()
@@ -234,7 +228,6 @@ def test_report_writes_table_fig5_5_and_cost(tree, capsys):
 def test_report_zero_resource_vanilla_only_when_marked(tree, tmp_path):
     import shutil
 
-    rep = report_module()
     out = tmp_path / "out"
     shutil.copytree(tree, out)
     (out / "0k" / "vanilla").mkdir()
@@ -248,7 +241,6 @@ def test_report_zero_resource_vanilla_only_when_marked(tree, tmp_path):
 def test_report_quotes_the_interleaved_cost(tree, tmp_path):
     import shutil
 
-    rep = report_module()
     out = tmp_path / "out"
     shutil.copytree(tree, out)
     (out / "cost").mkdir()
@@ -270,7 +262,6 @@ def test_report_quotes_the_interleaved_cost(tree, tmp_path):
 
 
 def test_report_without_scores_is_one_error(tmp_path):
-    rep = report_module()
     (tmp_path / "16k" / "multi").mkdir(parents=True)
     with pytest.raises(rep.ToolError, match="no <tag>/scores.json"):
         rep.main(["--out", str(tmp_path), "--main", "16k"])
@@ -354,7 +345,6 @@ def test_gates_by_verse_id_and_errors(mole_run, tmp_path):
 def test_report_calls_gates_for_the_main_ulr_mole_checkpoint(mole_run, tmp_path):
     import shutil
 
-    rep = report_module()
     out = make_tree(tmp_path, {"300": ["multi", "ulr"]}, {"300": 301})
     d = out / "300" / "ulr_mole"
     d.mkdir()

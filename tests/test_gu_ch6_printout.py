@@ -1,24 +1,21 @@
 """Gu (2019) ch. 6 (MetaNMT) recipe, the thesis-mode printout of ``recipes/gu/ch6.sh``: every command parses (the
 data / ULR / splits tools with their own parsers, every fairseq command line with fairseq's parser and ``--user-dir
 fairseq_ext``), the settings of Table 6.2 and Fig. 6.3, and bad settings are refused. The helpers and the report of
-``recipes/gu/ch6_report.py`` and the end-to-end run are in ``test_gu_ch6_report.py``."""
+``fairseq_ext.tools.chapters.meta_report`` and the end-to-end run are in ``test_gu_ch6_report.py``."""
 import os
 import shlex
 
 import pytest
 
 from fairseq_ext.tools.corpora import corpora, ulr
-from harness import ROOT, parse_fairseq_command, recipe_script, run, thesis_commands
+from fairseq_ext.tools.chapters import meta_report as rep
+from harness import ROOT, parse_fairseq_command, run, thesis_commands
 
 RECIPE = ROOT / "recipes" / "gu" / "ch6.sh"
 EUROPARL = "bg,cs,da,de,el,es,et,fr,hu,it,lt,nl,pl,pt,sk,sl,sv".split(",")
 S6 = ["es", "fr", "it", "pt", "de", "ru"]
 TABLE_6_2_SETS = [["es"], ["es", "fr"], ["es", "fr", "it", "pt"], ["de", "ru"], S6, EUROPARL + ["ru"]]
 TARGETS = ["ro", "lv", "fi", "tr", "ko"]
-
-
-def report_module():
-    return recipe_script("recipes/gu/ch6_report.py")
 
 
 # ============================================================================ thesis printout
@@ -60,7 +57,7 @@ def tool_parse(line, rep):
     if toks[1] == "-m":
         assert toks[2] == "fairseq_ext.tools.corpora.corpora", line
         return f"corpora {toks[3]}", corpora.build_parser().parse_args(toks[3:])
-    assert toks[1] == "recipes/gu/ch6_report.py", line
+    assert toks[1] == "examples/meta_nmt/report.py", line
     return f"ch6 {toks[2]}", rep.build_parser().parse_args(toks[2:])
 
 
@@ -105,7 +102,6 @@ def test_thesis_fairseq_lines_parse_with_registered_names(thesis_lines):
 
 
 def test_thesis_settings_table_6_2_and_fig_6_3(thesis_lines):
-    rep = report_module()
     by, order = {}, []
     for ln in thesis_lines:
         if os.path.basename(shlex.split(ln[2:])[0]) in FAIRSEQ:

@@ -1,5 +1,5 @@
-"""Gu (2019) ch. 6 (MetaNMT) recipe: the helpers and the report of ``recipes/gu/ch6_report.py`` (the MetaNMT splits
-built next to a real ``fairseq-ext-data universal`` folder of the tiny multi-parallel slice; the report on a
+"""Gu (2019) ch. 6 (MetaNMT) recipe: the helpers and the report (``fairseq_ext.tools.chapters.meta_splits``,
+``fairseq_ext.tools.chapters.meta_report``: the splits built next to a real ``fairseq-ext-data universal`` folder of the tiny multi-parallel slice; the report on a
 synthetic output tree whose scores come from the real ``fairseq_ext.tools.evaluation.score``), and, marked slow,
 the recipe's ``DATA=tiny`` run end to end. The thesis-mode printout is in ``test_gu_ch6_printout.py``."""
 import json
@@ -10,15 +10,13 @@ import sys
 import pytest
 
 from fairseq_ext.tools.evaluation import score
-from harness import ROOT, n_lines, recipe_script, run
+from fairseq_ext.tools.chapters import meta_splits
+from fairseq_ext.tools.chapters import meta_report as rep
+from harness import ROOT, n_lines, run
 
 RECIPE = ROOT / "recipes" / "gu" / "ch6.sh"
 MULTI_TINY = ROOT / "tests" / "data" / "bible_multi_tiny" / "multi.tsv"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def report_module():
-    return recipe_script("recipes/gu/ch6_report.py")
 
 
 # ============================================================================ splits and concat on real data
@@ -38,8 +36,7 @@ def _fairseq_lines(prefix):
 
 
 def test_splits_next_to_a_universal_folder(uni, capsys):
-    rep = report_module()
-    counts = rep.build_splits(str(uni), ["es", "fr"], ["tl"])
+    counts = meta_splits.build_splits(str(uni), ["es", "fr"], ["tl"])
     b = uni / "bin_meta"
     train_lang = (uni / "spm" / "train.lang").read_text().splitlines()
     n = {x: train_lang.count(x) for x in ("es", "fr", "tl", "it")}
@@ -71,22 +68,21 @@ def test_splits_next_to_a_universal_folder(uni, capsys):
     assert all(sym.endswith("__tl") for sym in d.string(vs[0]).split()) and d.unk() not in vs[0].tolist()
     # a second call is skipped (stamp); a changed argument rebuilds
     capsys.readouterr()
-    rep.build_splits(str(uni), ["es", "fr"], ["tl"])
+    meta_splits.build_splits(str(uni), ["es", "fr"], ["tl"])
     assert "up to date" in capsys.readouterr().err
-    counts2 = rep.build_splits(str(uni), ["es"], ["tl"])
+    counts2 = meta_splits.build_splits(str(uni), ["es"], ["tl"])
     assert counts2["train_multi"] == {"es": n["es"]} and (b / "train_multi.lang").read_text().split() == ["es"] * n["es"]
 
 
 def test_splits_errors(uni):
-    rep = report_module()
     with pytest.raises(rep.ToolError, match="is the target"):
-        rep.build_splits(str(uni), ["es"], ["it"], name="x")
+        meta_splits.build_splits(str(uni), ["es"], ["it"], name="x")
     with pytest.raises(rep.ToolError, match="'de' is not in"):
-        rep.build_splits(str(uni), ["es", "de"], ["tl"], name="x")
+        meta_splits.build_splits(str(uni), ["es", "de"], ["tl"], name="x")
     with pytest.raises(rep.ToolError, match="distinct languages"):
-        rep.build_splits(str(uni), ["es", "tl"], ["tl"], name="x")
+        meta_splits.build_splits(str(uni), ["es", "tl"], ["tl"], name="x")
     with pytest.raises(rep.ToolError, match="no manifest.json"):
-        rep.build_splits(str(uni / "bin"), ["es"], ["tl"])
+        meta_splits.build_splits(str(uni / "bin"), ["es"], ["tl"])
     assert not (uni / "x").exists()
 
 
@@ -102,7 +98,6 @@ def _gen(path, hyps, order=None):
 
 
 def test_concat_puts_the_draws_one_after_the_other(tmp_path):
-    rep = report_module()
     ref = _write(tmp_path / "ref.en", REF[:3])
     a = _gen(tmp_path / "a.txt", ["x1", "x2", "x3"])
     b = _write(tmp_path / "b.txt", ["y1", "y2", "y3"])   # plain text works too
@@ -171,7 +166,6 @@ def tree(tmp_path_factory):
     """OUT of the recipe: zero-shot and 2 draws x 3 strategies of MetaNMT, transfer without emb; scores,
     per-column bootstrap on the concatenation (the recipe's concat + `score compare`), cost rounds, joint logs."""
     root = tmp_path_factory.mktemp("ch6_report")
-    rep = report_module()
     out = root / "out"
     ref = _write(root / "ref.en", REF)
     (out).mkdir()
@@ -215,7 +209,6 @@ def tree(tmp_path_factory):
 
 
 def test_report_helpers(tmp_path):
-    rep = report_module()
     _cost_log(tmp_path / "c.log", 2.0, 2000)
     spu = rep.seconds_per_update(str(tmp_path / "c.log"))
     assert spu["train_wall"] == pytest.approx(2.0) and spu["updates"] == 20 and spu["wpb"] == 2000
@@ -232,7 +225,6 @@ def test_report_helpers(tmp_path):
 
 
 def test_report_table_6_2_layout(tree, capsys):
-    rep = report_module()
     assert rep.main(["--out", str(tree)]) == 0
     printed = capsys.readouterr().out
     md = (tree / "table6_2.md").read_text()
@@ -279,7 +271,6 @@ def test_report_table_6_2_layout(tree, capsys):
 
 
 def test_report_without_scores_is_one_error(tmp_path):
-    rep = report_module()
     (tmp_path / "meta").mkdir()
     with pytest.raises(rep.ToolError, match="no score in"):
         rep.main(["--out", str(tmp_path)])

@@ -7,19 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from harness import ROOT, n_lines, parse_fairseq_command, recipe_script, run, thesis_commands
+from fairseq_ext.tools.chapters import greedy_report as rep
+from harness import ROOT, n_lines, parse_fairseq_command, run, thesis_commands
 
 RECIPE = ROOT / "recipes" / "gu" / "ch7.sh"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def report_module():
-    return recipe_script("recipes/gu/ch7_report.py")
-
-
 # ============================================================================ report statistics
 def test_paired_bootstrap_of_means():
-    rep = report_module()
     rng = np.random.default_rng(0)
     base = rng.normal(-2.0, 0.5, size=400)
     same = rep.paired_bootstrap_mean(base, base.copy(), n=200)
@@ -33,7 +29,6 @@ def test_paired_bootstrap_of_means():
 
 
 def test_validation_curve_and_detok(tmp_path):
-    rep = report_module()
     log = tmp_path / "bleu.log"
     log.write_text(
         "2026-11-24 10:00:00 | INFO | train_inner | epoch 001: 10 / 3580 loss=0.15, reward=0.1, num_updates=10\n"
@@ -74,7 +69,7 @@ def test_thesis_mode_prints_parsable_commands():
     assert len(gens) == 8 * (2 * 2 + 2)
     assert sorted({a.decoding_algorithm for a in gens}) == ["beam", "greedy"] and all(a.beam == 5 for a in gens)
     assert sum(a.task == "translation_decoding" for a in gens) == 16
-    assert sum("ch7_report.py" in ln for ln in lines) == 8
+    assert sum("examples/trainable_greedy/report.py" in ln for ln in lines) == 8
 
 
 def test_thesis_mode_pairs_option():

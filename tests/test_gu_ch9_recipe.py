@@ -8,19 +8,15 @@ import os
 
 import pytest
 
-from harness import ROOT, n_lines, parse_fairseq_command, recipe_script, run, thesis_commands
+from fairseq_ext.tools.chapters import simul_report as rep
+from harness import ROOT, n_lines, parse_fairseq_command, run, thesis_commands
 
 RECIPE = ROOT / "recipes" / "gu" / "ch9.sh"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def report_module():
-    return recipe_script("recipes/gu/ch9_report.py")
-
-
 # ============================================================================ dominance, curves, table
 def test_dominance_verdicts():
-    rep = report_module()
     agents = [(0.5, 20.0, "ap0.3"), (0.7, 25.0, "ap0.5"), (0.9, 28.0, "ap0.7")]
     d = rep.dominance(agents, (0.75, 22.0, "wiw"), "ap")           # ap0.5 has less delay and more BLEU
     assert d["verdict"] == "dominated" and d["dominated_by"] == ["ap0.5"] and d["agents_win"]
@@ -37,7 +33,6 @@ def test_dominance_verdicts():
 
 
 def test_pareto_front_and_interpolation():
-    rep = report_module()
     pts = [(0.5, 20.0, "a"), (0.6, 19.0, "b"), (0.7, 25.0, "c"), (0.7, 24.0, "d"), (0.9, 28.0, "e")]
     assert [p[2] for p in rep.pareto_front(pts)] == ["a", "c", "e"]
     assert rep.interpolate([(1, 10), (3, 30)], 2) == pytest.approx(20)
@@ -62,7 +57,6 @@ def rows_fixture():
 
 
 def test_dominance_table_waitk_readings_and_table():
-    rep = report_module()
     rows = rows_fixture()
     dom = rep.dominance_table(rows)
     # 3 delay measures x 2 agent searches x {wiw, wid}
@@ -83,7 +77,6 @@ def test_dominance_table_waitk_readings_and_table():
 
 
 def test_filter_keeps_pairs_under_the_limit(tmp_path):
-    rep = report_module()
     (tmp_path / "seg").mkdir()
     (tmp_path / "raw").mkdir()
     seg_src = ["a b c", " ".join(["x"] * 5), "d e", "f"]
@@ -107,7 +100,6 @@ def test_filter_keeps_pairs_under_the_limit(tmp_path):
 
 
 def test_validation_curve_parser(tmp_path):
-    rep = report_module()
     log = tmp_path / "ap0.5.log"
     log.write_text(
         "2026-11-24 09:54:23 | INFO | train | epoch 001 | loss 107.148 | reward -0.3641 | bleu 0 | ap 0.6641 | "
@@ -131,7 +123,6 @@ def write_decode(folder, hyps, actions, src_lens):
 
 
 def test_report_on_hand_written_decodes(tmp_path):
-    rep = report_module()
     refs = ["the cat sat on the mat", "a dog ran in the park today"]
     (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
     dd = tmp_path / "decode"
@@ -197,7 +188,7 @@ def test_thesis_mode_prints_parsable_commands():
     assert len(beams) == 4 * 2 * 7 and all(a.simul_beam == 5 for a in beams)
     assert sorted({a.simul_policy for a in gens}) == ["agent", "waitk", "wid", "wiw", "wos", "wue"]
     assert sorted({a.simul_waitk for a in gens if a.simul_policy == "waitk"}) == [1, 2, 3, 5, 7]
-    assert sum("ch9_report.py report" in ln for ln in lines) == 8
+    assert sum("examples/simultaneous/report.py report" in ln for ln in lines) == 8
     assert sum("fairseq-preprocess" in ln for ln in lines) == 8
 
 

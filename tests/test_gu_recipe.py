@@ -1,5 +1,6 @@
-"""Gu (2018) ch. 8 recipe: recipes/gu/nat_pipeline.py end to end on the tiny slice (tiny models, a few
-updates per stage), recipes/gu/latency.py helpers, and the thesis-mode printout of recipes/gu/ch8.sh."""
+"""Gu (2018) ch. 8 recipe: fairseq_ext.tools.chapters.nat_pipeline end to end on the tiny slice (tiny models, a
+few updates per stage), the helpers of fairseq_ext.tools.chapters.nat_latency, and the thesis-mode printout of
+recipes/gu/ch8.sh."""
 import csv
 import json
 import subprocess
@@ -8,10 +9,9 @@ import sys
 import pytest
 import torch
 
-from fairseq_ext.tools.evaluation.runs import load_script
+from fairseq_ext.tools.chapters import nat_latency as latency
+from fairseq_ext.tools.chapters import nat_pipeline
 from harness import ROOT, env, n_lines, run
-
-latency = load_script(ROOT / "recipes" / "gu" / "latency.py")
 
 
 # ============================================================================ latency helpers
@@ -129,8 +129,6 @@ def test_speedups_are_relative_to_the_reference():
 def test_pipeline_epd_systems_only_when_asked():
     import argparse
 
-    nat_pipeline = load_script(ROOT / "recipes" / "gu" / "nat_pipeline.py")
-
     default = nat_pipeline.systems(argparse.Namespace(npd=[10, 100], epd=[]))
     assert default == ["ar_b4", "ar_b1", "nat", "nat_avg", "nat_ft", "nat_ft_avg", "nat_ft_npd10", "nat_ft_npd100"]
     assert nat_pipeline.systems(argparse.Namespace(npd=[10], epd=[10]))[-2:] == ["nat_ft_npd10", "nat_ft_epd10"]
@@ -178,7 +176,7 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
 
     ar2 = train(tiny_bin, tmp_path / "ar2")   # a second AR model of the same data (the 6+1 model's place)
     out = tmp_path / "gu"
-    cmd = [sys.executable, ROOT / "recipes" / "gu" / "nat_pipeline.py", "--data", tiny_bin, "--out", out,
+    cmd = [sys.executable, "-m", "fairseq_ext.tools.chapters.nat_pipeline", "--data", tiny_bin, "--out", out,
            "--ar2", ar2, "--ar2-name", "tiny-2",
            "--size", "tiny", "--teacher-max-update", "8", "--budget-min", "0", "--max-update", "6",
            "--ft-max-update", "2", "--npd", "2,3", "--epd", "2", "--b1-max-sentences", "5", "--n-bootstrap", "50",
@@ -242,7 +240,7 @@ def test_pipeline_end_to_end_on_the_tiny_slice(tiny_bin, tmp_path):
     assert p.stderr.count("reusing") == 5
     # the NAT to convergence: dev BLEU every 2 updates, patience, curve.csv/.png; an interrupted run resumes
     from argparse import Namespace
-    npl = load_script(ROOT / "recipes" / "gu" / "nat_pipeline.py")
+    npl = nat_pipeline
     a = Namespace(out=tmp_path / "conv", force=False, size="tiny", budget_min=0, max_update=4, patience=50,
                   validate_every=2, seed=1, threads=1)
     npl.stage_nat(a, kd, out / "teacher" / "checkpoint_best.pt", "sentencepiece")

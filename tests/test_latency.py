@@ -143,9 +143,8 @@ def test_gu_ch9_report_has_laal_beside_al(tmp_path):
                 AL (γ = 1) = 4/3, LAAL (1/γ = 4/8) = [(1 − 0) + (2 − 1/2) + (4 − 1)] / 3 = 11/6.
     Corpus: AL = (5/3 + 4/3) / 2 = 1.5, LAAL = (5/3 + 11/6) / 2 = 1.75.
     """
-    from harness import recipe_script
+    from fairseq_ext.tools.chapters import simul_report as rep
 
-    rep = recipe_script("recipes/gu/ch9_report.py")
     dec = tmp_path / "decode" / "wait2.greedy"
     dec.mkdir(parents=True)
     tgt = ["\u2581d", " ".join(f"\u2581w{i}" for i in range(7))]

@@ -178,11 +178,12 @@ def test_the_cycle_check_finds_a_cycle(tmp_path):
 
 # --------------------------------------------------------------------------------------- the tools' sub-packages
 TOOLS = PACKAGE / "tools"
-TOOL_PACKAGES = ("corpora", "evaluation", "analysis", "tm", "export")
+TOOL_PACKAGES = ("corpora", "evaluation", "analysis", "tm", "export", "chapters")
 TOOLS_SHARED = ("common", "hypotheses", "plots")
 # which tools sub-packages each one may import (besides itself and TOOLS_SHARED), as tools/__init__.py states
 TOOLS_MAY_USE = {"corpora": (), "tm": (), "evaluation": ("corpora",), "export": ("corpora",),
-                 "analysis": ("corpora", "evaluation", "tm")}
+                 "analysis": ("corpora", "evaluation", "tm"),
+                 "chapters": ("corpora", "evaluation", "analysis", "tm", "export")}
 
 
 def table_names(init: Path) -> set:

@@ -1,6 +1,6 @@
 """Maruf (2019) ch. 5 (Bi-MSMT) recipe, recipes/maruf/ch5.sh: the thesis-mode printout (every fairseq command
 parses with fairseq's own parser and carries the §5.7 settings; the helper commands parse with their tools'
-parsers), the Bi-MSMT release converter of recipes/maruf/ch5_report.py, a bad SYSTEMS name refused, and, marked
+parsers), the Bi-MSMT release converter (fairseq_ext.tools.chapters.bimsmt), a bad SYSTEMS name refused, and, marked
 slow, the ``DATA=tiny`` run end to end (stage 1, generated target history, six stage-2 systems in two lanes,
 online decoding, the Table 5.3 layout report)."""
 import json
@@ -10,14 +10,12 @@ import shlex
 
 import pytest
 
-from harness import ROOT, n_lines, parse_fairseq_command, recipe_script, run, thesis_commands
+from fairseq_ext.tools.chapters import bimsmt
+from fairseq_ext.tools.chapters import conversation_report as rep
+from harness import ROOT, n_lines, parse_fairseq_command, run, thesis_commands
 
 RECIPE = ROOT / "recipes" / "maruf" / "ch5.sh"
 DOC_CONTEXT_FLAGS = {"--data", "--split", "--src", "--tgt", "--out"}
-
-
-def report_module():
-    return recipe_script("recipes/maruf/ch5_report.py")
 
 
 def thesis_lines(**env):
@@ -42,8 +40,8 @@ def parse_line(line):
             return module, flags
         parser = {"conversations": conversations, "corpora": corpora}[module].build_parser()
         return module, parser.parse_args(args[2:])
-    if tool == "python" and args[0].endswith("ch5_report.py"):
-        return "ch5_report", report_module().build_parser().parse_args(args[1:])
+    if tool == "python" and args[0] == "examples/multi_speaker_conversations/report.py":
+        return "ch5_report", rep.build_parser().parse_args(args[1:])
     assert tool == "cp", line
     return tool, None
 
@@ -99,12 +97,11 @@ def test_unknown_system_is_refused(tmp_path):
 
 
 def test_bimsmt_release_converter(tmp_path):
-    rep = report_module()
     (tmp_path / "en.txt").write_text("<chp>\n<sp>\n<en> Hello .\n<en> Thanks .\n<sp>\n<2en> Yes .\n<chp>\n<sp>\n"
                                      "<2en> No .\n<sp>\n<en> Why ?\n", encoding="utf-8")
     (tmp_path / "de.txt").write_text("<chp>\n<sp>\nHallo .\nDanke .\n<sp>\nJa .\n<chp>\n<sp>\nNein .\n<sp>\n"
                                      "Warum ?\n", encoding="utf-8")
-    st = rep.convert_bimsmt(str(tmp_path / "en.txt"), str(tmp_path / "de.txt"), "de", str(tmp_path / "out" / "dev"))
+    st = bimsmt.convert_bimsmt(str(tmp_path / "en.txt"), str(tmp_path / "de.txt"), "de", str(tmp_path / "out" / "dev"))
     assert st == {"conversations": 2, "sentences": 5, "en_source": 3}
     out = tmp_path / "out"
     assert (out / "dev.src").read_text().splitlines() == ["Hello .", "Thanks .", "Ja .", "Nein .", "Why ?"]
@@ -115,12 +112,11 @@ def test_bimsmt_release_converter(tmp_path):
     from fairseq_ext.data.conversations import ConversationIndex
     assert len(ConversationIndex.from_file(str(out / "dev.conv"), ("en", "de"))) == 5
     (tmp_path / "bad.txt").write_text("<chp>\n<sp>\nHallo .\n", encoding="utf-8")
-    with pytest.raises(rep.Error, match="line-aligned"):
-        rep.convert_bimsmt(str(tmp_path / "en.txt"), str(tmp_path / "bad.txt"), "de", str(tmp_path / "x"))
+    with pytest.raises(bimsmt.Error, match="line-aligned"):
+        bimsmt.convert_bimsmt(str(tmp_path / "en.txt"), str(tmp_path / "bad.txt"), "de", str(tmp_path / "x"))
 
 
 def test_train_cost_from_a_log(tmp_path):
-    rep = report_module()
     log = tmp_path / "t.log"
     log.write_text(
         "x | INFO | train_inner | epoch 001:  10 / 110 loss=9.1, num_updates=10, train_wall=40, wall=45\n"

@@ -18,11 +18,13 @@ package / module   what
                    diagnostic corpora of each mechanism
 ``tm``             Gu ch. 4: the translation memory (``fairseq-ext-tm``): index, fuzzy re-rank, selection
 ``export``         use a trained model outside fairseq: CTranslate2 export, translation, SimulEval agent
+``chapters``       one chapter's pipeline, data helpers and report (``examples/<topic>/report.py``)
 ``common``         the CLI convention, line/JSON I/O, atomic outputs, step stamps (every tool)
 ``hypotheses``     reading fairseq-generate output (corpora, evaluation, analysis and export use it)
 ``plots``          matplotlib helpers (corpora, evaluation, analysis and tm use them)
 =================  ============================================================================================
 
-Imports go one way: ``analysis`` may use ``corpora``, ``evaluation`` and ``tm``; ``evaluation`` and ``export``
-may use ``corpora``; every package uses the three shared modules above (``tests/test_layout.py``).
+Imports go one way: ``chapters`` may use every other package; ``analysis`` may use ``corpora``, ``evaluation``
+and ``tm``; ``evaluation`` and ``export`` may use ``corpora``; every package uses the three shared modules above
+(``tests/test_layout.py``).
 """

@@ -9,7 +9,7 @@
 # ULR arrays `fairseq-ext-ulr embed | seed-dict | project | closest | gates` (fairseq_ext/tools/corpora/ulr.py), task
 # `universal_translation` (--aux-langs, --lowres-lang, --lang-temperature, --bt-split), model `universal_rnn`
 # (--ulr, --ulr-fixed-A, --ulr-closest-only, --ulr-no-language-specific, --mole), criterion
-# `universal_mole_cross_entropy` (--gate-loss-weight); report recipes/gu/ch5_report.py.
+# `universal_mole_cross_entropy` (--gate-loss-weight); report examples/universal_nmt/report.py.
 #
 #   bash recipes/gu/ch5.sh                       # CPU: Bible, aux es fr ru -> en, low-resource it (budget below)
 #   SYSTEMS="multi ulr" bash recipes/gu/ch5.sh   # a subset of the ladder (default: all six below)
@@ -69,7 +69,7 @@
 # Fig. 5.5 (FIG55=1): vanilla / multi / ulr also at LOWRES_TOKENS 0 (zero-resource; vanilla has no data) and -1
 # (every training verse of LOWRES, ~27k).
 # Decoding: test, beam BEAM (5), lib.sh's length limit LEN; sacreBLEU BLEU / chrF against raw/test.en with
-# paired bootstrap against multi (same size); recipes/gu/ch5_report.py writes table5_4.md, fig5_5.png and the MoLE
+# paired bootstrap against multi (same size); examples/universal_nmt/report.py writes table5_4.md, fig5_5.png and the MoLE
 # gates of a few test verses (fig5_8_gates.png).
 # CPU budget (THREADS=1, two lanes side by side). Measured: the ULR stage took 26 min at load 3-7 (embeddings
 # 90-206 s per language, eflomal 5-9 min per auxiliary language); multi trained 356 updates of 2,048 tokens in 15
@@ -339,4 +339,4 @@ for tag in $(for j in "${jobs[@]}"; do tag_of "${j%%:*}"; done | sort -u); do
   $PY -m fairseq_ext.tools.evaluation.score compare --baseline $OUT/$tag/multi/test/generate-test.txt "${sys[@]}" \
     --ref $d/raw/test.en --n-bootstrap "$N_BOOTSTRAP" --json $OUT/$tag/scores.json > $OUT/$tag/scores.md
 done
-$PY recipes/gu/ch5_report.py --out $OUT --main "$(tag_of "$LOWRES_TOKENS")"
+$PY examples/universal_nmt/report.py --out $OUT --main "$(tag_of "$LOWRES_TOKENS")"

@@ -11,7 +11,7 @@
 # (--meta-langs, --meta-valid-lang, --meta-valid-steps, --inner-steps, --meta-gradient) and `ulr_finetune_translation`
 # (--finetune-strategy, --target-token-budget, --subsample-seed) of fairseq_ext/tasks/meta_translation.py,
 # `universal_translation` (the transfer baseline's joint phase), model `ulr_transformer` (--ulr, --ulr-freeze-delta;
-# archs ulr_transformer_{base,bench,tiny}); helpers and report recipes/gu/ch6_report.py (splits, concat, report).
+# archs ulr_transformer_{base,bench,tiny}); helpers and report examples/meta_nmt/report.py (splits, concat, report).
 #
 #   bash recipes/gu/ch6.sh                          # CPU: Bible, meta-train es fr ru ar, validation tl, target it
 #   META_LANGS=es,fr VALID_LANG=vi bash recipes/gu/ch6.sh   # other languages (each set has its own folders)
@@ -21,7 +21,7 @@
 #   DATA=tiny bash recipes/gu/ch6.sh                # the committed tiny multi-parallel slice, tiny models, 2 draws
 #                                                   # (~8 min next to other work)
 #   MODE=thesis bash recipes/gu/ch6.sh              # print the thesis-setting commands (RUN=1: run them)
-#   python recipes/gu/ch6_proximal.py --build-tiny --out runs/gu_ch6_proximal   # fine-tuning with Eq. 6.3's prior
+#   python examples/meta_nmt/proximal.py --build-tiny --out runs/gu_ch6_proximal   # fine-tuning with Eq. 6.3's prior
 #                                                   # (--criterion metanmt_cross_entropy --proximal-weight B)
 #
 # ---- Thesis settings (MODE=thesis; data you provide, a GPU assumed) --------------------------------------------
@@ -31,7 +31,7 @@
 # THESIS_DATA/multi.tsv (the layout of the Bible's multi.tsv, built by your own script: a verse-id-like first column
 # whose "book" decides train/valid/test, one column per language, English the target) -- then per source set and
 # target the data builder writes the marked vocabularies (BPE 40k per language), ULR inputs (fastText 300-d; the
-# thesis aligns them with MUSE, here Procrustes on alignment seeds), M = 20k universal English tokens; `ch6_report.py
+# thesis aligns them with MUSE, here Procrustes on alignment seeds), M = 20k universal English tokens; `examples/meta_nmt/report.py
 # splits` writes train_multi (the sources), train_meta_<V> (+ V) and valid_<V> (V's dev). ulr_transformer_base
 # (d 512, FFN 512, 6+6 layers, 8 heads, dropout 0.1), batches of 4,000 tokens (D and D' each), 1 episode per
 # meta-update, 1 inner Adam step (first-order, Eq. 6.10), Adam (0.9, 0.98, 1e-9), Noam-like lr 3.5e-4 peak with 16k
@@ -56,7 +56,7 @@
 # language, marked "<piece>__<lang>"; ULR built once for the folder (fastText 300-d on every training-book verse of
 # each language, seed dictionaries from symmetrised eflomal links of each language's pairs -- TARGET's from its
 # pool, more parallel text than one draw: the thesis's MUSE uses none -- Procrustes, M = all English pieces); then
-# `ch6_report.py splits` (train_multi, train_meta_tl, valid_tl: tl's dev = its held-out valid books).
+# `examples/meta_nmt/report.py splits` (train_multi, train_meta_tl, valid_tl: tl's dev = its held-out valid books).
 # Joint phase (ulr_transformer_bench: 3+3 layers, 256/1024, 4 heads; Adam (0.9, 0.98, 1e-9), lr 5e-4 inverse_sqrt,
 # 200 warm-up updates; 2,048-token batches = D and D'), META_BUDGET_MIN (40) minutes each, side by side:
 #   meta   meta_translation on train_meta_tl: episodes over META_LANGS, first-order, 1 inner Adam step (lr = the
@@ -89,7 +89,7 @@
 # stopped (finished stages are skipped; the joint runs checkpoint every VALID_EVERY updates with their training
 # clock; an unfinished fine-tuning run restarts).
 source "$(dirname "$0")/../lib.sh"
-REPORT=recipes/gu/ch6_report.py
+REPORT=examples/meta_nmt/report.py
 META_LANGS=${META_LANGS:-es,fr,ru,ar}
 VALID_LANG=${VALID_LANG:-tl}
 TARGET=${TARGET:-it}
@@ -290,7 +290,7 @@ train_joint() {  # SYS (meta | multi) -> OUT/SYS/checkpoint_best.pt
 two_lanes "train_joint meta" "train_joint multi" || { echo "error: the joint phase failed (logs in $OUT)" >&2; exit 1; }
 
 # ---- the cost ratio: rounds of meta / transfer runs back to back (order alternating), seconds per update from
-# fairseq's train_wall after the first log interval (recipes/gu/ch6_report.py)
+# fairseq's train_wall after the first log interval (examples/meta_nmt/report.py)
 if [ "${MEASURE_COST:-1}" = 1 ]; then
   for r in $(seq 1 $COST_ROUNDS); do
     c=$OUT/cost/r$r

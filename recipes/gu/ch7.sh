@@ -11,7 +11,7 @@
 # criterion `actor_critic` (--tg-objective bleu|perplexity, --tg-uniform-weights, --tg-tau, --tg-noise-std,
 # --critic-updates 10), optimizer `rmsprop` (--group-lr actor:LR,critic:LR), task `trainable_greedy_decoding`
 # (--tg-actor on|off, --tg-influence-out), decoders of `translation_decoding` (--decoding-algorithm greedy|beam);
-# report recipes/gu/ch7_report.py; decode-time ratio recipes/bench/decode_speed.py.
+# report examples/trainable_greedy/report.py; decode-time ratio recipes/bench/decode_speed.py.
 #
 #   bash recipes/gu/ch7.sh                    # CPU: Bible es->en (budget below)
 #   STAGE1=ckpt.pt bash recipes/gu/ch7.sh     # the frozen NMT: that rnnsearch checkpoint (no stage 1), e.g.
@@ -47,7 +47,7 @@
 # ~20 updates, and RMSProp moves a parameter by about the learning rate per update, so 2e-6 would leave the actor
 # at its zero initialisation (plain greedy). CRITIC_LR 2e-4 (the thesis's).
 # Decoding of test (1,494 verses): plain greedy and beam BEAM (5) on the NMT, and each actor's best checkpoint
-# greedy and beam; per-token influence of the bleu actor (Fig. 7.5). Scores (recipes/gu/ch7_report.py): sacreBLEU
+# greedy and beam; per-token influence of the bleu actor (Fig. 7.5). Scores (examples/trainable_greedy/report.py): sacreBLEU
 # BLEU / chrF and paired bootstrap against the plain decoder of the same search; the perplexity of every output
 # under the frozen NMT (exp of minus the mean per-sentence (1/|Y|) sum log p, </s> included) with a paired bootstrap
 # of its difference (Fig. 7.3 layout, fig7_3_deltas.png); Fig. 7.4 from the validation logs (fig7_4_curves.png:
@@ -95,7 +95,7 @@ if [ "$MODE" = thesis ]; then
       thesis $FS/fairseq-generate $B "${UD[@]}" --task translation_decoding --gen-subset test \
         --path $C/$pair/nmt/checkpoint_best.pt --decoding-algorithm $algo --beam 5 --results-path $C/$pair/plain_$algo
     done
-    thesis $PY recipes/gu/ch7_report.py --out $C/$pair --data $B --nmt $C/$pair/nmt/checkpoint_best.pt \
+    thesis $PY examples/trainable_greedy/report.py --out $C/$pair --data $B --nmt $C/$pair/nmt/checkpoint_best.pt \
       --ref THESIS_REF_$pair.txt
   done
   exit 0
@@ -222,6 +222,6 @@ fi
 # ---- report
 args=()
 for a in "${ACTORS[@]}"; do args+=(--actor "$a=$OUT/$a.log"); done
-$PY recipes/gu/ch7_report.py --out $OUT --data $BIN --nmt "$STAGE1" --ref $RAW/test.en --decode-dir $OUT/decode \
+$PY examples/trainable_greedy/report.py --out $OUT --data $BIN --nmt "$STAGE1" --ref $RAW/test.en --decode-dir $OUT/decode \
   "${args[@]}" --n-bootstrap "$N_BOOTSTRAP" --influence $OUT/decode/bleu.influence.tsv --speed $OUT/decode_speed.md
 echo "results: $OUT/results.md"

@@ -4,7 +4,7 @@
 # decoding (Eqs. 8.5-8.7) and, optionally, exact parallel decoding (EPD, Eq. 8.8: the K most probable fertility
 # sequences rescored by the teacher; EPD=10[,100] adds nat_ft_epdK rows), Table 8.2 rows (BLEU + latency
 # speed-up vs the AR teacher) and Fig. 8.6.
-# Spec: specs/004b-gu-decoding-efficient.md §3.  Driver: recipes/gu/nat_pipeline.py; timing: recipes/gu/latency.py.
+# Spec: specs/004b-gu-decoding-efficient.md §3.  Driver: fairseq_ext.tools.chapters.nat_pipeline; timing: ...nat_latency.
 #
 #   bash recipes/gu/ch8.sh                                   # Bible es->en on this CPU (budget below)
 #   TEACHER=runs/bench/JOB/transformer/checkpoint_best.pt bash recipes/gu/ch8.sh   # reuse a bench teacher
@@ -123,7 +123,7 @@ if [ "$MODE" = thesis ]; then
         --teacher-path $C/teacher/checkpoint_best.pt --rescore-batch 64 --remove-bpe
     done
     # 6. latency (batch 1, whole set; Fig. 8.6) on the GPU
-    thesis $PY recipes/gu/latency.py --gpu --data "$D-kd" --split $SUBSET --teacher $C/teacher/checkpoint_best.pt \
+    thesis $PY -m fairseq_ext.tools.chapters.nat_latency --gpu --data "$D-kd" --split $SUBSET --teacher $C/teacher/checkpoint_best.pt \
       --nat $C/nat/checkpoint_best.pt --ft $C/ft/checkpoint_best.pt --post-process subword_nmt \
       --systems ar_b4,ar_b1,nat,nat_ft,nat_ft_npd10,nat_ft_npd100,nat_ft_epd10,nat_ft_epd100 --batch-sizes 1 64 \
       --out $C/latency
@@ -141,7 +141,7 @@ if [ "${DATA:-bible}" = tiny ]; then
       --method sentencepiece --vocab-size 300
     $PY -m fairseq_ext.tools.corpora.corpora binarize $OUT/data/seg --out $OUT/data --src es --tgt en
   fi
-  $PY recipes/gu/nat_pipeline.py --data $OUT/data --out $OUT --size tiny \
+  $PY -m fairseq_ext.tools.chapters.nat_pipeline --data $OUT/data --out $OUT --size tiny \
     ${TEACHER:+--teacher "$TEACHER"} --teacher-max-update "${TEACHER_UPDATES:-30}" \
     --budget-min "${USER_BUDGET:-0}" --max-update "${MAX_UPDATE:-20}" --ft-max-update "${FT_MAX_UPDATE:-5}" \
     --npd "$NPD" --epd "$EPD" --b1-max-sentences "${LAT_SENTENCES:-0}" --threads "$THREADS" ${FORCE:+--force}
@@ -171,7 +171,7 @@ if [ -n "${PATIENCE:-}" ]; then  # the NAT to convergence: dev BLEU every VALID_
   NAT_BUDGET=(--patience "$PATIENCE" --validate-every "${VALID_EVERY:-200}" --budget-min "${CAP_MIN:-240}"
               --ft-max-update "${FT_MAX_UPDATE:-300}")
 fi
-$PY recipes/gu/nat_pipeline.py --data "$SEG" --out "runs/$JOB/nat" --teacher "$TEACHER" \
+$PY -m fairseq_ext.tools.chapters.nat_pipeline --data "$SEG" --out "runs/$JOB/nat" --teacher "$TEACHER" \
   "${AR2_ARGS[@]}" --size small "${NAT_BUDGET[@]}" --ft-fraction "${FT_FRACTION:-0.333}" --ft-lr "${FT_LR:-2e-5}" \
   --ft-validate-interval-updates "${FT_VALID_EVERY:-50}" --npd "$NPD" --epd "$EPD" \
   --b1-max-sentences "${LAT_SENTENCES:-200}" \

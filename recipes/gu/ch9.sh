@@ -14,7 +14,7 @@
 # --target-ap, --target-cw, --delay-beta, --delay-alpha, --traj-per-sent, --reward-bpe), task `simul_rl_translation`
 # (--simul-decoding simul_greedy|simul_beam, --simul-beam, --simul-policy agent|wue|wos|wiw|wid|waitk,
 # --simul-waitk, --simul-actions-out), generators fairseq_ext/generators/simultaneous.py, latency scorer
-# `python -m fairseq_ext.tools.evaluation.simul_latency`; report (and the < 50-subword test filter) recipes/gu/ch9_report.py.
+# `python -m fairseq_ext.tools.evaluation.simul_latency`; report (and the < 50-subword test filter) examples/simultaneous/report.py.
 #
 #   bash recipes/gu/ch9.sh                    # CPU: Bible es->en (budget below)
 #   PAIR=en-ru bash recipes/gu/ch9.sh         # en->ru (World English Bible -> Russian Synodal 1876; also ru-en,
@@ -37,7 +37,7 @@
 # tokenised, 20k subword-nmt merges per language, separate vocabularies, spec §4.9 [C]) and raw/{valid,test}.<lang>
 # (the detokenised text: sacreBLEU references). Training pairs with both sides < 50 subwords (fairseq drops the
 # others: --max-source-positions 50 --max-target-positions 50, ⟨/s⟩ counted); the evaluation sets are filtered the
-# same way (ch9_report.py filter: the thesis does not say; newstest2015 is our held-out addition, spec §4.12.12).
+# same way (report.py filter: the thesis does not say; newstest2015 is our held-out addition, spec §4.12.12).
 # Environment (§9.4.1): rnnsearch_gu_wmt15_uni (uni-GRU encoder, conditional GRU 1028, emb 512, no dropout), MLE,
 # batch 32, clip 1 (Adadelta in the thesis; Adam 1e-3 here, as recipes/gu/ch7.sh -- the same dl4mt NMT family).
 # Agents (§9.5.1): simul_agent (512 GRU units, baseline MLP 128), 6 per direction: AP targets d* 0.3 / 0.5 / 0.7
@@ -48,7 +48,7 @@
 # 1,000 updates, the checkpoint with the best validation BLEU/AP kept (--best-checkpoint-metric bleu_over_ap).
 # Decoding (newstest2013 = the thesis's set, newstest2015): every agent with simul_greedy and simul_beam 5; WUE greedy
 # and beam 5, WOS, WIW, WID greedy; wait-k k in WAITK (1 2 3 5 7; our addition, SimulEval-style AL) -- all with the
-# actions files; scores + plots + dominance by ch9_report.py. SEG1/SEG2 (Oda et al. 2014) are not implemented.
+# actions files; scores + plots + dominance by examples/simultaneous/report.py. SEG1/SEG2 (Oda et al. 2014) are not implemented.
 # Thesis findings (§9.5; every number is in plots): smaller targets give lower BLEU; all agents lie between WUE (best
 # BLEU, worst delay) and WOS; they beat WIW / WID in most cases (a few exceptions; those baselines do not control the
 # delay); AP-trained agents beat CW-trained ones, above all into English; simultaneous beam search adds BLEU at a
@@ -82,7 +82,7 @@
 # Decoding of the test pairs: every agent simul_greedy and simul_beam BEAM (5); WUE greedy and beam; WOS, WIW, WID
 # greedy; wait-k for k in WAITK (1 2 3 5 7) greedy; --simul-actions-out everywhere
 # -> OUT/eval_*/decode/<system>.<search>/.
-# Report (ch9_report.py report): sacreBLEU BLEU / chrF and corpus AP / CW / AL / DAL per system -> OUT/results.md
+# Report (report.py report): sacreBLEU BLEU / chrF and corpus AP / CW / AL / DAL per system -> OUT/results.md
 # (+ results.json, fig9_5_bleu_ap.png, fig9_6_bleu_cw.png, bleu_al.png, bleu_laal.png, fig9_4_curves.png) with the dominance check of
 # the agents against WIW / WID on AP, CW and AL (stated either way) and the agents against the wait-k curve at their AL.
 # Caching: a step is skipped when its output exists (stage 1's and the agents' train.done, finished decode folders;
@@ -110,7 +110,7 @@ USER_WAITK=${WAITK:-}
 WAITK=(${WAITK:-1 2 3 5 7})
 BASE_GREEDY=(wue wos wiw wid)
 BASE_BEAM=(wue)
-REPORT=recipes/gu/ch9_report.py
+REPORT=examples/simultaneous/report.py
 
 # target_flags NAME: the criterion's delay flags of an agent name (apD: AP target D; cwC: CW target C)
 target_flags() {

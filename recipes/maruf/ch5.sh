@@ -15,7 +15,7 @@
 # criterion `conversation_cross_entropy` (loss per direction), generator `conversation_online`
 # (fairseq_ext/generators/conversation_online.py), corpus + Table 5.1 + per-direction BLEU
 # `python -m fairseq_ext.tools.corpora.conversations build|stats|lm-data|score`, report and Bi-MSMT release converter
-# recipes/maruf/ch5_report.py, decode-time ratios recipes/bench/decode_speed.py.
+# examples/multi_speaker_conversations/report.py, decode-time ratios recipes/bench/decode_speed.py.
 #
 #   bash recipes/maruf/ch5.sh                       # CPU: the Bible es<->en conversations (budget below)
 #   SYSTEMS="base src_lsa dual" bash recipes/maruf/ch5.sh   # a subset (base is always the first, the baseline)
@@ -29,7 +29,7 @@
 # (3582/70/108), OpenSubtitles2016 En-Ru (23126/462/694); THESIS_DATA/<Europarl7|OpenSubtitles2016>/English-<F>/
 # concatenated_{English,<F>}_{train,dev,test}.txt (github.com/sameenmaruf/Bi-MSMT: dev/test public, the training
 # sets on request; `<chp>`/`<d>` conversation, `<sp>` speaker, `<en>`/`<2en>` direction tags), already tokenised
-# (Europarl scripts). Converted by ch5_report.py from-bimsmt to {split}.{src,tgt,conv}; joint BPE ~30k
+# (Europarl scripts). Converted by examples/multi_speaker_conversations/report.py from-bimsmt to {split}.{src,tgt,conv}; joint BPE ~30k
 # (subword-nmt, shared by both directions); fairseq-preprocess --joined-dictionary (one dictionary, both sides).
 # Sentence vectors (§5.2, the thesis's public-data setting): per language a forward and a backward RNNLM
 # (`lstm_lm` 1 x 512, spec §10.8) on every sentence of that language in the training conversations
@@ -80,7 +80,7 @@
 # Test (630 verses): conversation_online (greedy, online), BLEU (sacreBLEU 13a, detokenised) overall / en->es /
 # es->en with the paired bootstrap against `base` per column, chrF; training s/update per system from the logs
 # (both lanes busy: the same load for all), decode-time ratio × base (decode_speed.py, ROUNDS (3) interleaved
-# rounds on valid) -> runs/maruf_ch5/es-en/results.md (ch5_report.py; + conversations score per system).
+# rounds on valid) -> runs/maruf_ch5/es-en/results.md (report.py; + conversations score per system).
 # CPU budget (THREADS=1; measured here on 2 cores shared with two other trainings and a test run): fairseq-train
 # smoke runs of 10 updates one after the other (load 5-6; 10-update wall incl. ~15 s start-up): bimsmt_rnn_base 76 s,
 # bimsmt_rnn_bench sizes 63 s, Lang-Specific S-Attention 43 s, Dual Src-Tgt 45 s -- the load moved more than the
@@ -123,7 +123,7 @@ if [ "$MODE" = thesis ]; then
     echo "# ---- $name en-$F: data (Bi-MSMT release -> {split}.{src,tgt,conv}, joint BPE 30k, one dictionary)"
     for split in train valid test; do
       rel=$split; [ $split != valid ] || rel=dev
-      thesis $PY recipes/maruf/ch5_report.py from-bimsmt --english $REL/concatenated_English_$rel.txt \
+      thesis $PY examples/multi_speaker_conversations/report.py from-bimsmt --english $REL/concatenated_English_$rel.txt \
         --foreign $REL/concatenated_${FN}_$rel.txt --lang $F --out $W/raw/$split
     done
     thesis $PY -m fairseq_ext.tools.corpora.conversations stats $W/raw --langs en,$F
@@ -187,7 +187,7 @@ if [ "$MODE" = thesis ]; then
         --tokenize none
       systems+=(--system $m=$C/$m/generate-test.txt)
     done
-    thesis $PY recipes/maruf/ch5_report.py report --out $C --conv "$D/test.conv" --ref $W/raw/test.tgt --tokenised \
+    thesis $PY examples/multi_speaker_conversations/report.py report --out $C --conv "$D/test.conv" --ref $W/raw/test.tgt --tokenised \
       --langs en,$F --thesis-pair en-$F "${systems[@]}" --title ${name}_en-$F
     echo "# Tables 5.4 / 5.5: the Lang-Specific S-Attention model with restricted histories"
     for hist in prev_sent current_turn same_lang_prev_turns other_lang_prev_turns; do
@@ -363,10 +363,10 @@ if [ "${MEASURE_COST:-1}" = 1 ] && [ ! -s $OUT/cost/speed.json ]; then
   fi
 fi
 
-# ---- scores: Table 5.3 layout (ch5_report.py), the tool's per-direction BLEU, score compare (overall)
+# ---- scores: Table 5.3 layout (report.py), the tool's per-direction BLEU, score compare (overall)
 args=() logs=()
 for s in "${SYSTEMS[@]}"; do args+=(--system "$s=$OUT/decode/$s/generate-test.txt"); logs+=(--log "$s=$OUT/$s.log"); done
-$PY recipes/maruf/ch5_report.py report --out $OUT --conv $BIN/test.conv --ref $RAW/test.tgt --langs en,es \
+$PY examples/multi_speaker_conversations/report.py report --out $OUT --conv $BIN/test.conv --ref $RAW/test.tgt --langs en,es \
   --n-bootstrap "$N_BOOTSTRAP" --speed $OUT/decode_speed.json "${args[@]}" "${logs[@]}" --thesis-pair en-de \
   --title "Bible es<->en conversations ($BIN; stage 1 $STAGE1; stage 2 $UPDATES updates, OPTIM=$OPTIM, INJECT=$INJECT, target history $TGT_HISTORY)" \
   > /dev/null

@@ -1,4 +1,5 @@
-"""Report of recipes/gu/ch5.sh (Gu 2019 ch. 5, universal NMT: ULR + MoLE): Table 5.4, Fig. 5.5, Fig. 5.8, cost.
+"""The report of Gu (2019) ch. 5, universal NMT: ULR + MoLE (``recipes/gu/ch5.sh``; ``python
+examples/universal_nmt/report.py``): Table 5.4, Fig. 5.5, Fig. 5.8, cost.
 
 Reads the recipe's output folder OUT (``runs/gu_ch5/<lowres>/<budget>min`` or ``runs/gu_ch5_tiny``)::
 
@@ -43,7 +44,8 @@ from fairseq_ext.tools.evaluation import fairseq_log
 from fairseq_ext.tools.common import ToolError, log, run_cli
 from fairseq_ext.tools.evaluation.runs import fmt
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the repository (the data folders of a manifest are relative to it; the gates tool runs there)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # Table 5.4's rows (the thesis order) and labels
 SYSTEMS = [("vanilla", "Vanilla"), ("multi", "Multi-NMT"), ("closest", "Closest Uni-Token Only"),
@@ -296,7 +298,8 @@ def gate_line(system: str, png: str, summ: dict) -> str:
 
 # --------------------------------------------------------------------------- main
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="examples/universal_nmt/report.py",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="the recipe's output folder (OUT)")
     ap.add_argument("--main", required=True, help="the tag of Table 5.4's size (e.g. 16k)")
     ap.add_argument("--no-gates", action="store_true", help="skip Fig. 5.8 even if the ulr_mole checkpoint exists")

@@ -4,9 +4,9 @@ it with ``--proximal-weight β`` for each β (θ^0 = the meta checkpoint, ``--fi
 seed and batches, no early stopping: dev loss / dev BLEU (greedy) every ``--valid-every`` updates, and the final
 distance ‖θ − θ^0‖ of the fine-tuned parameters.
 
-    python recipes/gu/ch6_proximal.py --data DATA/bin_meta --out runs/gu_ch6_proximal
+    python examples/meta_nmt/proximal.py --data DATA/bin_meta --out runs/gu_ch6_proximal
 
-DATA is a folder of recipes/gu/ch6.sh (``fairseq-ext-data universal`` + ULR arrays + ``ch6_report.py splits``;
+DATA is a folder of recipes/gu/ch6.sh (``fairseq-ext-data universal`` + ULR arrays + ``report.py splits``;
 ``--build-tiny`` builds the recipe's DATA=tiny one from tests/data/bible_multi_tiny). Writes OUT/curves.csv,
 OUT/summary.json, OUT/proximal_curves.png (``--png`` also copies it) and each run's log.
 """
@@ -44,7 +44,7 @@ def build_tiny(folder: Path, log: Path, meta_langs: str, valid_lang: str, target
         sh([BIN / "fairseq-ext-ulr", "embed", "--data", folder, "--dim", 16, "--epochs", 2, "--min-count", 1], log)
         sh([BIN / "fairseq-ext-ulr", "seed-dict", "--data", folder, "--min-count", 1], log)
         sh([BIN / "fairseq-ext-ulr", "project", "--data", folder], log)
-        sh([py, ROOT / "recipes" / "gu" / "ch6_report.py", "splits", "--data", folder, "--meta-langs", meta_langs,
+        sh([py, Path(__file__).resolve().parent / "report.py", "splits", "--data", folder, "--meta-langs", meta_langs,
             "--valid-langs", valid_lang], log)
     return folder / "bin_meta"
 

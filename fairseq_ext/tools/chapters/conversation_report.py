@@ -1,16 +1,8 @@
-"""Helpers of recipes/maruf/ch5.sh (Maruf 2019 ch. 5, Bi-MSMT): the Bi-MSMT release converter and the report.
+"""The report of Maruf (2019) ch. 5, Bi-MSMT (``recipes/maruf/ch5.sh``; ``python
+examples/multi_speaker_conversations/report.py``), and its Bi-MSMT release converter
+(:mod:`fairseq_ext.tools.chapters.bimsmt`, subcommand ``from-bimsmt``).
 
-    python recipes/maruf/ch5_report.py from-bimsmt --english concatenated_English_dev.txt \\
-        --foreign concatenated_German_dev.txt --lang de --out DIR/valid
-
-converts one split of the Bi-MSMT release (github.com/sameenmaruf/Bi-MSMT, spec §6.3: ``<chp>`` (Europarl) or
-``<d>`` (Subtitles) starts a conversation, ``<sp>`` a speaker; on the English side every sentence carries
-``<en>`` (English source, translated into the Foreign language) or ``<2en>`` (Foreign source, translated into
-English); the Foreign file has the same marker lines and untagged sentences) into the files of the
-``conversation_translation`` task: ``OUT.src`` (the source sentence), ``OUT.tgt`` (its translation) and
-``OUT.conv`` (``CONV<TAB>LANG<TAB>SPEAKER<TAB>ID``, LANG = ``en`` or ``--lang``).
-
-    python recipes/maruf/ch5_report.py report --out DIR --conv test.conv --ref test.tgt \\
+    python examples/multi_speaker_conversations/report.py report --out DIR --conv test.conv --ref test.tgt \\
         --system base=DIR/base/generate-test.txt --system src_lsa=... [--log NAME=train.log ...] \\
         [--speed decode_speed.json] [--n-bootstrap 1000] [--langs en,es] [--thesis-pair en-de]
 
@@ -18,7 +10,7 @@ writes ``DIR/results.md`` and ``DIR/results.json``: Table 5.3's layout (BLEU ove
 sacreBLEU 13a on the detokenised D- lines, ``--tokenised``: on whitespace tokens as the thesis) with the paired
 bootstrap of every system against the first one per column (overall and per direction), the thesis's
 Table 5.3 numbers beside, and the cost of each system: training seconds per update (from its fairseq-train
-log: the last ``train_wall`` over its updates) and the decode-time ratio (recipes/bench/decode_speed.py JSON).
+log: the last ``train_wall`` over its updates) and the decode-time ratio (the JSON of recipes/bench/decode_speed.py).
 """
 from __future__ import annotations
 
@@ -28,6 +20,8 @@ import os
 import re
 import sys
 
+from fairseq_ext.tools.common import run_cli
+from fairseq_ext.tools.chapters.bimsmt import Error, convert_bimsmt
 from fairseq_ext.tools.evaluation import fairseq_log
 
 # Thesis Table 5.3 (spec §8.6): reliable rows, (Overall, En->F, F->En); the Lang-Specific S-Attention source
@@ -46,63 +40,6 @@ ROW_NAMES = {"base": "Base Model", "src_lsa": "Source Context (Lang-Specific S-A
              "src_la": "Source Context (Lang-Specific Attention)", "src_direct": "Source Context (Direct)",
              "src_hier": "Source Context (Hierarchical Gating)", "src_combined": "Source Context (Combined Attention)",
              "tgt": "Target Context", "dual": "Dual Context Src-Tgt", "dual_mix": "Dual Context Src-Tgt-Mix"}
-
-
-class Error(Exception):
-    pass
-
-
-# ------------------------------------------------------------------------------------------ from-bimsmt
-def convert_bimsmt(english: str, foreign: str, lang: str, out: str, prefix: str = "") -> dict:
-    """One split of the Bi-MSMT release -> OUT.{src,tgt,conv}; returns counts."""
-    with open(english, encoding="utf-8") as f:
-        en = f.read().split("\n")
-    with open(foreign, encoding="utf-8") as f:
-        fo = f.read().split("\n")
-    while en and not en[-1].strip():
-        en.pop()
-    while fo and not fo[-1].strip():
-        fo.pop()
-    if len(en) != len(fo):
-        raise Error(f"{english} has {len(en)} lines, {foreign} {len(fo)}: the two sides must be line-aligned")
-    prefix = prefix or os.path.basename(out)
-    src, tgt, conv = [], [], []
-    n_conv, speaker, stats = 0, 0, {"conversations": 0, "sentences": 0, "en_source": 0}
-    for k, (e, f) in enumerate(zip(en, fo), start=1):
-        e, f = e.strip(), f.strip()
-        if e in ("<chp>", "<d>"):
-            if f != e:
-                raise Error(f"{foreign}:{k}: expected {e!r} (as {english}:{k}), got {f!r}")
-            n_conv += 1
-            speaker = 0
-            continue
-        if e == "<sp>":
-            if f != e:
-                raise Error(f"{foreign}:{k}: expected '<sp>' (as {english}:{k}), got {f!r}")
-            speaker += 1
-            continue
-        if n_conv == 0:
-            raise Error(f"{english}:{k}: a sentence before the first <chp>/<d>")
-        m = re.match(r"^<(en|2en)>\s*(.*)$", e)
-        if not m:
-            raise Error(f"{english}:{k}: expected '<en> ...' or '<2en> ...', got {e[:40]!r}")
-        if not m.group(2) or not f:
-            raise Error(f"{english}:{k}: empty sentence (an empty turn cannot be translated)")
-        name = f"{prefix}.{n_conv}"
-        if m.group(1) == "en":
-            src.append(m.group(2)), tgt.append(f)
-            tag = "en"
-            stats["en_source"] += 1
-        else:
-            src.append(f), tgt.append(m.group(2))
-            tag = lang
-        conv.append(f"{name}\t{tag}\tsp{max(speaker, 1)}\t{name}.{len(conv) + 1}")
-    stats["conversations"], stats["sentences"] = n_conv, len(src)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    for ext, lines in (("src", src), ("tgt", tgt), ("conv", conv)):
-        with open(f"{out}.{ext}", "w", encoding="utf-8") as w:
-            w.write("".join(x + "\n" for x in lines))
-    return stats
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -252,7 +189,8 @@ def write_md(a, res: dict, cols: list, langs: tuple) -> None:
 
 # ------------------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ch5_report.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="examples/multi_speaker_conversations/report.py",
+                                description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("from-bimsmt", help="one split of the Bi-MSMT release -> OUT.{src,tgt,conv}")
     c.add_argument("--english", required=True)
@@ -293,4 +231,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main)

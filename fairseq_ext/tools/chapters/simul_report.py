@@ -1,4 +1,5 @@
-"""Helpers and report of recipes/gu/ch9.sh (Gu 2019 ch. 9, simultaneous NMT with a learned READ/WRITE agent).
+"""The report of Gu (2019) ch. 9, simultaneous NMT with a learned READ/WRITE agent (``recipes/gu/ch9.sh``;
+``python examples/simultaneous/report.py`` or ``python -m fairseq_ext.tools.chapters.simul_report``).
 
 Two subcommands:
 
@@ -16,7 +17,7 @@ Two subcommands:
             the baselines ``wue``, ``wos``, ``wiw``, ``wid`` and the wait-k reading ``wait<k>`` of the same
             environment. Per system: sacreBLEU BLEU / chrF (fairseq_ext.tools.evaluation.score) and the corpus AP, CW, AL,
             LAAL, DAL (fairseq_ext.tools.evaluation.simul_latency: means over the sentences; CW = the mean length of the READ
-            runs that end in a WRITE, spec §4.12.1; AL as Ma et al. 2019 define it, the rate from the hypothesis
+            runs that end in a WRITE; AL as Ma et al. 2019 define it, the rate from the hypothesis
             length; LAAL, Papi et al. 2022, the rate from max(hypothesis, reference) length, the reference
             length from the decode's T- lines in subwords + ⟨/s⟩, so an over-long output cannot lower it). Writes ``OUT/results.md`` + ``results.json`` and the plots
             ``fig9_5_bleu_ap.png`` (Fig. 9.5: AP vs BLEU, every agent as a greedy/beam pair, the baselines and the
@@ -406,7 +407,8 @@ def report(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="recipes/gu/ch9_report.py", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="examples/simultaneous/report.py",
+                                description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     f = sub.add_parser("filter", help="the evaluation pairs with both sides under --max-len subwords")
     f.add_argument("--seg-prefix", required=True, help="segmented split prefix (e.g. SEG/test)")

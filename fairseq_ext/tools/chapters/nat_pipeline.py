@@ -2,9 +2,10 @@
 """Gu (2018) ch. 8 end to end on prepared data: teacher → distillation → fertilities → NAT → fine-tuning →
 decoding (argmax / average / NPD [/ EPD]) → sacreBLEU + paired bootstrap vs the teacher → latency (Table 8.2,
 Fig. 8.6).  Called by ``recipes/gu/ch8.sh``; every stage is a real command line (fairseq-train, the
-plugin's CLIs) except decoding/timing, which ``recipes/gu/latency.py`` does in one process per run.
+plugin's CLIs) except decoding/timing, which :mod:`fairseq_ext.tools.chapters.nat_latency` does in one process
+per run.
 
-    python recipes/gu/nat_pipeline.py --data data/bible_es_en/spm8000 --out runs/gu_ch8 \\
+    python -m fairseq_ext.tools.chapters.nat_pipeline --data data/bible_es_en/spm8000 --out runs/gu_ch8 \\
         (--teacher runs/bench/JOB/transformer/checkpoint_best.pt | --teacher-max-update N) \\
         [--size small|tiny] [--budget-min 15] [--ft-fraction 0.33] [--max-update N] [--ft-max-update N] \\
         [--npd 10,100] [--epd 10] [--threads 1] [--b1-max-sentences N] [--force] \\
@@ -26,7 +27,7 @@ Stages (each skipped when its ``done.json`` / output exists, unless ``--force``)
 4. ``ft/``        ``--finetune-from-model nat/checkpoint_best.pt --finetune --teacher-path TEACHER``
                   (Eq. 8.11, λ = 0.25, REINFORCE centred and ×0.1 as [C]; constant lr ``--ft-lr``, thesis
                   2e-5) for ``--ft-fraction`` × the NAT budget; best dev BLEU kept;
-5. ``decode/``    ``recipes/gu/latency.py``: every system on the test set at batch 64 (translations) and
+5. ``decode/``    ``nat_latency``: every system on the test set at batch 64 (translations) and
                   batch 1 (per-sentence latency): ar_b4 (thesis reference 1.00×), ar_b1, nat, nat_avg,
                   nat_ft, nat_ft_avg, nat_ft_npd{s} for every s in ``--npd`` and, only when asked,
                   nat_ft_epd{K} (exact parallel decoding, Eq. 8.8) for every K in ``--epd`` (default none),
@@ -53,8 +54,9 @@ from pathlib import Path
 from fairseq_ext.tools.evaluation import bench_configs, fairseq_log, runs
 from fairseq_ext.tools.evaluation.runs import fmt, logger
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+# the plugin (fairseq's --user-dir) and the repository (the commands run there)
+PLUGIN = Path(__file__).resolve().parents[2]
+ROOT = PLUGIN.parent
 
 BIN = Path(sys.executable).parent
 
@@ -138,7 +140,7 @@ def stage_teacher(args, data_bin: Path) -> Path:
             shutil.rmtree(d)
         d.mkdir(parents=True)
         model = TINY_TRANSFORMER if args.size == "tiny" else bench_configs.TRANSFORMER_SMALL
-        cmd = [BIN / "fairseq-train", data_bin, "--user-dir", ROOT / "fairseq_ext", "--task", "translation_ext",
+        cmd = [BIN / "fairseq-train", data_bin, "--user-dir", PLUGIN, "--task", "translation_ext",
                *model, *bench_configs.OPTIM, *stop_flags(args.teacher_budget_min, args.teacher_max_update),
                *common_train(d, args.seed)]
         wall = run_logged(cmd, d / "train.log", args.threads)
@@ -190,7 +192,7 @@ def stage_nat(args, kd: Path, teacher: Path, post_process: str) -> Path:
         if d.exists() and not resume:
             shutil.rmtree(d)
         d.mkdir(parents=True, exist_ok=True)
-        cmd = [BIN / "fairseq-train", kd, "--user-dir", ROOT / "fairseq_ext", "--task", "translation_fertility",
+        cmd = [BIN / "fairseq-train", kd, "--user-dir", PLUGIN, "--task", "translation_fertility",
                "--arch", f"nat_fertility_{args.size}", "--criterion", "nat_fertility_loss",
                "--init-encoder-from", teacher.resolve(), *nat_train_flags(args),
                *eval_bleu_flags(post_process), *stop_flags(args.budget_min, args.max_update, args.patience),
@@ -220,7 +222,7 @@ def stage_ft(args, kd: Path, teacher: Path, nat: Path, post_process: str) -> Pat
         d.mkdir(parents=True)
         flags = without(nat_train_flags(args), "--lr", "--lr-scheduler", "--warmup-updates", "--warmup-init-lr")
         budget = args.budget_min * args.ft_fraction if args.budget_min else None
-        cmd = [BIN / "fairseq-train", kd, "--user-dir", ROOT / "fairseq_ext", "--task", "translation_fertility",
+        cmd = [BIN / "fairseq-train", kd, "--user-dir", PLUGIN, "--task", "translation_fertility",
                "--arch", f"nat_fertility_{args.size}", "--criterion", "nat_fertility_loss",
                "--finetune-from-model", nat.resolve(), "--finetune", "--teacher-path", teacher.resolve(),
                "--ft-lambda", "0.25", "--ft-rl-center", "--ft-rl-scale", "0.1",
@@ -257,7 +259,7 @@ def stage_decode(args, kd: Path, teacher: Path, nat: Path, ft: Path, post_proces
     if info:
         log("decode: the systems changed; decoding again")
     d.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, HERE / "latency.py", "--data", kd, "--teacher", teacher, "--nat", nat, "--ft", ft,
+    cmd = [sys.executable, "-m", "fairseq_ext.tools.chapters.nat_latency", "--data", kd, "--teacher", teacher, "--nat", nat, "--ft", ft,
            *(["--ar2", os.path.abspath(args.ar2)] if getattr(args, "ar2", None) else []),
            "--systems", ",".join(systems(args)), "--batch-sizes", "1", str(args.batch_size), "--out", d,
            "--hyp-dir", d / "hyps", "--post-process", post_process or "none", "--threads", str(args.threads),

@@ -1,4 +1,5 @@
-"""Report of recipes/gu/ch7.sh (Gu 2019 ch. 7, trainable greedy decoding): Fig. 7.3, Fig. 7.4, Fig. 7.5, cost.
+"""The report of Gu (2019) ch. 7, trainable greedy decoding (``recipes/gu/ch7.sh``; ``python
+examples/trainable_greedy/report.py``): Fig. 7.3, Fig. 7.4, Fig. 7.5, cost.
 
 Reads the test decodes ``DECODE_DIR/<system>.<greedy|beam>/generate-test.txt`` (sentencepiece pieces in the
 H-lines; ``plain`` = the frozen NMT without an actor), the actors' training logs and the decode-time table, and
@@ -190,7 +191,8 @@ def plot_curves(curves: dict[str, list], plain: float | None, path: str) -> None
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="examples/trainable_greedy/report.py",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--data", required=True, help="the binarized data folder (for the test sources)")
     p.add_argument("--nmt", required=True, help="the frozen NMT checkpoint")

@@ -1,51 +1,42 @@
 #!/usr/bin/env python
 """Decoding latency of the autoregressive teacher vs the fertility NAT (Gu 2018 ch. 8, Table 8.2, Fig. 8.6).
 
-    python recipes/gu/latency.py --data runs/gu_ch8/kd --teacher T.pt --nat NAT.pt [--ft FT.pt] \\
-        --systems ar_b4,ar_b1,nat,nat_ft,nat_ft_npd10,nat_ft_npd100 --batch-sizes 1 64 --out DIR \\
+    python -m fairseq_ext.tools.chapters.nat_latency --data runs/gu_ch8/kd --teacher T.pt --nat NAT.pt \\
+        [--ft FT.pt] --systems ar_b4,ar_b1,nat,nat_ft,nat_ft_npd10,nat_ft_npd100 --batch-sizes 1 64 --out DIR \\
         [--hyp-dir DIR --post-process sentencepiece] [--b1-max-sentences N] [--threads 1] [--seed 1]
-    python recipes/gu/latency.py ... --systems ct2_int8_b4,ct2_int8_b1,nat_ft,nat_ft_npd10 --reference ct2_int8_b4 \\
-        [--ct2-dir DIR]    # the NAT against the fastest autoregressive decoder (the teacher in CTranslate2)
-    python recipes/gu/latency.py ... --ar2 DEEP_SHALLOW.pt --systems ar_b4,ar2_b4,ct2_int8_b4,ar2_ct2_int8_b4,nat_ft
-                           # also a second AR model (e.g. Kasai et al.'s 6+1 deep encoder / shallow decoder)
+    ... --systems ct2_int8_b4,ct2_int8_b1,nat_ft,nat_ft_npd10 --reference ct2_int8_b4 [--ct2-dir DIR]
+        # the NAT against the fastest autoregressive decoder (the teacher in CTranslate2)
+    ... --ar2 DEEP_SHALLOW.pt --systems ar_b4,ar2_b4,ct2_int8_b4,ar2_ct2_int8_b4,nat_ft
+        # also a second AR model (e.g. Kasai et al.'s 6+1 deep encoder / shallow decoder)
 
 Systems (names parsed, any K / s):
 
-* ``ar_bK``: the AR teacher, fairseq's beam search with beam K (K = 1 greedy), lenpen 1 (spec §3.9.15),
-  max length 1.2·T' + 10 (the bench's generate flags);
-* ``ct2_int8_bK`` / ``ct2_fp32_bK``: the same teacher exported to CTranslate2 (``fairseq-ext-export``, the
-  optional extra; int8 or float32 weights, once into ``--ct2-dir``) and decoded by ``Translator.translate_batch``
-  with beam K, the same length limit and batch sizes: the fastest autoregressive decoder on a CPU, against
-  which the NAT's speed-up is restated (``--reference ct2_int8_b4``);
-* ``ar2_bK`` / ``ar2_ct2_int8_bK`` / ``ar2_ct2_fp32_bK``: the same for a second autoregressive model
-  (``--ar2``, same dictionaries: e.g. the deep-encoder / shallow-decoder variant of the teacher, Kasai et al.
-  2021, "Deep Encoder, Shallow Decoder: Reevaluating Non-autoregressive Machine Translation", ICLR), exported
-  into ``--ct2-dir``/``ar2_<quantization>``;
+* ``ar_bK``: the AR teacher, fairseq's beam search with beam K (K = 1 greedy), lenpen 1, max length 1.2·T' + 10;
+* ``ct2_int8_bK`` / ``ct2_fp32_bK``: the teacher exported to CTranslate2 (``fairseq-ext-export``, the optional
+  extra, once into ``--ct2-dir``) decoded by ``Translator.translate_batch`` with beam K, the same length limit and
+  batch sizes: the fastest autoregressive decoder on a CPU (``--reference ct2_int8_b4`` restates the speed-ups);
+* ``ar2_bK`` / ``ar2_ct2_int8_bK`` / ``ar2_ct2_fp32_bK``: the same for a second autoregressive model (``--ar2``,
+  same dictionaries: e.g. Kasai et al. 2021's deep-encoder / shallow-decoder variant of the teacher);
 * ``nat`` / ``nat_ft``: the NAT / the fine-tuned NAT with argmax fertilities (Eq. 8.5); suffix ``_avg`` for
   average fertilities (Eq. 8.6), ``_npdS`` for noisy parallel decoding with S sampled fertility sequences
   rescored by the teacher (Eq. 8.7), ``_epdK`` for exact parallel decoding with the K most probable
   fertility sequences rescored by the teacher (Eq. 8.8; optional, not in the default ``--systems``).
 
-What is timed (thesis §8.5: "time to decode one sentence without minibatching, averaged over the test
-set"): one ``generator.generate`` call per batch — encoder, fertility prediction/sampling, the decoder and,
-for NPD/EPD, the top-K search and the teacher's rescoring pass (for the AR teacher: the encoder and the
-whole beam search); the batches are collated before the clock starts.  ``torch.no_grad``, fp32,
-``--threads`` intra-op threads, a few untimed warm-up batches per system and batch size, NPD reseeded per
-system (``--seed``).
+What is timed (thesis §8.5: "time to decode one sentence without minibatching, averaged over the test set"): one
+``generator.generate`` call per batch (encoder, fertilities, decoder and, for NPD/EPD, the teacher's rescoring;
+for the AR teacher the whole beam search), batches collated before the clock starts; ``torch.no_grad``, fp32,
+``--threads`` intra-op threads, a few untimed warm-up batches, NPD reseeded per system (``--seed``).
 
 * **batch 1**: every sentence alone, in test order (``--b1-max-sentences N``: a seeded random subset of N,
   the same for every system); per-sentence (id, source length, output length, ms) are kept for the plot;
-* **batch B > 1**: the test set sorted by source length (as fairseq batches it) in batches of B; reported
-  as ms per sentence (total time / sentences).  NPD/EPD with B·s (B·K) candidates is split into sub-batches
-  of at most ``--max-candidate-tokens`` candidate tokens (s · 2T'max each; the generator holds (B·s, T, V)
-  float logits), the chunk size is reported; the whole test set is always used.
+* **batch B > 1**: the test set sorted by source length in batches of B, as ms per sentence; NPD/EPD's B·s
+  (B·K) candidates are split into sub-batches of at most ``--max-candidate-tokens`` candidate tokens.
 
-Outputs in ``--out``: ``latency.json`` (everything, with per-sentence rows), ``latency.md`` (Markdown rows:
-ms/sentence and speed-up vs ``--reference`` (default ar_b4, the thesis' 1.00×) and vs ar_b1 at every batch
-size) and ``latency_vs_length.png`` (Fig. 8.6: batch-1 latency vs source length, a faint scatter of every
-sentence and the mean per length bin).  With ``--hyp-dir``, the translations of the largest batch size are
-written as ``{system}.out`` in fairseq-generate's format (S-/H-/D- lines, ``--post-process`` removed), for
-sacreBLEU (``fairseq_ext.tools.evaluation.score``).
+Outputs in ``--out``: ``latency.json`` (with per-sentence rows), ``latency.md`` (ms/sentence and speed-up vs
+``--reference`` (default ar_b4, the thesis' 1.00×) and vs ar_b1 at every batch size) and
+``latency_vs_length.png`` (Fig. 8.6: batch-1 latency vs source length, every sentence and the mean per length
+bin).  With ``--hyp-dir``, the translations of the largest batch size are written as ``{system}.out`` in
+fairseq-generate's format (``--post-process`` removed), for sacreBLEU.
 """
 import argparse
 import json
