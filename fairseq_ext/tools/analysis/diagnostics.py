@@ -34,6 +34,8 @@ from fairseq_ext.tools.analysis.diagnostics_copy import COPY_TASKS
 from fairseq_ext.tools.analysis.diagnostics_multi import TASKS as MULTI_TASKS, add_generate_arguments, run_generate
 from fairseq_ext.tools.analysis import diagnostics_decoding as decoding
 from fairseq_ext.tools.analysis import diagnostics_arch as arch
+from fairseq_ext.tools.analysis import diagnostics_meta as meta
+from fairseq_ext.tools.analysis import diagnostics_simul as simul
 
 __all__ = ["TASKS", "BUCKETS", "generate_split", "generate", "segment_instances", "decoded_scores", "main",
            "cli_main"]
@@ -294,11 +296,14 @@ def build_parser() -> ArgumentParser:
                                     "fairseq_ext.tools.analysis.diagnostics).", allow_abbrev=False)
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="write a diagnostic corpus (raw + word-level binarized)")
-    g.add_argument("task", choices=TASKS + COPY_TASKS + MULTI_TASKS + decoding.DECODING_TASKS + arch.TASKS,
+    g.add_argument("task", choices=TASKS + COPY_TASKS + MULTI_TASKS + decoding.DECODING_TASKS + arch.TASKS +
+                   simul.SIMUL_TASKS + meta.TASKS,
                    help="copy, retrieval: fairseq_ext.tools.analysis.diagnostics_copy; ulr_cipher, mole_shared: "
                         "fairseq_ext.tools.analysis.diagnostics_multi; search, fertility: "
                         "fairseq_ext.tools.analysis.diagnostics_decoding; conv_register, rare_lex, position_perm: "
-                        "fairseq_ext.tools.analysis.diagnostics_arch")
+                        "fairseq_ext.tools.analysis.diagnostics_arch; monotone, reorder: "
+                        "fairseq_ext.tools.analysis.diagnostics_simul; meta_cipher: "
+                        "fairseq_ext.tools.analysis.diagnostics_meta")
     g.add_argument("--out", required=True, help="output folder")
     g.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="structure seed (default %(default)s)")
     g.add_argument("--choice-seed", type=int, default=None, help="class/synonym seed (default: --seed)")
@@ -320,6 +325,8 @@ def build_parser() -> ArgumentParser:
     add_generate_arguments(g)  # ulr_cipher, mole_shared: fairseq_ext.tools.analysis.diagnostics_multi
     decoding.add_generate_arguments(g)
     arch.add_generate_arguments(g)
+    meta.add_generate_arguments(g)
+    simul.add_generate_arguments(g)
     d = sub.add_parser("decoded", help="probe accuracy and document consistency of a system's output")
     d.add_argument("--set", dest="set_path", required=True, help="the {split}.contrastive.jsonl of the split")
     d.add_argument("--hyp", required=True, help="fairseq-generate output on that split")
@@ -335,6 +342,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return decoding.run_generate(args)
     if args.command == "generate" and args.task in arch.TASKS:
         return arch.run_generate(args)
+    if args.command == "generate" and args.task in meta.TASKS:
+        return meta.run_generate(args)
+    if args.command == "generate" and args.task in simul.SIMUL_TASKS:
+        return simul.run_generate(args)
     if args.command == "generate" and args.task in COPY_TASKS:
         from fairseq_ext.tools.analysis.diagnostics_copy import generate as generate_copy
 
