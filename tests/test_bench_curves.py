@@ -1,5 +1,6 @@
-"""recipes/bench/bench.py: the learning-curve mode (dev BLEU every N updates through fairseq's --eval-bleu hook,
-equal-updates and convergence stops, curves.csv / curves.png, the "converged" table)."""
+"""recipes/bench/bench.py (:mod:`fairseq_ext.tools.evaluation.bench_runs`): the learning-curve mode (dev BLEU every N
+updates through fairseq's --eval-bleu hook, equal-updates and convergence stops, curves.csv / curves.png, the
+"converged" table)."""
 import csv
 import json
 import re
@@ -8,8 +9,7 @@ import sys
 
 import pytest
 
-from fairseq_ext.tools.evaluation import fairseq_log
-from fairseq_ext.tools.evaluation.runs import load_script
+from fairseq_ext.tools.evaluation import bench_runs, fairseq_log
 from harness import ROOT, run
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -18,7 +18,7 @@ BENCH = ROOT / "recipes" / "bench" / "bench.py"
 
 
 def bench_module():
-    return load_script(BENCH)
+    return bench_runs
 
 
 LOG = """\
@@ -220,7 +220,7 @@ def test_configuration_prepare_step_builds_the_arthur_lexicon_first(tiny_data, t
     data: bench.py fills the placeholders and makes the file before training, once."""
     import torch
     from fairseq_ext.tools.evaluation import bench_configs as configs
-    speed = load_script(BENCH.parent / "speed.py")
+    from fairseq_ext.tools.evaluation import interleaved as speed
     cfg = configs.resolve("luong_arthur", tmp_path / "run", tiny_data / "bin", "es", "en")
     assert cfg["train"][cfg["train"].index("--arthur-lexicon") + 1] == str(tmp_path / "run" / "arthur_lexicon.pt")
     assert cfg["prepare"][0][1][cfg["prepare"][0][1].index("--data") + 1] == str(tiny_data / "bin")

@@ -277,10 +277,7 @@ def test_thesis_recipes_use_the_new_flags():
 
 
 def test_ch3_driver_unk_copy_binarizes_with_the_joint_dictionary(tmp_path):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("nguyen_transfer", ROOT / "recipes" / "nguyen" / "transfer.py")
-    driver = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(driver)
+    from fairseq_ext.tools.evaluation import transfer_pipeline as driver
     raw = tmp_path / "raw"
     shutil.copytree(ROOT / "tests" / "data" / "bible_tiny", raw)
     from fairseq_ext.tools.corpora import transfer

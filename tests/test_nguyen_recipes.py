@@ -12,8 +12,7 @@ import shlex
 
 import pytest
 
-from fairseq_ext.tools.evaluation import bench_configs
-from fairseq_ext.tools.evaluation.runs import load_script
+from fairseq_ext.tools.evaluation import bench_configs, bench_runs, transfer_pipeline
 from harness import ROOT, n_lines, run
 
 RECIPES = {c: ROOT / "recipes" / "nguyen" / f"{c}.sh" for c in ("ch3", "ch4", "ch5", "ch6", "ch7")}
@@ -103,7 +102,7 @@ def test_thesis_mode_prints_parsable_commands(name, must, capsys):
 
 
 def _transfer_driver():
-    return load_script(ROOT / "recipes" / "nguyen" / "transfer.py")
+    return transfer_pipeline
 
 
 def test_bad_arguments_are_clear_errors(tmp_path, capsys):
@@ -128,7 +127,7 @@ def test_parent_run_gets_every_bench_option(tmp_path):
     a = driver.build_parser().parse_args(["run", "--parent-src", "ar", "--child-src", "fa", "--out", str(tmp_path),
                                           "--parent-budget-min", "20", "--threads", "1"])
     pargs = driver.parent_args(tmp_path / "seg", a, "ar", "en_web")
-    defaults = vars(driver.bench.build_parser().parse_args([]))
+    defaults = vars(bench_runs.build_parser().parse_args([]))
     assert set(defaults) <= set(vars(pargs))
     assert (pargs.budget_min, pargs.threads, pargs.src, pargs.tgt, pargs.ref2) == (20.0, 1, "ar", "en_web", "")
     assert (pargs.max_updates, pargs.curve_every, pargs.patience, pargs.force) == (0, 0, 0, False)

@@ -6,13 +6,13 @@ plugin's fast path ``--quantize int8``, and CTranslate2 float32 / int8 (``fairse
         --data data/bible_es_en/spm8000 --rounds 3 --out runs/cpu_inference/job1 [--limit 256] [--profile]
 
 * **Throughput** (beam 5, batch 64, the length limit ``DECODE_LEN``: the bench's ``GENERATE``): every
-  round runs each system once, in an order rotated by one per round (``decode_speed.py``'s convention);
+  round runs each system once, in an order rotated by one per round (:mod:`fairseq_ext.tools.evaluation.interleaved`);
   a fairseq system is one ``fairseq-generate`` process timed by its own "Translated N sentences ... in S s"
-  line (decoding only; ``decode_speed.DONE``), a CTranslate2 system is ``Translator.translate_batch`` in
+  line (decoding only; ``interleaved.time_generate``), a CTranslate2 system is ``Translator.translate_batch`` in
   this process (``intra_threads=1``, ``max_batch_size=64``, the same source pieces read from the
   binarized test split, ``max_decoding_length`` = 1.2 x the longest source + 10), timed around the call
   (model loading excluded for both).  The table gives sentences/s (median over rounds), the time ratio to
-  fairseq float32 (median of per-round ratios, ``decode_speed.summarise``) and the throughput ratio to
+  fairseq float32 (median of per-round ratios, ``interleaved.summarise``) and the throughput ratio to
   CTranslate2 int8 (median of per-round ratios).
 * **Latency**: ms per sentence at batch 1 (beam 5) on the first ``--latency-sentences`` test sentences,
   every system in this process (fairseq: ``task.inference_step`` on one-sentence batches of a model loaded
@@ -36,7 +36,6 @@ import os
 import platform
 import pstats
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime
@@ -44,11 +43,8 @@ from pathlib import Path
 
 from fairseq_ext.tools.evaluation import bench_configs, score as ev
 from fairseq_ext.tools.hypotheses import align_to_references, load_hypotheses
-from fairseq_ext.tools.evaluation.runs import load_script, logger, post_process, raw_folder
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-decode_speed = load_script(HERE / "decode_speed.py")  # DONE, summarise: the interleaved-timing conventions
+from fairseq_ext.tools.evaluation.interleaved import rotated, summarise, time_generate
+from fairseq_ext.tools.evaluation.runs import PACKAGE, logger, post_process, raw_folder
 
 FAIRSEQ_SYSTEMS = {"fairseq_fp32": [], "fairseq_bf16": ["--cpu-bf16"], "fast_int8": ["--quantize", "int8"]}
 CT2_SYSTEMS = {"ct2_fp32": "float32", "ct2_int8": "int8"}
@@ -99,23 +95,9 @@ def detok(pieces: list, kind: str) -> str:
 
 # ----------------------------------------------------------------------------------- throughput
 def generate_args(ckpt: Path, bin_dir: Path, post: str, flags: list) -> list:
-    return [str(bin_dir), "--user-dir", str(ROOT / "fairseq_ext"), "--task", "translation_ext",
+    return [str(bin_dir), "--user-dir", str(PACKAGE), "--task", "translation_ext",
             "--path", str(ckpt), "--gen-subset", "test", "--cpu", *bench_configs.GENERATE,
             "--post-process", post, *flags]
-
-
-def run_fairseq(args: list, threads: int, save: Path | None) -> dict:
-    """One fairseq-generate run timed by its own summary line (``decode_speed.DONE``)."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
-    p = subprocess.run([str(Path(sys.executable).parent / "fairseq-generate"), *args], cwd=ROOT, env=env,
-                       capture_output=True, text=True)
-    m = decode_speed.DONE.search(p.stderr + p.stdout)
-    if p.returncode != 0 or m is None:
-        raise SystemExit(f"error: fairseq-generate failed ({p.returncode}): {' '.join(args)}\n{p.stderr[-2000:]}")
-    if save is not None:
-        save.write_text(p.stdout, encoding="utf-8")
-    return {"sentences": int(m.group(1).replace(",", "")), "tokens": int(m.group(2).replace(",", "")),
-            "seconds": float(m.group(3))}
 
 
 def run_ct2(translator, pieces: list, max_len: int) -> tuple[dict, list]:
@@ -236,13 +218,12 @@ def main(argv=None) -> int:
     runs = {n: [] for n in names}
     hyps: dict = {}
     for r in range(a.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
+        for name in rotated(names, r):
             if r > 0 and name in once:
                 continue
             if name in FAIRSEQ_SYSTEMS:
                 save = out / f"{name}.generate.out" if r == 0 else None
-                res = run_fairseq(generate_args(a.checkpoint, bin_dir, post, FAIRSEQ_SYSTEMS[name]), a.threads, save)
+                res = time_generate(generate_args(a.checkpoint, bin_dir, post, FAIRSEQ_SYSTEMS[name]), a.threads, save)
                 if r == 0:
                     hyps[name] = align_to_references(load_hypotheses(save, field="D"), len(pieces), source=str(save))
             else:
@@ -257,7 +238,7 @@ def main(argv=None) -> int:
         if len(set(counts.values())) != 1:
             raise SystemExit(f"error: the systems translated different numbers of sentences: {counts}")
 
-    summary = decode_speed.summarise(names, runs)
+    summary = summarise(names, runs)
     for n in names:
         summary[n]["sent_per_s_median"] = round(statistics.median(x["sentences"] / x["seconds"] for x in runs[n]), 2)
         if TARGET in names:
@@ -271,8 +252,7 @@ def main(argv=None) -> int:
         for n in names:  # warm-up (first calls allocate)
             _ = time_fairseq_batch1(systems[n], ids[:3]) if n in systems else time_ct2_batch1(translators[n], pieces, ids[:3])
         for r in range(a.latency_rounds or a.rounds):
-            order = names[r % len(names):] + names[: r % len(names)]
-            for n in order:
+            for n in rotated(names, r):
                 if r > 0 and n in once:
                     continue
                 ms = time_fairseq_batch1(systems[n], ids) if n in systems else time_ct2_batch1(translators[n], pieces, ids)

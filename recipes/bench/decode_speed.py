@@ -16,61 +16,10 @@ same number of sentences (else the systems are not comparable: an error).  Runs 
 import argparse
 import json
 import os
-import re
-import shlex
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-DONE = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s")
-
-
-def parse_system(spec: str) -> tuple:
-    if "=" not in spec:
-        raise SystemExit(f"error: --system {spec!r}: expected NAME=ARGS")
-    name, args = spec.split("=", 1)
-    return name.strip(), shlex.split(args)
-
-
-def time_generate(args: list, threads: int) -> dict:
-    """One ``fairseq-generate`` run: sentences, tokens and seconds from its summary line."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
-    exe = Path(sys.executable).parent / "fairseq-generate"
-    t0 = time.time()
-    p = subprocess.run([str(exe), *args], cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.time() - t0
-    m = DONE.search(p.stderr + p.stdout)
-    if p.returncode != 0 or m is None:
-        tail = (p.stderr or p.stdout)[-2000:]
-        raise SystemExit(f"error: fairseq-generate failed ({p.returncode}): {' '.join(args)}\n{tail}")
-    return {"sentences": int(m.group(1).replace(",", "")), "tokens": int(m.group(2).replace(",", "")),
-            "seconds": float(m.group(3)), "wall": round(wall, 2)}
-
-
-def summarise(names: list, runs: dict) -> dict:
-    base = names[0]
-    out = {}
-    for n in names:
-        ratios = [r["seconds"] / b["seconds"] for r, b in zip(runs[n], runs[base])]
-        secs = [r["seconds"] for r in runs[n]]
-        toks = [r["tokens"] / r["seconds"] for r in runs[n]]
-        out[n] = {"ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
-                  "ratio_max": round(max(ratios), 3), "seconds_median": round(statistics.median(secs), 2),
-                  "tokens_per_s_median": round(statistics.median(toks), 1),
-                  "sentences": runs[n][0]["sentences"]}
-    return out
-
-
-def markdown(summary: dict, rounds: int) -> str:
-    lines = [f"| system | decode s (median of {rounds}) | target tok/s | time × {next(iter(summary))} (range) |",
-             "|---|---|---|---|"]
-    for n, s in summary.items():
-        lines.append(f"| {n} | {s['seconds_median']} | {s['tokens_per_s_median']} | "
-                     f"{s['ratio_median']:.2f} ({s['ratio_min']:.2f}–{s['ratio_max']:.2f}) |")
-    return "\n".join(lines)
+from fairseq_ext.tools.evaluation.interleaved import markdown, parse_system, rotated, summarise, time_generate
 
 
 def main(argv=None) -> int:
@@ -87,8 +36,7 @@ def main(argv=None) -> int:
         raise SystemExit("error: --system names must be distinct")
     runs = {n: [] for n in names}
     for r in range(a.rounds):
-        order = systems[r % len(systems):] + systems[:r % len(systems)]
-        for name, args in order:
+        for name, args in rotated(systems, r):
             res = time_generate(args, a.threads)
             runs[name].append(res)
             print(f"[decode_speed] round {r + 1}/{a.rounds} {name}: {res['seconds']:.1f}s "

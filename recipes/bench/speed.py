@@ -32,14 +32,12 @@ import os
 import platform
 import statistics
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
 from fairseq_ext.tools.evaluation import bench_configs
+from fairseq_ext.tools.evaluation.interleaved import build, fixed_batches, rotated, train_steps
 from fairseq_ext.tools.evaluation.runs import logger
-
-ROOT = Path(__file__).resolve().parents[2]
 
 START, END = "<!-- speed:table -->", "<!-- /speed:table -->"
 # the baseline configuration of each task whose batches only its own kind reads
@@ -48,72 +46,6 @@ BASELINES = {"universal_translation": "gu5_multi", "doc_translation": "maruf_sen
 
 
 log = logger("speed")
-
-
-def build(name: str, data: Path, generated_dir=None):
-    """Task, model, criterion and fairseq optimizer of a bench configuration (its exact flags)."""
-    from fairseq import optim, options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    cfg = bench_configs.get(name)
-    if cfg["task"] not in ("translation_ext", "translation", "translation_decoding", "doc_translation",
-                           "universal_translation", "conversation_translation"):
-        raise SystemExit(f"error: configuration '{name}' uses task {cfg['task']}; speed.py times "
-                         f"plain translation configurations only")
-    if cfg.get("prepare"):
-        raise SystemExit(f"error: configuration '{name}' needs files made from its job's data before training "
-                         f"({', '.join(p for p, _ in cfg['prepare'])}); speed.py does not make them")
-    extra = []
-    if cfg["task"] == "doc_translation":
-        if not (data / "train.ids").exists():  # fairseq-ext-data binarize copies them next to the data
-            extra = ["--doc-ids-dir", str(data.parent)]
-        flags = cfg["train"]
-        generated = "--doc-target-context" in flags and flags[flags.index("--doc-target-context") + 1] == "generated"
-        if generated and not generated_dir:
-            raise SystemExit(f"error: configuration '{name}' reads the generated target context: give "
-                             f"--doc-generated-dir (the folder of the sentence model's {{split}}.{{tgt}})")
-        if generated_dir:
-            extra += ["--doc-generated-dir", str(generated_dir)]
-            if not generated:
-                extra += ["--doc-target-context", "generated"]
-    argv = [str(data), "--user-dir", str(ROOT / "fairseq_ext"), "--task", cfg["task"], "--cpu",
-            "--seed", "1", *extra, *cfg["train"]]
-    args = options.parse_args_and_arch(options.get_training_parser(), argv)
-    fcfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(fcfg.task)
-    model = task.build_model(fcfg.model)
-    criterion = task.build_criterion(fcfg.criterion)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = optim.build_optimizer(fcfg.optimizer, params)
-    n_params = sum(p.numel() for p in model.parameters())
-    return task, model, criterion, optimizer, float(fcfg.optimization.clip_norm), n_params
-
-
-def fixed_batches(task, n: int, max_tokens: int, seed: int):
-    """The first ``n`` batches of the seeded training epoch (the bench's --max-tokens)."""
-    task.load_dataset("train")
-    it = task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=max_tokens,
-                                 max_positions=(1024, 1024), ignore_invalid_inputs=True,
-                                 seed=seed).next_epoch_itr(shuffle=True)
-    out = []
-    for sample in it:
-        out.append(sample)
-        if len(out) == n:
-            break
-    return out
-
-
-def train_steps(system, batches, update_num: int) -> float:
-    """Seconds for one full training step per batch (fairseq's task.train_step + clip + step)."""
-    task, model, criterion, optimizer, clip, _ = system
-    model.train()
-    t0 = time.perf_counter()
-    for i, sample in enumerate(batches):
-        optimizer.zero_grad()
-        task.train_step(sample, model, criterion, optimizer, update_num + i)
-        optimizer.clip_grad_norm(clip)
-        optimizer.step()
-    return time.perf_counter() - t0
 
 
 def merge_table(path: Path, rows, note: str) -> None:
@@ -180,8 +112,7 @@ def main(argv=None) -> int:
         train_steps(systems[name], batches[: args.warmup], 0)
     times = {n: [] for n in names}
     for r in range(args.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
+        for name in rotated(names, r):
             times[name].append(train_steps(systems[name], batches, args.warmup + r * args.steps))
         log(f"round {r + 1}/{args.rounds}: " + ", ".join(
             f"{n} {times[n][-1] / times[args.baseline][-1]:.3f}x" for n in names))

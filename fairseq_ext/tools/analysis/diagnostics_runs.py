@@ -27,12 +27,10 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, List, Optional
 
-import fairseq_ext
 from fairseq_ext.tools.analysis.diagnostics import AMB, AMB_TGT
 from fairseq_ext.tools.evaluation import runs
+from fairseq_ext.tools.evaluation.runs import PACKAGE, ROOT
 
-PACKAGE = Path(fairseq_ext.__file__).resolve().parent  # --user-dir
-ROOT = PACKAGE.parent  # the checkout: the runners' commands run there
 BIN = Path(sys.executable).parent
 RESULTS = ROOT / "recipes" / "bench" / "RESULTS.md"  # the default --table
 # the fairseq-train flags of every diagnostic training: CPU, seed 1, no validation, the last checkpoint only

@@ -6,6 +6,7 @@
 * :func:`post_process`, :func:`raw_folder`: a prepared data folder's detokenisation and its raw (reference)
   folder, from the ``segment.json`` that ``fairseq-ext-data`` / ``corpora prepare`` wrote;
 * :func:`fmt`: a table cell of a number that may be missing;
+* :data:`PACKAGE`, :data:`ROOT`: the plugin's folder (``--user-dir``) and the checkout holding it;
 * :func:`load_script`: a recipe script loaded as a module by its path (one instance per path in a process), so
   that recipes reuse each other's helpers without changing ``sys.path``.
 """
@@ -21,6 +22,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2]  # the plugin (fairseq_ext/): --user-dir
+ROOT = PACKAGE.parent  # the checkout: the recipes' default folders, where their commands run
 
 # the lines of a run's log echoed while it runs: epoch summaries and validations, the end, decoding's summary,
 # the offline tools' milestones, errors

@@ -1,0 +1,153 @@
+"""Costs of systems measured *interleaved*: the systems take turns, round after round, in an order rotated by one
+per round, so that a load change of the shared machine hits all of them and cancels out of the per-round ratios.
+What ``recipes/bench/decode_speed.py`` (decoding time), ``recipes/bench/cpu_inference.py`` (CPU inference) and
+``recipes/bench/speed.py`` (training cost per target token) measure with:
+
+* decoding: :func:`time_generate` (one ``fairseq-generate`` run timed by its own "Translated N sentences (M tokens)
+  in S s" line, :data:`DONE`: decoding only, not start-up or checkpoint loading), :func:`summarise` (per system the
+  median ratio over rounds to the baseline's time of the same round, its range, the median seconds and tokens/s),
+  :func:`markdown`, :func:`parse_system` (``NAME=fairseq-generate arguments``);
+* training: :func:`build` (task, model, criterion and optimizer of a bench configuration, from its exact flags, in
+  this process), :func:`fixed_batches` (the same real batches for every configuration), :func:`train_steps`;
+* :func:`rotated`: the order of a round.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fairseq_ext.tools.evaluation import bench_configs
+from fairseq_ext.tools.evaluation.runs import PACKAGE, ROOT
+
+DONE = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s")
+
+
+def rotated(items: list, r: int) -> list:
+    """The order of round ``r`` (from 0): ``items`` rotated by ``r``."""
+    return items[r % len(items):] + items[:r % len(items)]
+
+
+# ------------------------------------------------------------------------------------------------ decoding
+def parse_system(spec: str) -> tuple:
+    """``NAME=ARGS`` -> ``(NAME, [fairseq-generate arguments])``."""
+    if "=" not in spec:
+        raise SystemExit(f"error: --system {spec!r}: expected NAME=ARGS")
+    name, args = spec.split("=", 1)
+    return name.strip(), shlex.split(args)
+
+
+def time_generate(args: list, threads: int, save: Path = None) -> dict:
+    """One ``fairseq-generate`` run (in the checkout, ``threads`` OpenMP/MKL threads): sentences, tokens and seconds
+    from its summary line, and the run's wall seconds; its output written to ``save`` when given."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
+    exe = Path(sys.executable).parent / "fairseq-generate"
+    t0 = time.time()
+    p = subprocess.run([str(exe), *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.time() - t0
+    m = DONE.search(p.stderr + p.stdout)
+    if p.returncode != 0 or m is None:
+        tail = (p.stderr or p.stdout)[-2000:]
+        raise SystemExit(f"error: fairseq-generate failed ({p.returncode}): {' '.join(args)}\n{tail}")
+    if save is not None:
+        save.write_text(p.stdout, encoding="utf-8")
+    return {"sentences": int(m.group(1).replace(",", "")), "tokens": int(m.group(2).replace(",", "")),
+            "seconds": float(m.group(3)), "wall": round(wall, 2)}
+
+
+def summarise(names: list, runs: dict) -> dict:
+    """Per system (``names[0]`` the baseline): the median, least and largest per-round time ratio to the baseline,
+    the median seconds and target tokens/s, the sentences translated."""
+    base = names[0]
+    out = {}
+    for n in names:
+        ratios = [r["seconds"] / b["seconds"] for r, b in zip(runs[n], runs[base])]
+        secs = [r["seconds"] for r in runs[n]]
+        toks = [r["tokens"] / r["seconds"] for r in runs[n]]
+        out[n] = {"ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
+                  "ratio_max": round(max(ratios), 3), "seconds_median": round(statistics.median(secs), 2),
+                  "tokens_per_s_median": round(statistics.median(toks), 1),
+                  "sentences": runs[n][0]["sentences"]}
+    return out
+
+
+def markdown(summary: dict, rounds: int) -> str:
+    lines = [f"| system | decode s (median of {rounds}) | target tok/s | time × {next(iter(summary))} (range) |",
+             "|---|---|---|---|"]
+    for n, s in summary.items():
+        lines.append(f"| {n} | {s['seconds_median']} | {s['tokens_per_s_median']} | "
+                     f"{s['ratio_median']:.2f} ({s['ratio_min']:.2f}–{s['ratio_max']:.2f}) |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ training
+def build(name: str, data: Path, generated_dir=None):
+    """Task, model, criterion and fairseq optimizer of a bench configuration (its exact flags), the gradient
+    clipping norm and the number of parameters."""
+    from fairseq import optim, options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    cfg = bench_configs.get(name)
+    if cfg["task"] not in ("translation_ext", "translation", "translation_decoding", "doc_translation",
+                           "universal_translation", "conversation_translation"):
+        raise SystemExit(f"error: configuration '{name}' uses task {cfg['task']}; speed.py times "
+                         f"plain translation configurations only")
+    if cfg.get("prepare"):
+        raise SystemExit(f"error: configuration '{name}' needs files made from its job's data before training "
+                         f"({', '.join(p for p, _ in cfg['prepare'])}); speed.py does not make them")
+    extra = []
+    if cfg["task"] == "doc_translation":
+        if not (data / "train.ids").exists():  # fairseq-ext-data binarize copies them next to the data
+            extra = ["--doc-ids-dir", str(data.parent)]
+        flags = cfg["train"]
+        generated = "--doc-target-context" in flags and flags[flags.index("--doc-target-context") + 1] == "generated"
+        if generated and not generated_dir:
+            raise SystemExit(f"error: configuration '{name}' reads the generated target context: give "
+                             f"--doc-generated-dir (the folder of the sentence model's {{split}}.{{tgt}})")
+        if generated_dir:
+            extra += ["--doc-generated-dir", str(generated_dir)]
+            if not generated:
+                extra += ["--doc-target-context", "generated"]
+    argv = [str(data), "--user-dir", str(PACKAGE), "--task", cfg["task"], "--cpu",
+            "--seed", "1", *extra, *cfg["train"]]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    fcfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(fcfg.task)
+    model = task.build_model(fcfg.model)
+    criterion = task.build_criterion(fcfg.criterion)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = optim.build_optimizer(fcfg.optimizer, params)
+    n_params = sum(p.numel() for p in model.parameters())
+    return task, model, criterion, optimizer, float(fcfg.optimization.clip_norm), n_params
+
+
+def fixed_batches(task, n: int, max_tokens: int, seed: int):
+    """The first ``n`` batches of the seeded training epoch (the bench's --max-tokens)."""
+    task.load_dataset("train")
+    it = task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=max_tokens,
+                                 max_positions=(1024, 1024), ignore_invalid_inputs=True,
+                                 seed=seed).next_epoch_itr(shuffle=True)
+    out = []
+    for sample in it:
+        out.append(sample)
+        if len(out) == n:
+            break
+    return out
+
+
+def train_steps(system, batches, update_num: int) -> float:
+    """Seconds for one full training step per batch (fairseq's task.train_step + clip + step)."""
+    task, model, criterion, optimizer, clip, _ = system
+    model.train()
+    t0 = time.perf_counter()
+    for i, sample in enumerate(batches):
+        optimizer.zero_grad()
+        task.train_step(sample, model, criterion, optimizer, update_num + i)
+        optimizer.clip_grad_norm(clip)
+        optimizer.step()
+    return time.perf_counter() - t0
