@@ -12,7 +12,7 @@ decoder; the full-sentence model, MLE, ``--nmt-updates``), decoded on the test s
 ``--waitk`` and the agent (``simul_agent``, GRU 64, trained ``--agent-updates`` updates by
 ``simul_policy_gradient``: BLEU⁰ increments + the AP delay reward of Eq. 9.9, target ``--target-ap`` d*, weight
 ``--delay-beta`` β, 10 sentences x 5 trajectories, Adam ``--agent-lr``); plus, in this process, wait-k that READs
-instead of writing ⟨/s⟩ before the source end is read (``defer``; the convention of SimulEval's wait-k agents: a
+instead of writing ⟨/s⟩ before the source end is read (``defer``; a common guard of wait-k decoders: a
 full-sentence model ends a prefix with ⟨/s⟩). The ``needed`` row is the task's needed delays (no model).
 
 Scores: exact match, word accuracy, the share of reference words written before their source word was read and the
