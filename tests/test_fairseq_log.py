@@ -115,11 +115,6 @@ def test_run_helpers(tmp_path):
     assert runs.post_process(tmp_path) == "sentencepiece" and runs.raw_folder(tmp_path) == tmp_path.parent / "raw"
     assert runs.fmt(None) == "–" and runs.fmt(1.234) == "1.23" and runs.fmt(3, "d") == "3"
     assert runs.fmt(float("nan"), missing="—") == "—" and runs.fmt(12345, ",") == "12,345"
-    script = tmp_path / "table.py"
-    script.write_text("ROWS = {}\n")
-    a = runs.load_script(script)
-    a.ROWS["x"] = 1
-    assert runs.load_script(script).ROWS == {"x": 1}  # one instance per path
     log = tmp_path / "out.log"
     assert runs.run_logged([sys.executable, "-c", "print('hello')"], log, 1) >= 0 and log.read_text() == "hello\n"
     with pytest.raises(SystemExit, match=r"error: command failed \(3\); see .*\nboom"):

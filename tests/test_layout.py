@@ -10,6 +10,7 @@
 Every ``from fairseq_ext... import`` and ``import fairseq_ext...`` counts, also those inside functions.
 """
 import ast
+import re
 import shutil
 from pathlib import Path
 
@@ -247,3 +248,48 @@ def test_the_bench_configurations_live_in_the_package():
     bad = [str(p.relative_to(root)) for d in ("recipes", "tests") for p in sorted((root / d).rglob("*"))
            if p.suffix in (".py", ".sh") and p.name != "test_layout.py" and by_path.search(p.read_text(encoding="utf-8"))]
     assert bad == []
+
+
+# ------------------------------------------------------------------------------- no script loaded by its path
+# importing a file by its path: what two places need lives in the package instead
+BY_PATH = re.compile(r"spec_from_file_location|\brunpy\b|sys\.path\.(?:insert|append)\(")
+# (file, why it may): the only loads by path left
+LOADS_BY_PATH_ALLOWED = {
+    "tests/test_simultaneous_cli.py": "a second instance of a package module (simuleval_agent) on a stub simuleval",
+    "tests/test_layout.py": "this check",
+}
+
+
+def loads_by_path(root: Path) -> list:
+    """``FILE:LINE`` of every Python file under ``root``'s fairseq_ext/, recipes/, examples/ and tests/ that imports
+    a file by its path (importlib's ``spec_from_file_location``, ``runpy``, ``sys.path.insert``/``append``), the
+    allowed ones (:data:`LOADS_BY_PATH_ALLOWED`) aside."""
+    bad = []
+    for d in ("fairseq_ext", "recipes", "examples", "tests"):
+        for p in sorted((root / d).rglob("*.py")):
+            rel = p.relative_to(root).as_posix()
+            if rel in LOADS_BY_PATH_ALLOWED:
+                continue
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+                if BY_PATH.search(line):
+                    bad.append(f"{rel}:{i}")
+    return bad
+
+
+def test_no_recipe_or_example_is_loaded_by_its_path():
+    """Nothing in recipes/ or examples/ is imported by another file or by a test through a path hack: a recipe or
+    an example is a thin command line over a package module, which the others and the tests import."""
+    from fairseq_ext.tools.evaluation import runs
+
+    assert loads_by_path(PACKAGE.parent) == []
+    assert not hasattr(runs, "load_script")
+
+
+def test_the_path_load_check_finds_one(tmp_path):
+    for d in ("fairseq_ext", "recipes", "examples", "tests"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "recipes" / "a.py").write_text("import runpy\nrunpy.run_path('recipes/b.py')\n")
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "import importlib.util\nspec = importlib.util.spec_from_file_location('b', 'recipes/b.py')\n")
+    (tmp_path / "examples" / "c.py").write_text("import sys\nsys.path.insert(0, 'recipes')\n")
+    assert loads_by_path(tmp_path) == ["recipes/a.py:1", "recipes/a.py:2", "examples/c.py:2", "tests/test_x.py:2"]

@@ -277,7 +277,7 @@ def test_thesis_recipes_use_the_new_flags():
 
 
 def test_ch3_driver_unk_copy_binarizes_with_the_joint_dictionary(tmp_path):
-    from fairseq_ext.tools.evaluation import transfer_pipeline as driver
+    from fairseq_ext.tools.chapters import transfer_pipeline as driver
     raw = tmp_path / "raw"
     shutil.copytree(ROOT / "tests" / "data" / "bible_tiny", raw)
     from fairseq_ext.tools.corpora import transfer

@@ -12,7 +12,8 @@ import shlex
 
 import pytest
 
-from fairseq_ext.tools.evaluation import bench_configs, bench_runs, transfer_pipeline
+from fairseq_ext.tools.chapters import transfer_pipeline
+from fairseq_ext.tools.evaluation import bench_configs, bench_runs
 from harness import ROOT, n_lines, run
 
 RECIPES = {c: ROOT / "recipes" / "nguyen" / f"{c}.sh" for c in ("ch3", "ch4", "ch5", "ch6", "ch7")}

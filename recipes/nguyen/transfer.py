@@ -42,7 +42,7 @@ source ones; the decoding strips the ``@@`` BPE marks (``--post-process subword_
 """
 import sys
 
-from fairseq_ext.tools.evaluation.transfer_pipeline import main
+from fairseq_ext.tools.chapters.transfer_pipeline import main
 
 if __name__ == "__main__":
     sys.exit(main(description=__doc__))

@@ -15,6 +15,8 @@ module                   command line                                    what
 ``conversation_report``  ``examples/multi_speaker_conversations/          Maruf ch. 5: Table 5.3 layout, cost
                          report.py``
 ``bimsmt``               (``... report.py from-bimsmt``)                 ... the Bi-MSMT release converted
+``transfer_pipeline``    ``recipes/nguyen/transfer.py``                  Nguyen ch. 3: parent -> child runs,
+                                                                         Table 3.3, Fig. 3.1; the tiny slice
 =======================  ==============================================  ======================================
 
 Nothing else in the package imports these modules; they may use every other tools package.

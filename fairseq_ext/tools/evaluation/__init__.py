@@ -33,8 +33,6 @@ module                   console script                         what
                                                                 under one budget; the bench tables
 ``interleaved``          (``recipes/bench/decode_speed.py``,    costs measured interleaved: decoding time,
                          ``speed.py``, ``cpu_inference.py``)    training steps on fixed batches
-``transfer_pipeline``    (``recipes/nguyen/transfer.py``)       Nguyen ch. 3: parent -> child transfer runs,
-                                                                Table 3.3, Fig. 3.1; the tiny data slice
 =======================  =====================================  ===============================================
 
 ``data/`` holds the gendered nouns of ``contrastive_gender`` and the stopwords of ``doc_consistency``.

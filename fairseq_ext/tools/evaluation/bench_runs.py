@@ -1,7 +1,7 @@
 """Train, decode and score named configurations of the benchmark (:mod:`~fairseq_ext.tools.evaluation.bench_configs`)
 on one prepared data folder under one budget: the engine of ``recipes/bench/bench.py`` (its command line, whose
 help tells the whole procedure) and of the parent and child systems of Nguyen ch. 3 (``recipes/nguyen/transfer.py``,
-:mod:`~fairseq_ext.tools.evaluation.transfer_pipeline`).
+:mod:`~fairseq_ext.tools.chapters.transfer_pipeline`).
 
 * :func:`run_config`: one configuration: ``fairseq-train`` under the budget (wall-clock minutes, updates, or, in the
   learning-curve mode, dev BLEU every N updates with early stopping), ``fairseq-generate`` of the test split,

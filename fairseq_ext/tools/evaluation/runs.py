@@ -6,14 +6,13 @@
 * :func:`post_process`, :func:`raw_folder`: a prepared data folder's detokenisation and its raw (reference)
   folder, from the ``segment.json`` that ``fairseq-ext-data`` / ``corpora prepare`` wrote;
 * :func:`fmt`: a table cell of a number that may be missing;
-* :data:`PACKAGE`, :data:`ROOT`: the plugin's folder (``--user-dir``) and the checkout holding it;
-* :func:`load_script`: a recipe script loaded as a module by its path (one instance per path in a process), so
-  that recipes reuse each other's helpers without changing ``sys.path``.
+* :data:`PACKAGE`, :data:`ROOT`: the plugin's folder (``--user-dir``) and the checkout holding it.
+
+What two recipes share lives in the package (here or beside it): no recipe is loaded by its path.
 """
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import json
 import math
 import os
@@ -88,20 +87,3 @@ def raw_folder(data: Path) -> Path:
 def fmt(x, spec: str = ".2f", missing: str = "–") -> str:
     """``x`` formatted with ``spec`` (``format(x, spec)``), or ``missing`` (an en dash) when it is None or NaN."""
     return missing if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def load_script(path) -> object:
-    """The Python file ``path`` (a recipe script) as a module, executed once per process: later calls return the
-    same module, so that a table one script extends is the table the others read."""
-    path = Path(path).resolve()
-    name = "_script_" + re.sub(r"\W", "_", str(path.with_suffix("")))
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
-    return sys.modules[name]
