@@ -20,6 +20,7 @@ module                    console script                         what
 ``diagnostics_multi``     (``fairseq-ext-diagnostics``)          ... the multilingual mechanisms (Gu ch. 5)
 ``diagnostics_arch``      (``fairseq-ext-diagnostics``)          ... conversations, rare words, positions
 ``diagnostics_decoding``  (``fairseq-ext-diagnostics``)          ... the decoding mechanisms (Gu ch. 2, 7-8)
+``diagnostics_meta``      (``fairseq-ext-diagnostics``)          ... fast adaptation to a new language (Gu ch. 6)
 ``diagnostics_simul``     (``fairseq-ext-diagnostics``)          ... the simultaneous agent (Gu ch. 9)
 ``diagnostics_runs``      —                                      what the diagnostics runners of recipes/bench/
                                                                  share: training, decoding, cached rows, options,

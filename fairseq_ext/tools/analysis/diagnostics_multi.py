@@ -24,8 +24,8 @@ import numpy as np
 
 from fairseq_ext.tools.common import ToolError, log, positive_int, read_json, write_json
 
-__all__ = ["TASKS", "DEFAULTS", "LANGS", "BOUND", "build_task", "generate", "add_generate_arguments",
-           "run_generate"]
+__all__ = ["TASKS", "DEFAULTS", "LANGS", "BOUND", "build_task", "generate", "write_universal_files",
+           "add_generate_arguments", "run_generate"]
 
 TASKS = ("ulr_cipher", "mole_shared")
 TGT = "en"
@@ -188,26 +188,12 @@ def _mark(line: str, lang: str) -> str:
     return " ".join(f"{w}__{lang}" for w in line.split())
 
 
-def generate(task: str, out: str, *, seed: int = 1, n_train: int = DEFAULTS["n_train"],
-             n_valid: int = DEFAULTS["n_valid"], n_test: int = DEFAULTS["n_test"], force: bool = False,
-             binarize: bool = True, **layout) -> Dict[str, Any]:
-    """Write the corpus of ``task`` under ``out`` (module doc); returns the ``diagnostics.json`` record."""
+def write_universal_files(out: str, t: Dict[str, Any]) -> None:
+    """The text side of a universal data folder from a task in memory (``splits``, ``lexicon``, ``vectors``,
+    ``seeds``): ``raw/`` and marked ``spm/`` lines of every split (with ``.lang``), ``spm/text.*`` (the training
+    sentences of each language) and ``ulr/emb.*.vec`` / ``ulr/seed.*.tsv`` (what ``fairseq-ext-ulr project`` reads)."""
     from fairseq_ext.tools.corpora.ulr_files import write_vec
 
-    params = dict({k: v for k, v in DEFAULTS.items() if k not in ("seed", "n_train", "n_valid", "n_test")}, **layout)
-    params["sent_len"] = list(params["sent_len"])
-    info: Dict[str, Any] = {"version": VERSION, "task": task, "seed": seed,
-                            "sizes": {"train": n_train, "valid": n_valid, "test": n_test}, "layout": params,
-                            "binarized": binarize}
-    meta = os.path.join(out, "diagnostics.json")
-    keys = ("version", "task", "seed", "sizes", "layout", "binarized")
-    if not force and os.path.isfile(meta):
-        old = read_json(meta)
-        if {k: old.get(k) for k in keys} == {k: info[k] for k in keys}:
-            log(f"[diagnostics] {out} is up to date ({task}); skipping (--force redoes it)")
-            return old
-    t = build_task(task, seed=seed, n_train=n_train, n_valid=n_valid, n_test=n_test,
-                   **{k: (tuple(v) if k == "sent_len" else v) for k, v in params.items()})
     raw, spm, ulr = (os.path.join(out, d) for d in ("raw", "spm", "ulr"))
     for d in (raw, spm, ulr):
         os.makedirs(d, exist_ok=True)
@@ -228,6 +214,28 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: int = DEFAULTS["n_t
         os.replace(tmp, os.path.join(ulr, f"emb.{lang}.vec"))
     for lang, pairs in t["seeds"].items():
         write_lines(os.path.join(ulr, f"seed.{lang}.tsv"), (f"{a}\t{b}\t1\tdiagnostic" for a, b in pairs))
+
+
+def generate(task: str, out: str, *, seed: int = 1, n_train: int = DEFAULTS["n_train"],
+             n_valid: int = DEFAULTS["n_valid"], n_test: int = DEFAULTS["n_test"], force: bool = False,
+             binarize: bool = True, **layout) -> Dict[str, Any]:
+    """Write the corpus of ``task`` under ``out`` (module doc); returns the ``diagnostics.json`` record."""
+    params = dict({k: v for k, v in DEFAULTS.items() if k not in ("seed", "n_train", "n_valid", "n_test")}, **layout)
+    params["sent_len"] = list(params["sent_len"])
+    info: Dict[str, Any] = {"version": VERSION, "task": task, "seed": seed,
+                            "sizes": {"train": n_train, "valid": n_valid, "test": n_test}, "layout": params,
+                            "binarized": binarize}
+    meta = os.path.join(out, "diagnostics.json")
+    keys = ("version", "task", "seed", "sizes", "layout", "binarized")
+    if not force and os.path.isfile(meta):
+        old = read_json(meta)
+        if {k: old.get(k) for k in keys} == {k: info[k] for k in keys}:
+            log(f"[diagnostics] {out} is up to date ({task}); skipping (--force redoes it)")
+            return old
+    t = build_task(task, seed=seed, n_train=n_train, n_valid=n_valid, n_test=n_test,
+                   **{k: (tuple(v) if k == "sent_len" else v) for k, v in params.items()})
+    write_universal_files(out, t)
+    spm, ulr = os.path.join(out, "spm"), os.path.join(out, "ulr")
     langs = t["aux"] + [t["lowres"]]
     write_json(os.path.join(out, "manifest.json"), {"aux": t["aux"], "lowres": t["lowres"], "langs": langs,
                                                     "diagnostic": task}, indent=1)
