@@ -250,8 +250,8 @@ def _binarize(out: str, t: Dict[str, Any], shots: List[str]) -> None:
 
 # --------------------------------------------------------------------------------------------- CLI (through diagnostics)
 def add_generate_arguments(g) -> None:
-    """The options of ``meta_cipher`` on ``fairseq-ext-diagnostics generate`` (--concepts, --seed-pairs, --dim,
-    --noise and --n-* are shared with the multilingual tasks; their defaults there are not this task's)."""
+    """The options of ``meta_cipher`` on ``fairseq-ext-diagnostics generate`` (--n-* are shared; the multilingual
+    tasks' --concepts, --seed-pairs, --dim and --noise do not apply: this task keeps :data:`DEFAULTS`)."""
     m = g.add_argument_group("fast adaptation (meta_cipher)")
     m.add_argument("--train-langs", type=positive_int, default=DEFAULTS["train_langs"],
                    help="training cipher languages (default %(default)s)")
