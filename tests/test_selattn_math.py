@@ -62,9 +62,9 @@ def test_sparsemax_scores_are_normalised_in_fp32_under_cpu_bf16_autocast(monkeyp
     score_dtypes, probs = [], []
     real_normalise, real_sparsemax = doc_attention.normalise, entmax.sparsemax
 
-    def spy_normalise(scores, mask, dim, kind):
+    def spy_normalise(scores, mask, dim, kind, **kw):
         score_dtypes.append(scores.dtype)
-        return real_normalise(scores, mask, dim, kind)
+        return real_normalise(scores, mask, dim, kind, **kw)
 
     def spy_sparsemax(x, dim=-1, **kw):
         p = real_sparsemax(x, dim=dim, **kw)

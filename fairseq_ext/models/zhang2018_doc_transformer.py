@@ -170,8 +170,9 @@ class ZhangEncoder(TransformerEncoderBase):
             out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         finally:
             set_context_memory(self.layers, None)
-        out["ctx_encoder_out"] = [memory[0]]
-        out["ctx_encoder_padding_mask"] = [memory[1]]
+        if self.ctx_integration == "decoder":  # the decoder's memory; an encoder-side one is not carried (nor reordered)
+            out["ctx_encoder_out"] = [memory[0]]
+            out["ctx_encoder_padding_mask"] = [memory[1]]
         return out
 
     @torch.jit.export
@@ -198,6 +199,16 @@ class ZhangDecoder(TransformerDecoderBase):
         if self.ctx_integration == "decoder":
             return wrap_layer(cfg, ZhangDecoderLayer(cfg, no_encoder_attn))
         return super().build_decoder_layer(cfg, no_encoder_attn)
+
+    def output_layer(self, features):
+        """fairseq's output projection on the B×T×C ``features`` folded into (B·T)×C: the frozen projection
+        (``--freeze-sentence-params``) is then one GEMM, as a trainable one is (torch's ``matmul`` copies a
+        frozen weight once per sentence and runs a ``bmm`` instead: the projection onto the vocabulary dominated
+        decoding). The numbers are those of the same weight when trainable."""
+        if features.dim() != 3:
+            return super().output_layer(features)
+        B, T, C = features.shape
+        return super().output_layer(features.reshape(B * T, C)).view(B, T, -1)
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None,
                          full_context_alignment=False, alignment_layer=None, alignment_heads=None):

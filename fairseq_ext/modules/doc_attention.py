@@ -56,23 +56,31 @@ def masked_softmax(scores: Tensor, mask: Optional[Tensor] = None, dim: int = -1)
     return normalise(scores, mask, dim, "softmax")
 
 
-def normalise(scores: Tensor, mask: Optional[Tensor], dim: int, kind: str) -> Tensor:
+def normalise(scores: Tensor, mask: Optional[Tensor], dim: int, kind: str, scratch: bool = False) -> Tensor:
+    """:func:`sparsemax` / :func:`masked_softmax` by ``kind``. ``scratch``: ``scores`` is a temporary of the caller,
+    masked in place, and the masked entries of a row with at least one kept entry are zero without a second pass
+    (a finite −10⁹ gives exactly 0 under both normalisers), but an all-masked row is *not* zeroed: the caller
+    multiplies it by an exact zero (the hierarchical attention's α_s of a sentence without words)."""
     from entmax import sparsemax as entmax_sparsemax
 
     dtype = scores.dtype
     if scores.size(dim) == 0:
         return scores.clone()
-    x = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores  # fp32 at least
+    low = scores.dtype in (torch.float16, torch.bfloat16)
+    x = scores.float() if low else scores  # fp32 at least
     if mask is not None:
-        mask = mask.expand_as(x)
-        x = x.masked_fill(~mask, MASK_VALUE)
+        if scratch:
+            x = x.masked_fill_(~mask, MASK_VALUE)
+        else:
+            mask = mask.expand_as(x)
+            x = x.masked_fill(~mask, MASK_VALUE)
     if kind == "sparsemax":
         p = entmax_sparsemax(x, dim=dim)
     elif kind == "softmax":
         p = F.softmax(x, dim=dim)
     else:
         raise ValueError(f"unknown normaliser {kind!r}")
-    if mask is not None:
+    if mask is not None and not scratch:
         p = p.masked_fill(~mask, 0.0)  # exact zeros; an all-masked row becomes all zeros
     return p.to(dtype)
 
@@ -200,21 +208,31 @@ class HierarchicalMultiheadAttention(ContextAttentionBase):
         self.reset_parameters()
 
     def prepare(self, ctx: DocContext) -> Dict[str, Tensor]:
+        """Each N-set row projected once (K_s, K_w, V_w), then laid out per batch sentence as the two matrix
+        products of :meth:`forward` read them, contiguous: ``k_w`` (B, H, d_k, K·L) and ``v_w`` (B, H, K·L, d_k).
+        The word scores and the values read of every query word (all T of the encoder, or one decoding step) are
+        then two batched GEMMs that copy no context (the word attention costs B·T·K·L per head: every query word
+        reads every word of its context)."""
         sents, has_words = sentence_vectors(ctx)
         valid = ctx.index.ge(0)
-        B, K = ctx.index.shape
-        L = ctx.words.size(1)
         k_s = gather_rows(self.heads(self.k_s_proj(sents)), ctx.index)          # B K H D
-        k_w = gather_rows(self.heads(self.k_w_proj(ctx.words)), ctx.index)      # B K L H D
-        v_w = gather_rows(self.heads(self.v_w_proj(ctx.value_vectors())), ctx.index)
         word_mask = gather_rows(ctx.word_mask, ctx.index) & valid.unsqueeze(-1)  # B K L
         return {
             "k_s": k_s.permute(0, 2, 1, 3),                # B H K D
-            "k_w": k_w.permute(0, 3, 1, 2, 4),             # B H K L D
-            "v_w": v_w.permute(0, 3, 1, 2, 4).reshape(B, self.num_heads, K * L, self.head_dim),
+            "k_w": self.word_memory(self.k_w_proj, ctx.words, ctx.index, keys=True),
+            "v_w": self.word_memory(self.v_w_proj, ctx.value_vectors(), ctx.index, keys=False),
             "sent_mask": valid & gather_rows(has_words, ctx.index),
             "word_mask": word_mask,
         }
+
+    def word_memory(self, proj: nn.Linear, words: Tensor, index: Tensor, keys: bool) -> Tensor:
+        """(N, L, C) word vectors → their projection per batch sentence's context, contiguous: (B, H, d_k, K·L)
+        for the ``keys``, else (B, H, K·L, d_k)."""
+        (B, K), L = index.shape, words.size(1)
+        x = gather_rows(self.heads(proj(words)), index)                          # B K L H D
+        if keys:
+            return x.permute(0, 3, 4, 1, 2).reshape(B, self.num_heads, self.head_dim, K * L).contiguous()
+        return x.permute(0, 3, 1, 2, 4).reshape(B, self.num_heads, K * L, self.head_dim).contiguous()
 
     def forward(self, query: Tensor, prepared: Dict[str, Tensor], need_weights: bool = False):
         """``query`` (B, T, C) → (B, T, C) and, with ``need_weights``, ``{"sentence": α_s (B, H, T, K),
@@ -223,11 +241,13 @@ class HierarchicalMultiheadAttention(ContextAttentionBase):
         q_s, q_w = self.query(self.q_s_proj, query), self.query(self.q_w_proj, query)
         sent_mask = prepared["sent_mask"][:, None, None, :]                        # B 1 1 K
         alpha_s = sparsemax(torch.einsum("bhtd,bhkd->bhtk", q_s, prepared["k_s"]), sent_mask)
-        word_mask = prepared["word_mask"][:, None, None]                           # B 1 1 K L
-        word_scores = torch.einsum("bhtd,bhkld->bhtkl", q_w, prepared["k_w"])
-        alpha_w = normalise(word_scores, word_mask, -1, self.word_norm)
-        alpha = alpha_s.unsqueeze(-1) * alpha_w                                    # Eq. 4.4
-        K, L = alpha.shape[-2:]
+        word_mask = prepared["word_mask"]
+        K, L = word_mask.shape[-2:]
+        word_scores = torch.matmul(q_w, prepared["k_w"]).view(B, self.num_heads, T, K, L)
+        # scratch: the scores are ours; a sentence without words has α_s = 0 exactly, so its row needs no zeroing
+        alpha_w = normalise(word_scores, word_mask[:, None, None], -1, self.word_norm, scratch=True)
+        a_s = alpha_s.unsqueeze(-1)
+        alpha = alpha_w * a_s if alpha_w.requires_grad else alpha_w.mul_(a_s)   # Eq. 4.4
         probs = self.dropout_module(alpha).view(B, self.num_heads, T, K * L)
         out = self.finish(torch.matmul(probs, prepared["v_w"]))
         return out, ({"sentence": alpha_s, "word": alpha} if need_weights else None)
