@@ -444,34 +444,6 @@ def patch_validation_save() -> None:
 # ------------------------------------------------------------------------------------ end of fix 13
 
 
-# ------------------------------------------------------------------------------------ fairseq's generation defaults
-def generation_default(name: str):
-    """fairseq's default of the generation option ``name`` (``beam``, ``max_len_a``, ``lenpen``, ...): the field of
-    its ``GenerationConfig``, or for a keyword of its ``SequenceGenerator`` without a command-line option
-    (``max_len``) that keyword's default.  The plugin's generators and tasks read fairseq's defaults from here
-    instead of writing them again."""
-    import dataclasses
-    import inspect
-
-    from fairseq.dataclass.configs import GenerationConfig
-
-    field = GenerationConfig.__dataclass_fields__.get(name)
-    if field is not None:
-        return field.default if field.default is not dataclasses.MISSING else field.default_factory()
-    from fairseq.sequence_generator import SequenceGenerator
-
-    param = inspect.signature(SequenceGenerator.__init__).parameters.get(name)
-    if param is None or param.default is inspect.Parameter.empty:
-        raise KeyError(f"{name!r} is not one of fairseq's generation options")
-    return param.default
-
-
-def generation_option(args, name: str):
-    """``args.name`` (a Namespace or fairseq's ``cfg.generation``), or :func:`generation_default` when ``args``
-    lacks it."""
-    return getattr(args, name, generation_default(name))
-
-
 def apply() -> None:
     """Apply every fix, once.  Called by ``fairseq_ext/__init__.py``."""
     global _APPLIED

@@ -1,6 +1,6 @@
 """The plugin's generators take fairseq's generation options (``--beam``, ``--max-len-a/-b``, ``--min-len``,
 ``--lenpen``, ``--unnormalized``) with fairseq's own defaults (``GenerationConfig``), read in one place
-(``fairseq_ext._compat.generation_default``): a task's ``build_generator`` given options without those fields
+(``fairseq_ext.modules.generation_options.generation_default``): a task's ``build_generator`` given options without those fields
 builds its generator with fairseq's defaults, and with given values uses them."""
 from argparse import Namespace
 
@@ -92,3 +92,25 @@ def test_no_decoding_task_or_generator_writes_a_fairseq_generation_default_again
     found = [f"{f}: {m.group(0)}" for f in files
              for m in restated.finditer((ROOT / "fairseq_ext" / f).read_text(encoding="utf-8"))]
     assert found == []
+
+
+def test_the_npd_samples_option_is_one_field_off_by_default_in_both_tasks():
+    """``--npd-samples`` means the same in the autoregressive task (``translation_decoding --decoding-algorithm
+    npd``, Eq. 2.14) and the non-autoregressive one (``translation_fertility``, Eq. 8.7): one field, one default,
+    0 = off (noisy parallel decoding is opt-in); asking for ``npd`` without samples is one clear error."""
+    from fairseq_ext.data.errors import UserDataError
+    from fairseq_ext.modules.generation_options import NPD_SAMPLES, NoisyParallelConfig
+    from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
+    from fairseq_ext.tasks.translation_fertility import TranslationFertilityConfig
+
+    shared = NoisyParallelConfig.__dataclass_fields__["npd_samples"]
+    for config in (TranslationDecodingConfig, TranslationFertilityConfig):
+        assert config.__dataclass_fields__["npd_samples"] is shared, config.__name__
+        assert config().npd_samples == NPD_SAMPLES == 0
+    d = make_dictionary()
+    task = TranslationDecodingTask(TranslationDecodingConfig(decoding_algorithm="npd"), d, d)
+    with pytest.raises(UserDataError, match="--npd-samples N >= 1"):
+        task.build_generator([build_model("rnnsearch_tiny")], Namespace())
+    gen = TranslationDecodingTask(TranslationDecodingConfig(decoding_algorithm="npd", npd_samples=3), d, d) \
+        .build_generator([build_model("rnnsearch_tiny")], Namespace())
+    assert gen.samples == 3

@@ -261,7 +261,8 @@ def test_interactive_bad_input_gets_one_message_each(tiny_bin, nmt_ckpt):
     text = "\n".join([" ".join(words[:10]), "", " ".join(words[:5]) + " zzqx@1 qqzx@2", line]) + "\n"
     for algorithm in ("beam", "npd"):
         p = fairseq("interactive", tiny_bin, "--task", "translation_decoding", "--decoding-algorithm", algorithm,
-                    "--path", nmt_ckpt, "--cpu", "--beam", "2", "--max-len-b", "8", "--max-source-positions", "30",
+                    "--npd-samples", "8", "--path", nmt_ckpt, "--cpu", "--beam", "2", "--max-len-b", "8",
+                    "--max-source-positions", "30",
                     input_text=text)
         assert "Traceback" not in p.stderr
         assert sorted(hypotheses(p.stdout)) == [0, 1, 2, 3]

@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from fairseq_ext._compat import generation_default, generation_option
+from fairseq_ext.modules.generation_options import generation_default, generation_option
 from fairseq_ext.generators.rescoring import RESCORE_BATCH, best_per_group, score_candidates
 from fairseq_ext.data.errors import UserDataError
 
@@ -266,11 +266,12 @@ class GaussianStateNoise:
 class NoisyParallelGenerator(AutoregressiveGenerator):
     """Noisy parallel decoding, Eq. 2.14 (module doc): N noisy greedy decodes, noise-free rescoring."""
 
-    def __init__(self, models, tgt_dict, samples: int = 8, sigma0: float = 0.5, rescore_batch: int = RESCORE_BATCH,
+    def __init__(self, models, tgt_dict, samples: int, sigma0: float = 0.5, rescore_batch: int = RESCORE_BATCH,
                  **kwargs):
         super().__init__(models, tgt_dict, **kwargs)
         if samples < 1:
-            raise UserDataError(f"--npd-samples must be >= 1, got {samples}")
+            raise UserDataError(f"--decoding-algorithm npd needs --npd-samples N >= 1 noisy decodes per sentence, "
+                                f"got {samples} (0, the default, is off)")
         if sigma0 < 0:
             raise UserDataError(f"--npd-sigma0 must be >= 0, got {sigma0}")
         self.samples = samples

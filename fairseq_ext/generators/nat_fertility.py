@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from fairseq_ext.generators.rescoring import RESCORE_BATCH, best_per_group, score_candidates
+from fairseq_ext.modules.generation_options import NPD_SAMPLES
 from fairseq_ext.modules.nat_fertility import constrain_fertility, fertility_cap, predict_fertility
 from fairseq_ext.data.errors import UserDataError
 
@@ -185,7 +186,7 @@ class NATFertilityGenerator:
     """fairseq-style generator (``generate(models, sample)``) for ``nat_fertility`` models; see the module
     docstring.  It calls only the model's public methods; the model never calls back."""
 
-    def __init__(self, tgt_dict, fertility_decoding: str = "argmax", npd_samples: int = 0, teacher=None,
+    def __init__(self, tgt_dict, fertility_decoding: str = "argmax", npd_samples: int = NPD_SAMPLES, teacher=None,
                  npd_temperature: float = 1.0, npd_score_eos: bool = False, npd_length_normalize: bool = True,
                  oracle_length: bool = False, max_len_ratio: float = 2.0, epd_topk: int = 10,
                  rescore_batch: int = RESCORE_BATCH):

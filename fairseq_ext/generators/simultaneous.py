@@ -23,7 +23,7 @@ from typing import Dict, List
 
 import torch
 
-from fairseq_ext._compat import generation_default
+from fairseq_ext.modules.generation_options import generation_default
 from fairseq_ext.modules.latency import (
     action_string,
     average_lagging,

@@ -40,7 +40,7 @@ from fairseq_ext.data.conversations import (
 from fairseq_ext.data.context_keys import opts_in, strip_keys
 from fairseq_ext.data.documents import read_generated_context
 from fairseq_ext.data.group_iterator import group_batch_iterator
-from fairseq_ext._compat import generation_option
+from fairseq_ext.modules.generation_options import generation_option
 from fairseq_ext.generators.conversation_online import ConversationOnlineGenerator
 from fairseq_ext.generators.decoding import decoding_options
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask

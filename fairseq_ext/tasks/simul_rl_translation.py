@@ -34,7 +34,7 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
-from fairseq_ext._compat import generation_option
+from fairseq_ext.modules.generation_options import generation_option
 from fairseq_ext.generators.decoding import length_limits
 from fairseq_ext.generators.simultaneous import SIMUL_DECODERS, SimultaneousGenerator
 from fairseq_ext.modules.simultaneous.policies import POLICIES

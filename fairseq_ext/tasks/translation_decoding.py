@@ -8,7 +8,7 @@ Decoding (Gu 2019 §2.3; :mod:`fairseq_ext.generators.decoding`):
 * ``greedy``: Eq. 2.10 (equals ``--beam 1``);
 * ``shrinking_beam``: the thesis's beam of ``--beam`` K hypotheses that shrinks K → K−1 per finished one,
   final choice by Eq. 2.13 with α = ``--lenpen``;
-* ``npd``: noisy parallel decoding (Eq. 2.14), ``--npd-samples`` N noisy greedy decodes with noise
+* ``npd``: noisy parallel decoding (Eq. 2.14), ``--npd-samples`` N (≥ 1) noisy greedy decodes with noise
   N(0, ``--npd-sigma0``²/t²), rescored noise-free by the model (α = ``--lenpen``) in chunks of
   ``--rescore-batch`` candidates (the option of ``translation_fertility``; ``--npd-rescore-batch`` is its
   earlier spelling here, still accepted).
@@ -33,7 +33,7 @@ from fairseq import utils
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
-from fairseq_ext._compat import generation_option
+from fairseq_ext.modules.generation_options import NoisyParallelConfig, generation_option
 from fairseq_ext.generators.decoding import (
     DECODING_ALGORITHMS,
     GreedyGenerator,
@@ -50,14 +50,13 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TranslationDecodingConfig(TranslationExtConfig, RescoreBatchConfig):
+class TranslationDecodingConfig(TranslationExtConfig, NoisyParallelConfig, RescoreBatchConfig):
     decoding_algorithm: ChoiceEnum(DECODING_ALGORITHMS) = field(
         default="beam",
         metadata={"help": "beam: fairseq's beam search; greedy: Eq. 2.10; shrinking_beam: the beam shrinks by one "
                           "per finished hypothesis, re-ranked by Eq. 2.13 (alpha = --lenpen); npd: noisy "
                           "parallel decoding (Eq. 2.14)"},
     )
-    npd_samples: int = field(default=8, metadata={"help": "npd: noisy greedy decodes per sentence"})
     npd_sigma0: float = field(
         default=0.5, metadata={"help": "npd: noise std at step 1; step t gets N(0, sigma0^2/t^2) (0: greedy)"})
 

@@ -31,6 +31,7 @@ from fairseq.tasks import register_task
 
 from fairseq_ext.data.fertility import FertilityLanguagePairDataset, check_fertility
 from fairseq_ext.generators.rescoring import RescoreBatchConfig
+from fairseq_ext.modules.generation_options import NoisyParallelConfig
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
 from fairseq_ext.data.errors import UserDataError
 
@@ -40,7 +41,7 @@ FERTILITY_DECODING_CHOICES = ChoiceEnum(["argmax", "average", "epd"])
 
 
 @dataclass
-class TranslationFertilityConfig(TranslationExtConfig, RescoreBatchConfig):
+class TranslationFertilityConfig(TranslationExtConfig, NoisyParallelConfig, RescoreBatchConfig):
     fertility_name: str = field(
         default="fert",
         metadata={"help": "fertilities are read from {split}.{src}-{tgt}.NAME (default fert)"},
@@ -57,11 +58,6 @@ class TranslationFertilityConfig(TranslationExtConfig, RescoreBatchConfig):
     )
     epd_topk: int = field(
         default=10, metadata={"help": "exact parallel decoding: the number K of fertility sequences"},
-    )
-    npd_samples: int = field(
-        default=0,
-        metadata={"help": "noisy parallel decoding (Eq. 8.7): sample this many fertility sequences and keep "
-                          "the translation the teacher (--teacher-path) scores best; 0 = off"},
     )
     npd_temperature: float = field(
         default=1.0, metadata={"help": "temperature of p_F when sampling NPD fertilities"},
