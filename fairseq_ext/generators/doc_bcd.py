@@ -10,7 +10,19 @@
    order, in place).
 
 K = 0 returns pass 0, exactly the sentence model's greedy output; a model without target context is
-decoded once. Each pass is :class:`~fairseq_ext.generators.decoding.GreedyGenerator`. The document model
+decoded once.
+
+Cost. The source side of every pass is the same (x^j, X^{−j}): with a document model that offers
+``encoder_out_with_targets(encoder_out, ctx_tgt_tokens, ctx_tgt_lengths)`` (docmem) and Jacobi updates, the
+document model's encoder runs once per batch and every pass swaps in the current translations (pass 0 of
+``zero_context`` decodes on the same encoder states, its memories off); the output is the one of encoding every
+pass anew. ``early_stop`` (``--bcd-early-stop``, Jacobi only, default off) re-decodes in pass k ≥ 2 only the
+sentences j for which a translation of {j} ∪ (the context rows of j) changed in pass k−1: the others have the
+inputs of pass k−1 (their source side is fixed; the target memory reads only those translations, Eq. 3.4), so
+their greedy output is that of pass k−1 in exact arithmetic; the iterations stop when no sentence is left. It
+can skip nothing for K = 1 (pass 1 is the first pass with target context). It is exact up to the
+floating-point effect of decoding a sub-batch (row results of the batched kernels may differ in the last bits
+with the batch size), hence optional. Each pass is :class:`~fairseq_ext.generators.decoding.GreedyGenerator`. The document model
 offers ``uses_document_context``, optionally ``uses_target_context`` and ``memory_disabled()``. The task
 builds the generator from ``--doc-iterations K``, ``--bcd-update``, ``--bcd-init``.
 
@@ -58,7 +70,7 @@ class DocBCDGenerator:
     uses_document_context = True
 
     def __init__(self, models, tgt_dict, iterations: int = 1, update: str = "jacobi", init: str = "auto",
-                 **greedy_kwargs):
+                 early_stop: bool = False, reuse_encoder: bool = True, **greedy_kwargs):
         if iterations < 0:
             raise UserDataError(f"--doc-iterations must be >= 0, got {iterations}")
         if update not in BCD_UPDATES:
@@ -77,6 +89,15 @@ class DocBCDGenerator:
         self.tgt_dict = tgt_dict
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
         self.iterations, self.update, self.init = iterations, update, init
+        if early_stop and update != "jacobi":
+            raise UserDataError("--bcd-early-stop needs --bcd-update jacobi")
+        #: encode once per batch (module doc); False: every pass encodes anew (the reference computation)
+        self.reuse_encoder = bool(reuse_encoder) and hasattr(self.model, "encoder_out_with_targets")
+        self.early_stop = bool(early_stop)
+        #: rows decoded by each document pass of the last ``generate`` (pass 1, 2, ...)
+        self.decoded_rows: List[int] = []
+        #: (source tensor, encoder output) of the batch being generated
+        self.encoded: Optional[tuple] = None
         self.doc_greedy = ContextGreedyGenerator([models[0]], tgt_dict, **greedy_kwargs)
         self.init_greedy = (ContextGreedyGenerator([models[1]], tgt_dict, **greedy_kwargs)
                             if init == "base_model" else self.doc_greedy)
@@ -92,16 +113,44 @@ class DocBCDGenerator:
 
     # ------------------------------------------------------------------ one greedy pass
     def decode(self, stage: str, sample: Dict) -> List[Dict]:
-        """Greedy translations of the batch rows of ``sample``: ``stage`` "init" (pass 0) or "doc"."""
+        """Greedy translations of the batch rows of ``sample``: ``stage`` "init" (pass 0) or "doc". On the
+        batch being generated, the document model decodes on its encoder output of that batch (module doc),
+        the rows ``sample["bcd_rows"]`` only when given."""
+        encoded = self.encoded_for(sample)
         if stage == "init" and self.init == "zero_context":
             with self.model.memory_disabled():
+                if encoded is not None:
+                    return self.greedy_on(encoded, sample)
                 return self.doc_greedy.decode(sample)
         if stage == "init":
             if not getattr(self.init_greedy.model, "uses_document_context", False):
                 net_input = sample["net_input"]
                 sample = dict(sample, net_input={k: net_input[k] for k in ("src_tokens", "src_lengths")})
             return self.init_greedy.decode(sample)
+        if encoded is not None:
+            net_input = sample["net_input"]
+            encoded = self.model.encoder_out_with_targets(encoded, net_input["ctx_tgt_tokens"],
+                                                          net_input["ctx_tgt_lengths"])
+            return self.greedy_on(encoded, sample)
         return self.doc_greedy.decode(sample)
+
+    def encoded_for(self, sample: Dict) -> Optional[Dict]:
+        """The document model's encoder output of the batch being generated if ``sample`` is that batch (the
+        same source tensor), else None."""
+        if self.encoded is None or self.encoded[0] is not sample["net_input"]["src_tokens"]:
+            return None
+        return self.encoded[1]
+
+    def greedy_on(self, encoder_out: Dict, sample: Dict) -> List[Dict]:
+        """The document model's greedy translations on ``encoder_out``, of the rows ``sample["bcd_rows"]``
+        (all when absent); the length limit is the whole batch's."""
+        src_tokens = sample["net_input"]["src_tokens"]
+        rows = sample.get("bcd_rows")
+        if rows is not None:
+            order = torch.tensor(rows, dtype=torch.long, device=src_tokens.device)
+            encoder_out = self.model.encoder.reorder_encoder_out(encoder_out, order)
+        n = len(rows) if rows is not None else src_tokens.size(0)
+        return self.doc_greedy.greedy(encoder_out, n, self.doc_greedy.decode_limit(src_tokens))
 
     # ------------------------------------------------------------------ samples
     def source_pad(self) -> int:
@@ -188,18 +237,40 @@ class DocBCDGenerator:
         if prefix_tokens is not None or constraints is not None:
             raise NotImplementedError("doc_bcd does not support --prefix-size or --constraints")
         net_input = sample["net_input"]
-        B = net_input["src_tokens"].size(0)
         if self.iterations > 0 and not getattr(self.model, "uses_target_context", True):
             hyps = self.decode("doc", sample)  # no target context: nothing to iterate
             return [[self.doc_greedy.hypothesis(h["tokens"], h["positional_scores"])] for h in hyps]
+        self.decoded_rows = []
+        if self.reuse_encoder and self.update == "jacobi" and self.iterations > 0:
+            self.encoded = (net_input["src_tokens"], self.doc_greedy.encode(sample))
+        try:
+            return self.iterate(sample)
+        finally:
+            self.encoded = None
+
+    def iterate(self, sample: Dict) -> List[List[Dict]]:
+        """Pass 0 and the K passes (module doc)."""
+        B = sample["net_input"]["src_tokens"].size(0)
         hyps = self.decode("init", sample)
         if self.iterations == 0:
             return [[self.doc_greedy.hypothesis(h["tokens"], h["positional_scores"])] for h in hyps]
         current = [h["tokens"] for h in hyps] + self.extra_translations(sample)
+        previous: Optional[List[Tensor]] = None
         for _ in range(self.iterations):
             if self.update == "jacobi":
-                hyps = self.decode("doc", self.with_targets(sample, current))
-                current = [h["tokens"] for h in hyps] + current[B:]
+                rows = self.rows_to_redecode(sample, current, previous)
+                if not rows:
+                    break  # a fixed point: no sentence can change any more
+                batch = self.with_targets(sample, current)
+                if len(rows) < B:
+                    batch = (dict(batch, bcd_rows=rows) if self.encoded_for(batch) is not None
+                             else self.rows_as_batch(sample, rows, current))
+                out = self.decode("doc", batch)
+                self.decoded_rows.append(len(rows))
+                previous = list(current)
+                for b, h in zip(rows, out):
+                    hyps[b] = h
+                    current[b] = h["tokens"]
             else:
                 for wave in self.document_waves(sample):
                     out = self.decode("doc", self.rows_as_batch(sample, wave, current))
@@ -207,6 +278,17 @@ class DocBCDGenerator:
                         hyps[b] = h
                         current[b] = h["tokens"]
         return [[self.doc_greedy.hypothesis(h["tokens"], h["positional_scores"])] for h in hyps]
+
+    def rows_to_redecode(self, sample: Dict, current: List[Tensor], previous: Optional[List[Tensor]]) -> List[int]:
+        """The batch rows a Jacobi pass decodes: all of them, or with ``early_stop`` those whose own or context
+        translations changed between ``previous`` and ``current`` (module doc)."""
+        B = sample["net_input"]["src_tokens"].size(0)
+        if not self.early_stop or previous is None:
+            return list(range(B))
+        changed = [not torch.equal(c, p) for c, p in zip(current, previous)]
+        index = sample["net_input"].get("ctx_index")
+        context = index.tolist() if index is not None else [[] for _ in range(B)]
+        return [b for b in range(B) if changed[b] or any(changed[r] for r in context[b] if r >= 0)]
 
     def extra_translations(self, sample: Dict) -> List[Tensor]:
         """Target sides of the extra N-set rows: the task's, else their pass-0 translations."""

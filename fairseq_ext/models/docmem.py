@@ -414,6 +414,17 @@ class DocMemModel(SentenceWarmStartMixin, RNNSearchModel):
         """Whether the output depends on the current translations of the context (``ctx_tgt_tokens``)."""
         return self.decoder.use_tgt or self.decoder.doc_context == "prev_tgt"
 
+    def encoder_out_with_targets(self, encoder_out: Dict[str, List[Tensor]], ctx_tgt_tokens: Tensor,
+                                 ctx_tgt_lengths: Tensor) -> Dict[str, List[Tensor]]:
+        """``encoder_out`` as the encoder would return it given ``ctx_tgt_tokens`` / ``ctx_tgt_lengths``
+        instead: the translations of the context only enter the target memory, which the decoder reads from
+        these two entries (Eq. 3.4's c^tgt), so the sentence and N-set encodings and c^src (Fig. 3.3) are
+        reused as they are (``doc_bcd``'s passes after the first encoding)."""
+        out = dict(encoder_out)
+        if "nset_final" in out:
+            out["ctx_tgt_tokens"], out["ctx_tgt_lengths"] = [ctx_tgt_tokens], [ctx_tgt_lengths]
+        return out
+
     @property
     def zero_memory(self) -> bool:
         return self.decoder.zero_memory
