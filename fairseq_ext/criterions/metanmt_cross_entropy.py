@@ -35,6 +35,7 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.cross_entropy import CrossEntropyCriterion, CrossEntropyCriterionConfig
 from omegaconf import II
 
+from fairseq_ext.data.context_keys import unwrap_model
 from fairseq_ext.modules.checkpoint import CheckpointError, load_state
 from fairseq_ext.modules.meta_learning import InnerLearning, ParameterPartition, meta_objective_gradient, proximal_term
 from fairseq_ext.data.errors import UserDataError
@@ -49,12 +50,6 @@ class MetaNMTCrossEntropyCriterionConfig(CrossEntropyCriterionConfig):
         default=None, metadata={"help": "checkpoint whose parameters are theta0 of the proximal prior (default: "
                                         "--finetune-from-model)"})
     finetune_from_model: Optional[str] = II("checkpoint.finetune_from_model")
-
-
-def _unwrap(model):
-    while hasattr(model, "module") and isinstance(getattr(model, "module"), torch.nn.Module):
-        model = model.module
-    return model
 
 
 @register_criterion("metanmt_cross_entropy", dataclass=MetaNMTCrossEntropyCriterionConfig)
@@ -95,7 +90,7 @@ class MetaNMTCrossEntropyCriterion(CrossEntropyCriterion):
         """(names, parameters, θ^0 tensors) of the parameters of ``model`` that require grad."""
         ref = self._reference_for(model)
         names, params, refs = [], [], []
-        for n, p in _unwrap(model).named_parameters():
+        for n, p in unwrap_model(model).named_parameters():
             if not p.requires_grad:
                 continue
             if n not in ref:

@@ -1,13 +1,14 @@
 """Which models of ``doc_translation`` (Maruf 2019 ch. 3-4) receive the context keys of a document batch
 (:mod:`fairseq_ext.data.documents`), and a document batch cut to some of its rows. The same routing serves the
-history keys of ``conversation_translation`` (ch. 5, :mod:`fairseq_ext.data.conversations`): :func:`opts_in`
-and :func:`strip_keys` take the opt-in attribute and the key names.
+history keys of ``conversation_translation`` (ch. 5, :mod:`fairseq_ext.data.conversations`) and the memory keys
+of ``seg_translation`` (Gu 2019 ch. 4): :func:`opts_in` and :func:`strip_keys` take the opt-in attribute and the
+key names.
 
 fairseq's sentence models have fixed ``forward`` arguments
 (``TransformerModel.forward(src_tokens, src_lengths, prev_output_tokens, ...)``) and fail on unknown
 keyword arguments, so the task gives the context keys only to a model that opts in with the class
 attribute ``uses_document_context = True`` (looked up through DDP/proxy wrappers, see
-:func:`uses_document_context`); for any other model :func:`strip_context` removes them from
+:func:`uses_document_context`, :func:`unwrap_model`); for any other model :func:`strip_context` removes them from
 ``net_input`` (and ``ctx_id`` from the sample) before ``train_step``/``valid_step``/``inference_step``.
 In ``inference_step`` the keys are also kept when the *generator* sets ``uses_document_context = True``
 (e.g. ``doc_bcd``, which may run a sentence model next to the document model and routes the keys
@@ -29,13 +30,28 @@ CONTEXT_NET_INPUT_KEYS = ("ctx_src_tokens", "ctx_src_lengths", "ctx_index", "ctx
 CONTEXT_SAMPLE_KEYS = ("ctx_id",)
 
 
+def wrapped_levels(obj):
+    """``obj`` and the models it wraps, outermost first (DDP/proxy wrappers: up to four ``.module`` levels)."""
+    yield obj
+    for _ in range(4):
+        inner = getattr(obj, "module", None)
+        if not isinstance(inner, torch.nn.Module):
+            return
+        obj = inner
+        yield obj
+
+
+def unwrap_model(model):
+    """The model inside DDP/proxy wrappers (:func:`wrapped_levels`' innermost)."""
+    for model in wrapped_levels(model):
+        pass
+    return model
+
+
 def opts_in(obj, attr: str = "uses_document_context") -> bool:
     """Whether a model or a generator sets the class attribute ``attr``, on itself or on a model it wraps
-    (DDP/proxy wrappers: up to four ``.module`` levels)."""
-    seen = 0
-    while obj is not None and not getattr(obj, attr, False) and hasattr(obj, "module") and seen < 4:
-        obj, seen = obj.module, seen + 1
-    return bool(getattr(obj, attr, False))
+    (:func:`wrapped_levels`)."""
+    return any(getattr(level, attr, False) for level in wrapped_levels(obj))
 
 
 def uses_document_context(obj) -> bool:

@@ -34,6 +34,7 @@ from fairseq.tasks import register_task
 from omegaconf import II
 
 from fairseq_ext.data.batching import example_lengths
+from fairseq_ext.data.context_keys import unwrap_model
 from fairseq_ext.data.universal import LanguageDataError, LanguageResampled, parse_langs
 from fairseq_ext.modules.meta_learning import (
     FINETUNE_STRATEGIES,
@@ -51,12 +52,6 @@ from fairseq_ext.data.errors import UserDataError
 logger = logging.getLogger(__name__)
 
 VALID_STREAM = 7919  # the third entry of the meta-validation draws' seed (episodes use the episode index)
-
-
-def _unwrap(model):
-    while hasattr(model, "module") and isinstance(getattr(model, "module"), torch.nn.Module):
-        model = model.module
-    return model
 
 
 def _base_dataset(ds):
@@ -212,7 +207,7 @@ class MetaTranslationTask(UniversalTranslationTask):
                 raise RuntimeError("meta_translation: the training split is not loaded")
             ds = self._episode_ds
             ids = np.flatnonzero(self._episode_langs == k)
-            max_positions = utils.resolve_max_positions(self.max_positions(), _unwrap(model).max_positions())
+            max_positions = utils.resolve_max_positions(self.max_positions(), unwrap_model(model).max_positions())
             ids = self.filter_indices_by_size(ids, ds, max_positions, ignore_invalid_inputs=True)
             src, tgt = example_lengths(ds)
             ids = ids[np.lexsort((src[ids],) if tgt is None else (tgt[ids], src[ids]))]
@@ -227,7 +222,7 @@ class MetaTranslationTask(UniversalTranslationTask):
     def _collate(self, indices: np.ndarray, model):
         ds = self._episode_ds
         sample = ds.collater([ds[int(i)] for i in indices])
-        device = next(_unwrap(model).parameters()).device
+        device = next(unwrap_model(model).parameters()).device
         return utils.apply_to_sample(lambda t: t.to(device), sample)
 
     def draw_episode(self, rng: np.random.Generator, model):
@@ -270,9 +265,9 @@ class MetaTranslationTask(UniversalTranslationTask):
         episode = self._episode_in_update
         self._episode_in_update += 1
         if ignore_grad:  # fairseq's dummy batch: no episode, no gradient
-            zero = torch.zeros((), device=next(_unwrap(model).parameters()).device)
+            zero = torch.zeros((), device=next(unwrap_model(model).parameters()).device)
             return zero, 0, {"loss": 0.0, "nll_loss": 0.0, "ntokens": 0, "nsentences": 0, "sample_size": 0}
-        raw = _unwrap(model)
+        raw = unwrap_model(model)
         if self._partition is None or self._partition[0] is not raw:
             self._partition = (raw, model_partition(raw))
         lang, d, d_prime = self.draw_episode(episode_rng(self._seed(), update_num, episode), model)
@@ -315,7 +310,7 @@ class MetaTranslationTask(UniversalTranslationTask):
     def meta_validation_model(self, model, criterion, update_num: int):
         """A copy of ``model`` fine-tuned on ``--meta-valid-lang`` (module doc); ``model`` is untouched."""
         lang = self.meta_valid_lang
-        tuned = copy.deepcopy(_unwrap(model))
+        tuned = copy.deepcopy(unwrap_model(model))
         for p in tuned.parameters():
             p.grad = None  # the copy of the meta model's last update's gradients
         trainable = apply_finetune_strategy(tuned, self.cfg.finetune_strategy)

@@ -33,6 +33,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
 from fairseq_ext.data.binarized import split_prefix
+from fairseq_ext.data.context_keys import has_context, opts_in, strip_keys, unwrap_model
 from fairseq_ext.data.translation_memory import TMFormatError, read_tm
 from fairseq_ext.data.truncation import truncate_tokens
 from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
@@ -45,32 +46,18 @@ TM_NET_INPUT_KEYS = ("tm_src_tokens", "tm_src_lengths", "tm_prev_output_tokens",
 TM_SAMPLE_KEYS = ("tm_id",)  # per memory row, not per example
 
 
-def _unwrap(model):
-    for _ in range(4):
-        if not hasattr(model, "module"):
-            break
-        model = model.module
-    return model
-
-
 def uses_translation_memory(model) -> bool:
     """Whether a model (possibly DDP-wrapped) opts in to the ``tm_*`` keys."""
-    return bool(getattr(model, "uses_translation_memory", False)
-                or getattr(_unwrap(model), "uses_translation_memory", False))
+    return opts_in(model, "uses_translation_memory")
 
 
 def has_tm(sample) -> bool:
-    return isinstance(sample, dict) and isinstance(sample.get("net_input"), dict) and \
-        any(k in sample["net_input"] for k in TM_NET_INPUT_KEYS)
+    return has_context(sample, TM_NET_INPUT_KEYS)
 
 
 def strip_tm(sample):
     """A shallow copy of ``sample`` without the memory keys (for models that do not opt in)."""
-    if not has_tm(sample):
-        return sample
-    out = {k: v for k, v in sample.items() if k not in TM_SAMPLE_KEYS + ("tm_fuzzy",)}
-    out["net_input"] = {k: v for k, v in sample["net_input"].items() if k not in TM_NET_INPUT_KEYS}
-    return out
+    return strip_keys(sample, TM_NET_INPUT_KEYS, TM_SAMPLE_KEYS + ("tm_fuzzy",))
 
 
 class TMPairDataset(BaseWrapperDataset):
@@ -280,8 +267,8 @@ class SegTranslationTask(TranslationDecodingTask):
             sample = strip_tm(sample)
         hypos = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
                                        constraints=constraints)
-        if self.cfg.tm_export and has_tm(sample) and hasattr(_unwrap(models[0]), "tm_trace"):
-            self.export_trace(_unwrap(models[0]), sample, hypos)
+        if self.cfg.tm_export and has_tm(sample) and hasattr(unwrap_model(models[0]), "tm_trace"):
+            self.export_trace(unwrap_model(models[0]), sample, hypos)
         return hypos
 
     def subset_for_inference(self, sample, keep: torch.Tensor):
