@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 
 from fairseq_ext.tools.common import (SPLITS, OutputSet, Timer, ToolError, json_text, log, read_json, read_lines,
                                       sha256_file, stamp_ok, write_stamp)
+from fairseq_ext.tools.corpora.synthetic_rules import write_split_files
 
 VERSION = 1
 STEP = "dialogue-patterns"
@@ -275,13 +276,8 @@ def generate(out: str, protocol: str, *, patterns_path: str = DEFAULT_PATTERNS, 
         "test_inputs_seen_in_train": sum(r[0] in train_src for r in data["test"]),
         "test_pairs_seen_in_train": sum((r[0], r[1]) in train_pairs for r in data["test"]),
     }
-    outputs = []
     with OutputSet(out) as o:
-        for sp in SPLITS:
-            o.write_lines(f"{sp}.src", (r[0] for r in data[sp]))
-            o.write_lines(f"{sp}.tgt", (r[1] for r in data[sp]))
-            o.write_lines(f"{sp}.rule", (r[2] for r in data[sp]))
-            outputs += [f"{sp}.src", f"{sp}.tgt", f"{sp}.rule"]
+        outputs = write_split_files(o, data)
         o.write_lines(PATTERNS_FILE, ["id\tkind\tinput\tresponse"]
                       + [f"{p.id}\t{p.kind}\t{p.input}\t{p.response}" for p in patterns])
         o.write_text(META, json_text(meta))

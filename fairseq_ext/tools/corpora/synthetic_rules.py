@@ -119,6 +119,17 @@ def _check_range(name: str, rng_: Sequence[int], lo_min: int) -> tuple[int, int]
     return lo, hi
 
 
+def write_split_files(o: OutputSet, data: dict) -> list[str]:
+    """``{split}.src``, ``.tgt`` and ``.rule`` of ``data`` (``{split: [(src, tgt, rule line)]}``) into ``o``, the
+    layout of this data and of :mod:`~fairseq_ext.tools.corpora.dialogue_data`; returns the file names."""
+    outputs = []
+    for sp in SPLITS:
+        for k, ext in enumerate(("src", "tgt", "rule")):
+            o.write_lines(f"{sp}.{ext}", (x[k] for x in data[sp]))
+            outputs.append(f"{sp}.{ext}")
+    return outputs
+
+
 def generate(out: str, *, seed: int = DEFAULTS["seed"], scale: float = 1.0, rules: Optional[int] = None,
              train_per_rule: Optional[int] = None, valid_per_rule: Optional[int] = None,
              test_per_rule: Optional[int] = None, vocab_size: int = DEFAULTS["vocab_size"],
@@ -207,13 +218,8 @@ def generate(out: str, *, seed: int = DEFAULTS["seed"], scale: float = 1.0, rule
         "lines": {sp: len(data[sp]) for sp in SPLITS},
         "lines_per_type": counts,
     }
-    outputs = []
     with OutputSet(out) as o:
-        for sp in SPLITS:
-            o.write_lines(f"{sp}.src", (x[0] for x in data[sp]))
-            o.write_lines(f"{sp}.tgt", (x[1] for x in data[sp]))
-            o.write_lines(f"{sp}.rule", (x[2] for x in data[sp]))
-            outputs += [f"{sp}.src", f"{sp}.tgt", f"{sp}.rule"]
+        outputs = write_split_files(o, data)
         o.write_lines(RULES_FILE, ["id\ttype\tsource\ttarget"] + [
             f"{x['id']}\t{x['type']}\t{' '.join(x['src'])}\t{' '.join(x['tgt'])}" for x in rule_list])
         o.write_text(META, json_text(meta))
