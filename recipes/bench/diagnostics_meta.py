@@ -12,10 +12,11 @@ Adam 3e-3, inverse-sqrt warm-up 100: ``multi`` = ``universal_translation`` (lang
 0, 1,024-token batches); ``meta`` = ``meta_translation`` (one episode an update: a language, D and D′ of 512 tokens
 each, one inner Adam step at the meta learning rate, first-order meta-gradient). Fine-tuning
 (``ulr_finetune_translation``, ``--finetune-strategy emb+enc`` (the thesis's best), Adam ``--ft-lr`` constant) on
-``k<K>`` (one batch: every step sees the K examples), checkpoints kept at ``--steps``; greedy decoding in this
-process, token accuracy at position on ``zn``'s test (and exact match), split into right, misplaced-and-seen and
-misplaced-and-unseen source words (the generator's bounds). A K passes when the meta start is ahead of the
-multilingual one at the last of ``--steps``; each fine-tuning is cached (``OUT/meta_cipher/ft_START_kK``).
+``k<K>`` (one batch: every step sees the K examples), with fairseq's ``Trainer`` in this process, scored after each
+of ``--steps``: greedy decoding, token accuracy at position on ``zn``'s test (and exact match), split into right,
+misplaced-and-seen and misplaced-and-unseen source words (the generator's bounds). A K passes when the meta start is
+ahead of the multilingual one (all tokens) at the last of ``--steps``. Each start's row (pretraining, zero-shot,
+every K's curve, the inner-step probe of :func:`inner_step_probe`) is cached in ``OUT/meta_cipher/START``.
 """
 import sys
 from pathlib import Path
