@@ -266,7 +266,7 @@ class GaussianStateNoise:
 class NoisyParallelGenerator(AutoregressiveGenerator):
     """Noisy parallel decoding, Eq. 2.14 (module doc): N noisy greedy decodes, noise-free rescoring."""
 
-    def __init__(self, models, tgt_dict, samples: int, sigma0: float = 0.5, rescore_batch: int = RESCORE_BATCH,
+    def __init__(self, models, tgt_dict, samples: int, sigma0: float, rescore_batch: int = RESCORE_BATCH,
                  **kwargs):
         super().__init__(models, tgt_dict, **kwargs)
         if samples < 1:

@@ -28,13 +28,12 @@ import re
 import shutil
 from collections import OrderedDict
 
-from fairseq_ext.tools.common import (ArgumentParser, OutputSet, Timer, ToolError, log, read_lines, run_cli,
+from fairseq_ext.tools.common import (SPLITS, ArgumentParser, OutputSet, Timer, ToolError, log, read_lines, run_cli,
                                       write_json)
 from fairseq_ext.tools.corpora.sword import HDR, NOTE, TEST_BOOKS, TGT_MODULE, VALID_BOOKS, dump_path
 
 PARTY_A = ("Jesus", "Beloved")
 LANG_A, LANG_B = "en", "es"  # party A speaks English (en->es), party B Spanish (es->en)
-SPLITS = ("train", "valid", "test")
 
 Q_OPEN = re.compile(r"<q\b([^>]*)>")
 TOKEN = re.compile(r"<q\b[^>]*>|</q>|<speaker\b[^>]*>(.*?)</speaker>|<[^>]+>|[^<]+", re.S)

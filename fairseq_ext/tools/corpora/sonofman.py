@@ -26,7 +26,7 @@ import sys
 import tempfile
 import zipfile
 
-from fairseq_ext.tools.common import (OutputSet, Timer, ToolError, log, read_json, sha256_file, stamp_ok,
+from fairseq_ext.tools.common import (SPLITS, OutputSet, Timer, ToolError, log, read_json, sha256_file, stamp_ok,
                                       write_stamp)
 from fairseq_ext.tools.corpora.sword import TEST_BOOKS, VALID_BOOKS
 
@@ -92,7 +92,6 @@ WS = re.compile(r"\s+")
 VERSE_MARK = re.compile(r"\(\d+[:\-]\d+\)\s*")   # "(13:2)" original-numbering markers
 JUNK = re.compile(r"[\[\]*#\\]")                  # [added words], footnote stars, stray # and \\
 XREF = re.compile(r"\s*\([^()]*\d+:\d+[^()]*\)")  # Hindi IRV inline cross-references
-SPLITS = ("train", "valid", "test")
 
 
 def clean(t: str) -> str:
