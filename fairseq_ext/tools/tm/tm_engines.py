@@ -218,7 +218,7 @@ class NumpyRetriever(Retriever):
     name = "numpy"
     DENSE_SHARE = 8            # a term in more than 1/8 of the lines is also held as a dense row ...
     MAX_DENSE = 64             # ... for at most 64 terms
-    PROBE = 10                 # the n-th best score's lower bound is taken over the lines of 10 n postings
+    PROBE = 3                  # the n-th best score's lower bound is taken over the lines of 3 n postings
     description = ("numpy BM25 = tantivy's (k1=1.2, b=0.75, one-byte length norms, single-precision term "
                    "scores, exact sums), OR of term queries")
 
@@ -245,6 +245,7 @@ class NumpyRetriever(Retriever):
         self.ptr = np.zeros(len(self.vocab) + 1, dtype=np.int64)
         np.cumsum(np.bincount(term_arr, minlength=len(self.vocab)), out=self.ptr[1:])
         self.df = np.diff(self.ptr)
+        self._df_list = self.df.tolist()
         # tantivy's arithmetic, single precision, step by step
         length = np.array(lengths, dtype=np.int64)
         avg = _F32(length.sum()) / _F32(n) if n else _F32(1)
@@ -277,7 +278,7 @@ class NumpyRetriever(Retriever):
     def query_terms(self, query_tokens: Sequence[str]) -> List[Tuple[int, int]]:
         """``[(term id, count)]`` of the query's distinct terms found in the memory, rarest first (then by
         term id)."""
-        vocab, df = self.vocab, self.df
+        vocab, df = self.vocab, self._df_list
         terms = [(vocab[t], c) for t, c in Counter(index_terms(query_tokens)).items() if t in vocab]
         terms.sort(key=lambda tc: (df[tc[0]], tc[0]))
         return terms
