@@ -98,3 +98,41 @@ def test_early_stop_needs_jacobi_updates():
     with pytest.raises(UserDataError, match="jacobi"):
         DocBCDGenerator([tiny("m2c_both")], make_dictionary(V), iterations=2, update="gauss_seidel",
                         early_stop=True)
+
+
+# ------------------------------------------------------------------------------------------ the tiny Bible slice
+@pytest.mark.slow
+def test_reuse_and_early_stop_on_the_tiny_bible_slice(tiny_bin, tmp_path):
+    """A docmem_tiny trained 4 updates on the tiny slice, decoded through the task's own document batches:
+    encoding once gives the hypotheses and scores of encoding every pass (K = 1, 2, both Jacobi inits);
+    fairseq-generate --bcd-early-stop gives the hypotheses of the full K = 2 run."""
+    from fairseq import checkpoint_utils
+
+    from harness import fairseq, hypotheses
+
+    save = tmp_path / "ckpt"
+    fairseq("train", tiny_bin, "--task", "doc_translation", "--doc-target-context", "gold", "--arch", "docmem_tiny",
+            "--criterion", "cross_entropy", "--optimizer", "sgd", "--lr", "0.1", "--clip-norm", "5",
+            "--max-tokens", "1000", "--max-update", "4", "--save-dir", save, "--cpu", "--seed", "1",
+            "--no-progress-bar", "--log-format", "simple", "--log-interval", "1", "--no-epoch-checkpoints")
+    ckpt = save / "checkpoint_last.pt"
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(ckpt)], arg_overrides={"data": str(tiny_bin), "doc_target_context": "none"})
+    model = models[0].eval()
+    task.load_dataset("test")
+    batches = list(task.get_batch_iterator(dataset=task.dataset("test"), max_tokens=200).next_epoch_itr(shuffle=False))
+    d = task.target_dictionary
+    for K in (1, 2):
+        for reuse in (True, False):
+            gen = DocBCDGenerator([model], d, iterations=K, init="zero_context", reuse_encoder=reuse, max_len_b=20)
+            out = [task.inference_step(gen, [model], sample) for sample in batches]
+            if reuse:
+                reused = out
+            else:
+                for a, b in zip(reused, out):
+                    assert_same(a, b)
+    flags = ["--task", "doc_translation", "--path", ckpt, "--cpu", "--beam", "1", "--max-len-b", "20",
+             "--decoding-algorithm", "doc_bcd", "--doc-iterations", "2", "--bcd-init", "zero_context"]
+    full = hypotheses(fairseq("generate", tiny_bin, *flags).stdout)
+    stopped = hypotheses(fairseq("generate", tiny_bin, *flags, "--bcd-early-stop").stdout)
+    assert full and stopped == full
