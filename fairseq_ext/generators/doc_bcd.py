@@ -18,13 +18,15 @@ document model's encoder runs once per batch and every pass swaps in the current
 ``zero_context`` decodes on the same encoder states, its memories off); the output is the one of encoding every
 pass anew. ``early_stop`` (``--bcd-early-stop``, Jacobi only, default off) re-decodes in pass k ≥ 2 only the
 sentences j for which a translation of {j} ∪ (the context rows of j) changed in pass k−1: the others have the
-inputs of pass k−1 (their source side is fixed; the target memory reads only those translations, Eq. 3.4), so
-their greedy output is that of pass k−1 in exact arithmetic; the iterations stop when no sentence is left. It
-can skip nothing for K = 1 (pass 1 is the first pass with target context). It is exact up to the
+inputs of pass k−1 (their source side is fixed; docmem's target memory reads only those translations,
+Eq. 3.4), so their greedy output is that of pass k−1 in exact arithmetic; the iterations stop when no sentence
+is left. It can skip nothing for K = 1 (pass 1 is the first pass with target context). It is exact up to the
 floating-point effect of decoding a sub-batch (row results of the batched kernels may differ in the last bits
-with the batch size), hence optional. Each pass is :class:`~fairseq_ext.generators.decoding.GreedyGenerator`. The document model
-offers ``uses_document_context``, optionally ``uses_target_context`` and ``memory_disabled()``. The task
-builds the generator from ``--doc-iterations K``, ``--bcd-update``, ``--bcd-init``.
+with the batch size), hence optional.
+
+Each pass is :class:`~fairseq_ext.generators.decoding.GreedyGenerator`. The document model offers
+``uses_document_context``, optionally ``uses_target_context`` and ``memory_disabled()``. The task builds the
+generator from ``--doc-iterations K``, ``--bcd-update``, ``--bcd-init``, ``--bcd-early-stop``.
 
 Reference: Maruf & Haffari, "Document Context Neural Machine Translation with Memory Networks", ACL 2018.
 """
