@@ -106,10 +106,12 @@ def test_both_starts_stay_within_the_bounds_and_learn_the_seen_words(short_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="measured (RESULTS.md, fast adaptation): the meta start is not ahead on the misplaced words "
-                          "it is fine-tuned on; its inner step moves Δε by 0.6% of ‖ε^0‖", strict=False)
-def test_meta_start_adapts_faster_on_the_seen_misplaced_words(short_run):
-    """The claim of ch. 6 on this task: after the same fine-tuning steps on K examples of the new language, the meta
-    start is ahead of the multilingual start on the misplaced words it saw."""
-    meta, multi = (short_run[r]["shots"]["4"]["curve"]["20"]["misplaced_seen"] for r in ("meta", "multi"))
-    assert meta > multi, (meta, multi)
+def test_the_inner_step_gain_lies_in_the_shared_parameters(short_run):
+    """Why the meta start is not ahead on this task (measured, RESULTS.md "fast adaptation"): one inner step moves
+    the language-specific Δε by a small fraction of ε⁰, and on the misplaced words it saw, the step on Δε alone
+    gives a small share of the whole step's loss drop: what meta-training rewards lies in the shared parameters."""
+    for name, r in short_run.items():
+        s = r["inner_step"]
+        before, whole, delta_only = s["misplaced_seen"]
+        assert s["delta_step_norm"] < 0.05 * s["eps0_norm"], (name, s)
+        assert before - delta_only < 0.5 * (before - whole), (name, s)
