@@ -74,6 +74,14 @@ def format_score(result: Mapping[str, Any], name: Optional[str] = None) -> str:
 
 
 # ------------------------------------------------------------------------ file-level helpers
+def _references(
+    refs: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+) -> tuple[list[Union[str, os.PathLike]], list[list[str]]]:
+    """The reference paths (one or several) and their streams, one list of lines per file."""
+    ref_paths = [refs] if isinstance(refs, (str, os.PathLike)) else list(refs)
+    return ref_paths, load_references(ref_paths)
+
+
 def _aligned_hyps(
     path: Union[str, os.PathLike],
     n_refs: int,
@@ -108,8 +116,7 @@ def score_files(
 ) -> dict[str, Any]:
     """:func:`score_corpus` from files; with ``src`` (and ``edges``) also :func:`bleu_by_length`
     (key ``buckets``); with ``plot`` the bucket PNG (needs ``src``)."""
-    ref_paths = [refs] if isinstance(refs, (str, os.PathLike)) else list(refs)
-    streams = load_references(ref_paths)
+    ref_paths, streams = _references(refs)
     hyps = _aligned_hyps(hyp, len(streams[0]), ids, tokenised, remove_bpe, field, fmt)
     res = score_corpus(hyps, streams, tokenised, lowercase=lowercase, chrf_word_order=chrf_word_order)
     res.update(hyp_file=str(hyp), ref_files=[str(p) for p in ref_paths], remove_bpe=remove_bpe)
@@ -152,8 +159,7 @@ def compare_files(
     seed: int = DEFAULT_SEED,
 ) -> dict[str, Any]:
     """:func:`paired_bootstrap` from files; systems are named by their paths."""
-    ref_paths = [refs] if isinstance(refs, (str, os.PathLike)) else list(refs)
-    streams = load_references(ref_paths)
+    ref_paths, streams = _references(refs)
     n_ref = len(streams[0])
     base = _aligned_hyps(baseline, n_ref, ids, tokenised, remove_bpe, field, fmt)
     named: dict[str, list[str]] = {}
@@ -207,8 +213,7 @@ def meteor_files(
     fmt: str = "auto",
 ) -> dict[str, Any]:
     """:func:`meteor_corpus` from files (hypotheses aligned by sentence id as for ``score``)."""
-    ref_paths = [refs] if isinstance(refs, (str, os.PathLike)) else list(refs)
-    streams = load_references(ref_paths)
+    ref_paths, streams = _references(refs)
     hyps = _aligned_hyps(hyp, len(streams[0]), ids, tokenised, remove_bpe, field, fmt)
     res = meteor_corpus(hyps, streams, tokenised)
     res.update(hyp_file=str(hyp), ref_files=[str(p) for p in ref_paths], remove_bpe=remove_bpe)
