@@ -120,6 +120,10 @@ class DocTranslationConfig(TranslationDecodingConfig):
         default="auto", metadata={"help": "doc_bcd pass 0: base_model (the second --path model, DOC.pt:SENT.pt), "
                                           "zero_context (the document model with its memories off), auto (the "
                                           "first when two models are given)"})
+    bcd_early_stop: bool = field(
+        default=False, metadata={"help": "doc_bcd, jacobi: from pass 2 on, re-decode only the sentences whose own "
+                                         "or context translations changed in the previous pass (the others' "
+                                         "inputs are unchanged); stop when none is left"})
 
 
 @register_task("doc_translation", dataclass=DocTranslationConfig)
@@ -174,7 +178,7 @@ class DocTranslationTask(TranslationDecodingTask):
             raise UserDataError("doc_bcd is greedy (the thesis decodes greedily): --nbest must be 1")
         return DocBCDGenerator(
             models, self.target_dictionary, iterations=self.cfg.doc_iterations, update=self.cfg.bcd_update,
-            init=self.cfg.bcd_init, **decoding_options(args))
+            init=self.cfg.bcd_init, early_stop=self.cfg.bcd_early_stop, **decoding_options(args))
 
     # -- data
     def _data_path(self, split: str, epoch: int) -> str:
