@@ -263,6 +263,18 @@ def up_to_date(out: str, info: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return old
 
 
+def write_raw_splits(raw: str, data: Dict[str, Dict[str, Any]], extra: Dict[str, Sequence[str]]) -> None:
+    """``raw/{split}.{SRC,TGT}`` and ``raw/{split}.probes.jsonl`` of each split, plus the ``extra`` files
+    (name -> lines), written as one set."""
+    with OutputSet(raw) as o:
+        for split, d in data.items():
+            o.write_lines(f"{split}.{SRC}", d["src"])
+            o.write_lines(f"{split}.{TGT}", d["tgt"])
+            o.write_jsonl(f"{split}.probes.jsonl", d["probes"])
+        for name, lines in extra.items():
+            o.write_lines(name, lines)
+
+
 def generate(task: str, out: str, *, seed: int = 1, n_train: Optional[int] = None, n_valid: Optional[int] = None,
              n_test: Optional[int] = None, binarize: bool = True, force: bool = False,
              fillers: int = DEFAULTS["fillers"], sent_len: Tuple[int, int] = DEFAULTS["sent_len"],
@@ -302,14 +314,8 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: Optional[int] = Non
         info["splits"]["test"].update(tuplets=r["tuplets"], probes=len(r["probes"]))
         info["memory_lines"] = {"train": len(r["train"]["src"]), "test": len(r["memory"]["src"])}
         info["clusters"] = r["clusters"]
-    with OutputSet(raw) as o:
-        for split, d in data.items():
-            o.write_lines(f"{split}.{SRC}", d["src"])
-            o.write_lines(f"{split}.{TGT}", d["tgt"])
-            o.write_jsonl(f"{split}.probes.jsonl", d["probes"])
-        if task == "retrieval":
-            o.write_lines(f"memory.{SRC}", r["memory"]["src"])
-            o.write_lines(f"memory.{TGT}", r["memory"]["tgt"])
+    write_raw_splits(raw, data, {f"memory.{SRC}": r["memory"]["src"], f"memory.{TGT}": r["memory"]["tgt"]}
+                     if task == "retrieval" else {})
     dict_path = os.path.join(out, "dict.txt")
     with OutputSet(out) as o:
         o.write_lines("dict.txt", dictionary_lines([x for d in data.values() for side in ("src", "tgt")

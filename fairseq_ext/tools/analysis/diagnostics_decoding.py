@@ -105,7 +105,8 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: Optional[int] = Non
              fillers: int = DEFAULTS["fillers"], **params) -> Dict[str, Any]:
     """Write the corpus of ``task`` under ``out`` (module doc); returns the ``diagnostics.json`` record (skips the
     work when it exists with the same parameters)."""
-    from fairseq_ext.tools.analysis.diagnostics_copy import dictionary_lines, preprocess_joint, up_to_date
+    from fairseq_ext.tools.analysis.diagnostics_copy import (dictionary_lines, preprocess_joint, up_to_date,
+                                                              write_raw_splits)
 
     if task not in DECODING_TASKS:
         raise ToolError(f"unknown diagnostic task {task!r}; known: {', '.join(DECODING_TASKS)}")
@@ -125,13 +126,7 @@ def generate(task: str, out: str, *, seed: int = 1, n_train: Optional[int] = Non
     kw = dict(layout, sent_len=tuple(layout["sent_len"]))
     data = {s: generate_split(task, s, n, seed=seed, fillers=fillers, **kw) for s, n in sizes.items()}
     raw = os.path.join(out, "raw")
-    with OutputSet(raw) as o:
-        for split, d in data.items():
-            o.write_lines(f"{split}.{SRC}", d["src"])
-            o.write_lines(f"{split}.{TGT}", d["tgt"])
-            o.write_jsonl(f"{split}.probes.jsonl", d["probes"])
-            if task == "fertility":
-                o.write_lines(f"{split}.links", d["links"])
+    write_raw_splits(raw, data, {f"{s}.links": d["links"] for s, d in data.items()} if task == "fertility" else {})
     dict_path = os.path.join(out, "dict.txt")
     extra = [A, B, *(f"r{k}" for k in range(layout.get("suffix_types", 0)))]  # every word of the task, seen or not
     with OutputSet(out) as o:
