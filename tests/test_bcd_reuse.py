@@ -2,6 +2,8 @@
 model's encoder runs once per batch (the source side is the same in every pass) and ``--bcd-early-stop`` skips
 the sentences whose inputs did not change; outputs are compared with the reference computation (every pass
 encoded anew, every sentence re-decoded) on the hand-built document batches of ``docmem_batches.py``."""
+from argparse import Namespace
+
 import pytest
 import torch
 
@@ -99,6 +101,17 @@ def test_early_stop_needs_jacobi_updates():
         DocBCDGenerator([tiny("m2c_both")], make_dictionary(V), iterations=2, update="gauss_seidel",
                         early_stop=True)
 
+
+
+def test_bcd_refuses_the_references_as_target_context():
+    """doc_bcd decodes the target context itself; with ``--doc-target-context gold`` the context sentences outside
+    the batch would read their references (an oracle) beside the batch's own translations: one error line."""
+    from fairseq_ext.tasks.doc_translation import DocTranslationConfig, DocTranslationTask
+
+    d = make_dictionary(V)
+    task = DocTranslationTask(DocTranslationConfig(decoding_algorithm="doc_bcd", doc_target_context="gold"), d, d)
+    with pytest.raises(UserDataError, match="--doc-target-context gold"):
+        task.build_generator([tiny("m2c_both")], Namespace())
 
 # ------------------------------------------------------------------------------------------ the tiny Bible slice
 @pytest.mark.slow

@@ -176,6 +176,11 @@ class DocTranslationTask(TranslationDecodingTask):
             raise UserDataError(f"--doc-iterations must be >= 0, got {self.cfg.doc_iterations}")
         if generation_option(args, "beam") != 1 and generation_option(args, "nbest") > 1:
             raise UserDataError("doc_bcd is greedy (the thesis decodes greedily): --nbest must be 1")
+        if self.cfg.doc_target_context == "gold":
+            raise UserDataError("doc_bcd decodes the target context itself: --doc-target-context gold would hand it "
+                                "the references of the context sentences outside the batch; drop it (or use "
+                                "--doc-target-context generated, or --decoding-algorithm greedy for the "
+                                "gold-context oracle)")
         return DocBCDGenerator(
             models, self.target_dictionary, iterations=self.cfg.doc_iterations, update=self.cfg.bcd_update,
             init=self.cfg.bcd_init, early_stop=self.cfg.bcd_early_stop, **decoding_options(args))
