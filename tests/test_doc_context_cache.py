@@ -124,6 +124,19 @@ def test_a_decoding_step_reads_the_context_memory_without_copying_it():
     assert spy.largest < prepared["k_w"].numel(), (spy.largest, tuple(prepared["k_w"].shape))
 
 
+def test_a_decoding_step_in_which_no_row_finished_keeps_the_context_memory_in_place():
+    """fairseq reorders the incremental state after every step; when the order keeps every row (greedy decoding, no
+    sentence finished) the decoder's context memory is kept as it is, not copied; any other order selects rows."""
+    attn = da.HierarchicalMultiheadAttention(16, num_heads=2).eval()
+    with torch.no_grad():
+        prepared = attn.prepare(toy_context())
+    kept = da.reorder_prepared(prepared, torch.arange(4))
+    assert all(kept[k].data_ptr() == v.data_ptr() for k, v in prepared.items())
+    order = torch.tensor([2, 0, 0])
+    moved = da.reorder_prepared(prepared, order)
+    assert all(torch.equal(moved[k], v[order]) for k, v in prepared.items())
+
+
 # ----------------------------------------------------------------------------- Zhang et al. (2018)
 def test_zhang_frozen_output_projection_is_one_gemm_with_the_trainable_numbers():
     """``--freeze-sentence-params`` freezes the output projection; on the decoder's B x 1 x C step (a view of its

@@ -139,6 +139,11 @@ def left_pad_merge(a: Tensor, a_pad: Tensor, b: Tensor, b_pad: Tensor) -> Tuple[
 
 
 def reorder_prepared(prepared: Dict[str, Tensor], new_order: Tensor) -> Dict[str, Tensor]:
+    """The prepared context of the rows ``new_order`` (a beam's reordering); the same dict, not a copy of the whole
+    context memory, when the order keeps every row in place (a decoding step in which no row finished)."""
+    rows = next(iter(prepared.values())).size(0) if prepared else 0
+    if new_order.numel() == rows and torch.equal(new_order, torch.arange(rows, device=new_order.device)):
+        return prepared
     return {k: v.index_select(0, new_order) for k, v in prepared.items()}
 
 
