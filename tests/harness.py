@@ -172,6 +172,32 @@ def n_lines(path) -> int:
         return sum(1 for _ in f)
 
 
+def write_lines(path: Path, lines) -> Path:
+    """``lines`` one a line at ``path`` (parents made); returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+def assert_same_checkpoints(path_a, path_b, num_updates: int):
+    """Both checkpoints at ``num_updates`` with bit-identical parameters and optimiser state (a run killed and
+    resumed against one run at once); returns the two loaded states."""
+    import torch
+
+    a = torch.load(path_a, map_location="cpu", weights_only=False)
+    b = torch.load(path_b, map_location="cpu", weights_only=False)
+    assert a["optimizer_history"][-1]["num_updates"] == b["optimizer_history"][-1]["num_updates"] == num_updates
+    assert a["model"].keys() == b["model"].keys()
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    sa, sb = a["last_optimizer_state"]["state"], b["last_optimizer_state"]["state"]
+    assert sa.keys() == sb.keys()
+    for i in sa:
+        for key in sa[i]:
+            assert torch.equal(torch.as_tensor(sa[i][key]), torch.as_tensor(sb[i][key]))
+    return a, b
+
+
 # ----------------------------------------------------------------------------- model unit tests
 def make_dictionary(vocab_size: int = 60):
     """A fairseq Dictionary with exactly ``vocab_size`` symbols (4 specials + w0, w1, ...)."""

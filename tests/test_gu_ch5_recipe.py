@@ -15,7 +15,7 @@ import pytest
 from fairseq_ext.tools.corpora import corpora, ulr
 
 from fairseq_ext.tools.chapters import universal_report as rep
-from harness import ROOT, fairseq, n_lines, parse_fairseq_command, run, thesis_commands
+from harness import ROOT, fairseq, n_lines, parse_fairseq_command, run, thesis_commands, write_lines
 
 RECIPE = ROOT / "recipes" / "gu" / "ch5.sh"
 MULTI_TINY = ROOT / "tests" / "data" / "bible_multi_tiny" / "multi.tsv"
@@ -110,12 +110,6 @@ HYPS = {
 }
 
 
-def _write(path, lines):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-    return path
-
-
 def _train_log(path, wps):
     """A fairseq-train log (--log-format simple): train_inner lines and two epoch summaries at ``wps``."""
     lines = []
@@ -125,14 +119,14 @@ def _train_log(path, wps):
                      f"clip=0, train_wall=10, wall=12")
         lines.append(f"2026-01-01 00:00:0{e} | INFO | train | epoch 00{e} | loss 5.05 | ppl 33 | wps {wps} | ups 1.5 | "
                      f"wpb 1000 | bsz 50 | num_updates {upd} | lr 0.001 | gnorm 1.2 | clip 0 | train_wall 20 | wall 25")
-    _write(path, lines)
+    write_lines(path, lines)
 
 
 def make_tree(root, systems_by_tag, tokens, wps=None):
     """OUT/<tag>/<system>/{test/generate-test.txt, data_dir, train.log} + data folders with a manifest, and
     OUT/<tag>/scores.json from `python -m fairseq_ext.tools.evaluation.score compare --json` (baseline multi)."""
     out = root / "out"
-    ref = _write(root / "ref.en", REF)
+    ref = write_lines(root / "ref.en", REF)
     for tag, systems in systems_by_tag.items():
         data = root / "data" / tag
         data.mkdir(parents=True, exist_ok=True)
@@ -140,7 +134,7 @@ def make_tree(root, systems_by_tag, tokens, wps=None):
                                                         "lowres_train_en_tokens": tokens[tag]}))
         for s in systems:
             d = out / tag / s
-            _write(d / "test" / "generate-test.txt", HYPS[s])
+            write_lines(d / "test" / "generate-test.txt", HYPS[s])
             (d / "data_dir").write_text(f"{data}\n")
             if wps and s in wps:
                 _train_log(d / "train.log", wps[s])

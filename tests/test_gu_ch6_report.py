@@ -12,7 +12,7 @@ import pytest
 from fairseq_ext.tools.evaluation import score
 from fairseq_ext.tools.chapters import meta_splits
 from fairseq_ext.tools.chapters import meta_report as rep
-from harness import ROOT, n_lines, run
+from harness import ROOT, n_lines, run, write_lines
 
 RECIPE = ROOT / "recipes" / "gu" / "ch6.sh"
 MULTI_TINY = ROOT / "tests" / "data" / "bible_multi_tiny" / "multi.tsv"
@@ -98,9 +98,9 @@ def _gen(path, hyps, order=None):
 
 
 def test_concat_puts_the_draws_one_after_the_other(tmp_path):
-    ref = _write(tmp_path / "ref.en", REF[:3])
+    ref = write_lines(tmp_path / "ref.en", REF[:3])
     a = _gen(tmp_path / "a.txt", ["x1", "x2", "x3"])
-    b = _write(tmp_path / "b.txt", ["y1", "y2", "y3"])   # plain text works too
+    b = write_lines(tmp_path / "b.txt", ["y1", "y2", "y3"])   # plain text works too
     assert rep.main(["concat", "--ref", str(ref), "--out", str(tmp_path / "o" / "h.txt"), "--ref-out",
                      str(tmp_path / "o" / "r.txt"), str(a), str(b)]) == 0
     assert (tmp_path / "o" / "h.txt").read_text().splitlines() == ["x1", "x2", "x3", "y1", "y2", "y3"]
@@ -114,12 +114,6 @@ def test_concat_puts_the_draws_one_after_the_other(tmp_path):
 REF = ["and god said let there be light", "the lord is my shepherd", "in the beginning was the word",
        "blessed are the poor in spirit", "he went up into the mountain", "and the earth was without form",
        "the word of the lord came unto me", "let us make man in our image"]
-
-
-def _write(path, lines):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-    return path
 
 
 def _hyps(quality, seed):
@@ -141,7 +135,7 @@ def _ft_log(path, pairs, tokens, draw, valid):
                      f"ups=0.5, wpb=1800, bsz=60, num_updates={upd}, lr=0.0003, gnorm=1.2, train_wall=20, wall=22")
         lines.append(f"2026-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | loss {loss} | "
                      f"ppl 30 | wps 5000 | wpb 1900 | bsz 60 | num_updates {upd}")
-    _write(path, lines)
+    write_lines(path, lines)
 
 
 def _cost_log(path, spu, wpb, n_int=3, interval=10):
@@ -154,7 +148,7 @@ def _cost_log(path, spu, wpb, n_int=3, interval=10):
                      f"inner_loss=9.2, ppl=550, wps=100, ups={interval / wall:.2f}, wpb={wpb}, bsz=60, "
                      f"num_updates={j * interval}, lr=0.0005, gnorm=2.1, train_wall={wall:.0f}, wall={j * 30}")
     lines.append("2026-01-01 00:01:00 | INFO | fairseq_cli.train | done training in 95.0 seconds")
-    _write(path, lines)
+    write_lines(path, lines)
 
 
 def _score(hyp, ref, out):
@@ -167,7 +161,7 @@ def tree(tmp_path_factory):
     per-column bootstrap on the concatenation (the recipe's concat + `score compare`), cost rounds, joint logs."""
     root = tmp_path_factory.mktemp("ch6_report")
     out = root / "out"
-    ref = _write(root / "ref.en", REF)
+    ref = write_lines(root / "ref.en", REF)
     (out).mkdir()
     (out / "settings.json").write_text(json.dumps({"meta_langs": ["es", "fr", "ru", "ar"], "valid_lang": "tl",
                                                    "target": "it", "target_tokens": 16000, "meta_budget_min": 40}))
@@ -200,7 +194,7 @@ def tree(tmp_path_factory):
         _cost_log(out / "cost" / f"r{r}" / "meta.log", m, 2000)
         _cost_log(out / "cost" / f"r{r}" / "multi.log", b, 2040)
     for s, upd in (("meta", 700), ("multi", 1500)):
-        _write(out / s / "train.log", [
+        write_lines(out / s / "train.log", [
             f"2026-01-01 | INFO | valid_tl | epoch 001 | valid on 'valid_tl' subset | loss {6 if s == 'meta' else 7} | "
             f"ppl 64 | wps 5000 | wpb 1900 | bsz 60 | num_updates {upd - 100}",
             f"2026-01-01 | INFO | valid_tl | epoch 001 | valid on 'valid_tl' subset | loss 6.5 | ppl 64 | wps 5000 | "

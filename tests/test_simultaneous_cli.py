@@ -17,7 +17,7 @@ from fairseq_ext.modules.simultaneous.policies import build_policy
 from fairseq_ext.modules.simultaneous.search import run_episode
 from fairseq_ext.tools.evaluation import simul_latency
 from fairseq_ext.tools.common import cli_status
-from harness import TINY, fairseq, hypotheses, n_lines, task_batch
+from harness import TINY, assert_same_checkpoints, fairseq, hypotheses, n_lines, task_batch
 from simul_toys import agent_args, build, randomise_agent
 
 
@@ -56,16 +56,7 @@ def test_cli_kill_and_resume_equals_an_uninterrupted_run(tiny_bin, uni_nmt_ckpt,
     save = tmp_path / "resumed"
     train_agent(tiny_bin, uni_nmt_ckpt, save, 2)
     resumed = train_agent(tiny_bin, uni_nmt_ckpt, save, 4)
-    a = torch.load(agent_ckpt, map_location="cpu", weights_only=False)
-    b = torch.load(resumed, map_location="cpu", weights_only=False)
-    assert a["optimizer_history"][-1]["num_updates"] == b["optimizer_history"][-1]["num_updates"] == 4
-    assert a["model"].keys() == b["model"].keys()
-    for k in a["model"]:
-        assert torch.equal(a["model"][k], b["model"][k]), k
-    sa, sb = a["last_optimizer_state"]["state"], b["last_optimizer_state"]["state"]
-    for i in sa:
-        for key in sa[i]:
-            assert torch.equal(torch.as_tensor(sa[i][key]), torch.as_tensor(sb[i][key]))
+    assert_same_checkpoints(agent_ckpt, resumed, 4)
 
 
 def test_cli_generate_agent_greedy_beam_and_baselines_with_latency_file(tiny_bin, uni_nmt_ckpt, agent_ckpt, tmp_path):
