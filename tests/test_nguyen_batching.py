@@ -18,7 +18,7 @@ from fairseq.data import LanguagePairDataset
 import fairseq_ext  # noqa: F401  (registers the tasks)
 from fairseq_ext.tools.corpora import unk_copy as uc
 from fairseq_ext.data.batching import VirtualEpochs, chunked_batches, sort_chunk
-from fairseq_ext.tools.common import CorpusError, read_lines
+from fairseq_ext.tools.common import ToolError, read_lines
 from fairseq_ext.tasks.concat_translation import ConcatTranslationConfig, ConcatTranslationTask
 from fairseq_ext.tasks.translation_ext import TranslationExtConfig, TranslationExtTask
 from harness import ROOT, TINY_TRANSFORMER, data_cli, fairseq, make_dictionary, n_lines, run
@@ -110,7 +110,7 @@ def test_unk_copy_refuses_a_folder_that_already_has_one(tmp_path):
     _write(inp, "train.es", ["a", "a"])
     _write(inp, "train.en", ["b", "c"])
     uc.unk_copy(str(inp), str(tmp_path / "once"), "es", "en", min_freq=2)
-    with pytest.raises(CorpusError, match="already holds an UNK copy"):
+    with pytest.raises(ToolError, match="already holds an UNK copy"):
         uc.unk_copy(str(tmp_path / "once"), str(tmp_path / "twice"), "es", "en", min_freq=2)
 
 

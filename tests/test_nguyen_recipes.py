@@ -146,7 +146,7 @@ def test_exclude_train(tmp_path):
     assert (tmp_path / "out" / "train.xx").read_text() == "line train 0\nline train 2\nline train 4\n"
     assert (tmp_path / "out" / "valid.xx").read_text() == (raw / "valid.xx").read_text()
     assert out == str(tmp_path / "out")
-    with pytest.raises(driver.CorpusError, match="leaves no parent training data"):
+    with pytest.raises(driver.ToolError, match="leaves no parent training data"):
         driver.exclude_train(str(raw), str(tmp_path / "o2"), ["xx"], {f"train.{i}" for i in range(5)})
 
 

@@ -14,7 +14,7 @@ import fairseq_ext  # noqa: F401  (registers the tasks; checkpoint allow-list)
 from fairseq_ext.tools.corpora import corpora, transfer
 from fairseq_ext.tools.corpora.transliterate import (
     UYGHUR_LETTERS, UYGHUR_TABLE, Transliterator, dump_table, load_table, reverse_uyghur, transliterate)
-from fairseq_ext.tools.common import CorpusError, read_lines
+from fairseq_ext.tools.common import ToolError, read_lines
 from fairseq_ext.tasks.transfer_translation import freeze_target_embeddings
 from harness import TINY, build_model, fairseq, run, train
 
@@ -53,13 +53,13 @@ def test_uyghur_table_is_a_homomorphism_covering_every_letter():
 
 
 def test_transliteration_bad_inputs_are_clear_errors(tmp_path):
-    with pytest.raises(CorpusError, match="unknown transliteration scheme 'klingon'; known: uyghur, uroman"):
+    with pytest.raises(ToolError, match="unknown transliteration scheme 'klingon'; known: uyghur, uroman"):
         Transliterator("klingon")
     t = Transliterator("uyghur")
-    with pytest.raises(CorpusError, match=r"no character of the 'uyghur' table's script.*CYRILLIC"):
+    with pytest.raises(ToolError, match=r"no character of the 'uyghur' table's script.*CYRILLIC"):
         t.lines(["Москва это город"], "in.txt")
     assert t.lines(["ثابت"]) == ["\u062babt"]  # an unknown letter passes through...
-    with pytest.raises(CorpusError, match=r"in.txt:2: '\u062b' \(U\+062B ARABIC LETTER THEH\)"):
+    with pytest.raises(ToolError, match=r"in.txt:2: '\u062b' \(U\+062B ARABIC LETTER THEH\)"):
         t.lines(["ئانا", "ثابت"], "in.txt", strict=True)  # ...unless --strict
 
 
@@ -73,7 +73,7 @@ def test_table_files_dump_load_and_errors(tmp_path):
     assert t("жаба") == "zh\u0430b\u0430"  # only ж and б are in this table
     bad = tmp_path / "bad.tsv"
     bad.write_text("ab\tx\n", encoding="utf-8")
-    with pytest.raises(CorpusError, match="bad.tsv:1: the source must be exactly one character"):
+    with pytest.raises(ToolError, match="bad.tsv:1: the source must be exactly one character"):
         load_table(str(bad))
 
 
@@ -156,13 +156,13 @@ def test_joint_bpe_gives_one_shared_vocabulary(joint):
 
 
 def test_joint_bpe_bad_inputs(joint, tiny_bin, tmp_path):
-    with pytest.raises(CorpusError, match="missing child training file"):
+    with pytest.raises(ToolError, match="missing child training file"):
         transfer.joint_bpe(str(joint["parent_raw"]), "es", "en", str(joint["child_raw"]), "ug", "en",
                            str(tmp_path / "o"), 100)
-    with pytest.raises(CorpusError, match="source and target language are the same"):
+    with pytest.raises(ToolError, match="source and target language are the same"):
         transfer.joint_bpe(str(joint["parent_raw"]), "en", "en", str(joint["child_raw"]), "kjv", "en",
                            str(tmp_path / "o"), 100)
-    with pytest.raises(CorpusError, match="mismatched parent/child vocabulary"):
+    with pytest.raises(ToolError, match="mismatched parent/child vocabulary"):
         transfer.check_dictionaries(str(joint["out"] / "parent/bin"), str(tiny_bin))
 
 
@@ -192,7 +192,7 @@ def test_bleu_vs_vocab_plot(tmp_path):
     p = run([sys.executable, "-m", "fairseq_ext.tools.corpora.transfer", "plot", tsv, "--out", png])
     assert png.stat().st_size > 1000 and json.loads(p.stdout)["plot"] == str(png)
     tsv.write_text("name\tbleu\nx\t1\n", encoding="utf-8")
-    with pytest.raises(CorpusError, match="needs a header with the columns system, size, bleu"):
+    with pytest.raises(ToolError, match="needs a header with the columns system, size, bleu"):
         transfer.read_sweep(str(tsv))
 
 
@@ -206,11 +206,11 @@ def test_remap_rows():
     assert transfer.remap_rows(parent, child, "index") == list(range(8))
     # identity: cat -> 7, the -> 4; the others take the unused parent rows 5, 6 in order
     assert transfer.remap_rows(parent, child, "identity") == [0, 1, 2, 3, 7, 5, 4, 6]
-    with pytest.raises(CorpusError, match="mismatched parent/child vocabulary: the parent dictionary has 8 "
+    with pytest.raises(ToolError, match="mismatched parent/child vocabulary: the parent dictionary has 8 "
                                           "entries, the child's 6"):
         transfer.remap_rows(parent, child[:6], "index")
     assert transfer.remap_rows(parent, child + ["new"], "index", allow_size_mismatch=True)[-1] == -1
-    with pytest.raises(CorpusError, match="special symbols differ"):
+    with pytest.raises(ToolError, match="special symbols differ"):
         transfer.remap_rows(parent, ["x"] + child[1:], "index")
 
 
@@ -242,7 +242,7 @@ def test_remap_checkpoint_moves_rows(tmp_path):
     assert torch.equal(m["decoder.output_projection.weight"], m["decoder.embed_tokens.weight"])
     assert "last_optimizer_state" not in st and rep["target"]["identity_rows"] == 4 + 1
     _dict_file(tmp_path / "big", ["a", "b", "c", "d", "e", "f", "g", "h", "i"])
-    with pytest.raises(CorpusError, match="has 6 rows but the parent source dictionary has 13 entries"):
+    with pytest.raises(ToolError, match="has 6 rows but the parent source dictionary has 13 entries"):
         transfer.remap_checkpoint(str(tmp_path / "parent.pt"), str(tmp_path / "big"), str(tmp_path / "p.tgt"),
                                   str(tmp_path / "big"), str(tmp_path / "c.tgt"), str(tmp_path / "x.pt"))
 

@@ -48,9 +48,6 @@ class ToolError(ValueError):
         super().__init__(where + message)
 
 
-CorpusError = ToolError  # the name the corpus tools used before; the same class
-
-
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with the tools' error convention: a usage error is one line ``error: prog: message``
     on stderr and exit status 2 (subcommand parsers inherit it). The description is printed as written."""

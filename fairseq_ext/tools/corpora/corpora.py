@@ -31,14 +31,14 @@ import json
 import os
 import random
 
-from fairseq_ext.tools.common import (SPLITS, ArgumentParser, CorpusError, OutputSet, Timer, ToolError, log,
+from fairseq_ext.tools.common import (SPLITS, ArgumentParser, OutputSet, Timer, ToolError, log,
                                       positive_int, read_jsonl, read_lines, run_cli, stamp_ok, write_stamp)
 from fairseq_ext.tools.corpora.folder_checks import DEFAULT_MAX_LEN, check_folder, count_lines
 from fairseq_ext.tools.corpora.binarize import binarize
 from fairseq_ext.tools.corpora.segment import (CLEAN_MAX_LEN, CLEAN_RATIO, METHODS, fingerprint, present_splits,
                                                segment)
 
-__all__ = ["CorpusError", "ToolError", "binarize", "check", "cli_main", "main", "prepare", "subsample"]
+__all__ = ["ToolError", "binarize", "check", "cli_main", "main", "prepare", "subsample"]
 
 CORPORA = {
     "bible_es_en": {"raw": "data/bible_es_en/raw", "out": "data/bible_es_en", "langs": ("es", "en", "kjv")},
