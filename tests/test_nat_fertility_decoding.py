@@ -16,8 +16,15 @@ from fairseq_ext.generators.nat_fertility import (
     topk_fertility,
 )
 from fairseq_ext.modules.nat_fertility import constrain_fertility, predict_fertility, teacher_log_probs
+from fairseq_ext.tasks.translation_fertility import TranslationFertilityConfig
 from harness import build_model, make_dictionary
 from nat_toys import EOS, PAD, fertility_batch, fertility_sample
+
+
+def nat_generator(d, **kw):
+    """The generator with the task's defaults (--npd-temperature, --epd-topk) where ``kw`` gives none."""
+    cfg = TranslationFertilityConfig()
+    return NATFertilityGenerator(d, **{"npd_temperature": cfg.npd_temperature, "epd_topk": cfg.epd_topk, **kw})
 
 
 # ============================================================================ decoding
@@ -26,13 +33,13 @@ def test_generator_argmax_and_average_lengths_follow_fertility():
     d = make_dictionary(60)
     sample = fertility_sample()
     for how in ("argmax", "average"):
-        hyps = NATFertilityGenerator(d, fertility_decoding=how).generate([model], sample)
+        hyps = nat_generator(d, fertility_decoding=how).generate([model], sample)
         assert len(hyps) == 2
         for h in hyps:
             assert len(h[0]["tokens"]) == int(h[0]["fertility"].sum()) + 1  # + <eos>
             assert h[0]["tokens"][-1].item() == EOS
     # oracle fertilities
-    hyps = NATFertilityGenerator(d, oracle_length=True).generate([model], sample)
+    hyps = nat_generator(d, oracle_length=True).generate([model], sample)
     assert [len(h[0]["tokens"]) - 1 for h in hyps] == [4, 6]
 
 
@@ -48,7 +55,7 @@ def test_generator_tokens_are_the_decoders_argmax():
         src_mask = model.source_mask(src)
         cap = model.decoder.max_target_positions
         argmax_f = predict_fertility(model.fertility_logits(enc), src_mask, "argmax", max_length=cap)
-    for gen, f in ((NATFertilityGenerator(d), argmax_f), (NATFertilityGenerator(d, oracle_length=True), oracle)):
+    for gen, f in ((nat_generator(d), argmax_f), (nat_generator(d, oracle_length=True), oracle)):
         hyps = gen.generate([model], sample)
         with torch.no_grad():
             logits, mask = model.decode(enc, src, fertility=f)
@@ -70,7 +77,7 @@ def test_generator_never_outputs_special_symbols():
     model = build_model("nat_fertility_tiny")
     d = make_dictionary(60)
     sample = fertility_sample()
-    gen = NATFertilityGenerator(d, oracle_length=True)
+    gen = nat_generator(d, oracle_length=True)
     plain = gen.generate([model], sample)
     decode = model.decode
 
@@ -111,7 +118,7 @@ def test_npd_picks_the_teacher_best_candidate():
     model = build_model("nat_fertility_tiny")
     teacher = build_model("transformer_tiny", seed=3)
     d = make_dictionary(60)
-    gen = NATFertilityGenerator(d, npd_samples=6, teacher=teacher)
+    gen = nat_generator(d, npd_samples=6, teacher=teacher)
     seen = _spy_on_rescoring(gen)
     sample = fertility_sample()
     torch.manual_seed(1)
@@ -232,22 +239,22 @@ def test_epd_with_k1_is_argmax_decoding():
     teacher = build_model("transformer_tiny", seed=3)
     d = make_dictionary(60)
     sample = fertility_sample()
-    argmax = NATFertilityGenerator(d).generate([model], sample)
-    epd = NATFertilityGenerator(d, fertility_decoding="epd", epd_topk=1, teacher=teacher).generate([model], sample)
+    argmax = nat_generator(d).generate([model], sample)
+    epd = nat_generator(d, fertility_decoding="epd", epd_topk=1, teacher=teacher).generate([model], sample)
     for a, e in zip(argmax, epd):
         assert torch.equal(a[0]["tokens"], e[0]["tokens"]) and torch.equal(a[0]["fertility"], e[0]["fertility"])
         assert e[0]["candidates"] == 1 and "teacher_score" in e[0]
     with pytest.raises(ValueError, match="teacher"):
-        NATFertilityGenerator(d, fertility_decoding="epd")
+        nat_generator(d, fertility_decoding="epd")
     with pytest.raises(ValueError):
-        NATFertilityGenerator(d, fertility_decoding="epd", npd_samples=2, teacher=teacher)
+        nat_generator(d, fertility_decoding="epd", npd_samples=2, teacher=teacher)
 
 
 def test_epd_picks_the_teacher_best_of_the_top_k():
     model = build_model("nat_fertility_tiny")
     teacher = build_model("transformer_tiny", seed=3)
     d = make_dictionary(60)
-    gen = NATFertilityGenerator(d, fertility_decoding="epd", epd_topk=5, teacher=teacher, rescore_batch=2)
+    gen = nat_generator(d, fertility_decoding="epd", epd_topk=5, teacher=teacher, rescore_batch=2)
     seen = _spy_on_rescoring(gen)
     sample = fertility_sample()
     hyps = gen.generate([model], sample)
@@ -263,5 +270,5 @@ def test_epd_picks_the_teacher_best_of_the_top_k():
         assert hyps[b][0]["teacher_score"] == pytest.approx(float(seen["scores"][rows].max()))
         assert hyps[b][0]["candidates"] == 5
     # deterministic, and the chunked rescoring chooses as the unchunked one does
-    again = NATFertilityGenerator(d, fertility_decoding="epd", epd_topk=5, teacher=teacher).generate([model], sample)
+    again = nat_generator(d, fertility_decoding="epd", epd_topk=5, teacher=teacher).generate([model], sample)
     assert all(torch.equal(h[0]["tokens"], g[0]["tokens"]) for h, g in zip(hyps, again))

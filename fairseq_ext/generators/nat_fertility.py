@@ -186,9 +186,9 @@ class NATFertilityGenerator:
     """fairseq-style generator (``generate(models, sample)``) for ``nat_fertility`` models; see the module
     docstring.  It calls only the model's public methods; the model never calls back."""
 
-    def __init__(self, tgt_dict, fertility_decoding: str = "argmax", npd_samples: int = NPD_SAMPLES, teacher=None,
-                 npd_temperature: float = 1.0, npd_score_eos: bool = False, npd_length_normalize: bool = True,
-                 oracle_length: bool = False, max_len_ratio: float = 2.0, epd_topk: int = 10,
+    def __init__(self, tgt_dict, *, npd_temperature: float, epd_topk: int, fertility_decoding: str = "argmax",
+                 npd_samples: int = NPD_SAMPLES, teacher=None, npd_score_eos: bool = False,
+                 npd_length_normalize: bool = True, oracle_length: bool = False, max_len_ratio: float = 2.0,
                  rescore_batch: int = RESCORE_BATCH):
         if fertility_decoding not in DECODING:
             raise UserDataError(f"fertility decoding {fertility_decoding!r}: expected one of {DECODING}")

@@ -195,10 +195,10 @@ def build_generator(system: Dict, models: Dict, task, translators: Optional[Dict
         return task.build_generator([models[system["ckpt"]]], gen_args), models[system["ckpt"]]
     from fairseq_ext.generators.nat_fertility import NATFertilityGenerator
 
-    extra = {"epd_topk": system["epd"]} if system.get("epd") else {}
     return NATFertilityGenerator(task.target_dictionary, fertility_decoding=system["decoding"],
                                  npd_samples=system["npd"], teacher=models["teacher"] if rescored(system) else None,
-                                 **extra), models[system["ckpt"]]
+                                 npd_temperature=task.cfg.npd_temperature,
+                                 epd_topk=system.get("epd") or task.cfg.epd_topk), models[system["ckpt"]]
 
 
 def rescored(system: Dict) -> int:
