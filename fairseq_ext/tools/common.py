@@ -26,6 +26,8 @@ import hashlib
 import json
 import math
 import os
+import platform
+import re
 import shutil
 import sys
 import time
@@ -375,3 +377,19 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> str:
         for r in records:
             f.write(json_line(r) + "\n")
     return path
+
+
+# --------------------------------------------------------------------------- the machine
+def cpu_name() -> str:
+    """The CPU's model name and the widest matrix ISA it exposes (AMX, AVX512-BF16, AVX512, AVX2), for the
+    machine line of a measured table."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            text = f.read()
+        model = re.search(r"model name\s*:\s*(.*)", text).group(1).strip()
+        flags = re.search(r"flags\s*:\s*(.*)", text).group(1).split()
+        isa = "AMX" if "amx_tile" in flags else "AVX512-BF16" if "avx512_bf16" in flags else \
+            "AVX512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
+        return f"{model} ({isa})" if isa else model
+    except (OSError, AttributeError):
+        return platform.processor() or platform.machine() or "CPU"

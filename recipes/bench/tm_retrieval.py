@@ -32,6 +32,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
 
+from fairseq_ext.tools.common import cpu_name  # noqa: E402
 from fairseq_ext.tools.tm import retrieval as new  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,11 +48,6 @@ def old_module(rev: str) -> types.ModuleType:
     sys.modules[mod.__name__] = mod
     exec(compile(src, mod.__file__, "exec"), mod.__dict__)
     return mod
-
-
-def cpu_name() -> str:
-    text = open("/proc/cpuinfo", encoding="utf-8").read() if os.path.exists("/proc/cpuinfo") else ""
-    return next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?")
 
 
 def answer(e) -> tuple:

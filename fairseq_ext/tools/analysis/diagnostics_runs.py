@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import re
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, List, Optional
 
 from fairseq_ext.tools.analysis.diagnostics import AMB, AMB_TGT
+from fairseq_ext.tools.common import cpu_name
 from fairseq_ext.tools.evaluation import runs
 from fairseq_ext.tools.evaluation.runs import PACKAGE, ROOT
 
@@ -187,19 +186,6 @@ def parser(doc: str, tasks, out: str, table: str, own: Optional[Callable] = None
 
 
 # ------------------------------------------------------------------------------------------------ table
-def cpu_name() -> str:
-    """The CPU's model name and the widest matrix ISA it exposes (AMX, AVX512-BF16, AVX512, AVX2)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        model = re.search(r"model name\s*:\s*(.*)", text).group(1).strip()
-        flags = re.search(r"flags\s*:\s*(.*)", text).group(1).split()
-        isa = "AMX" if "amx_tile" in flags else "AVX512-BF16" if "avx512_bf16" in flags else \
-            "AVX512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
-        return f"{model} ({isa})" if isa else model
-    except (OSError, AttributeError):
-        return platform.processor() or "CPU"
-
-
 def cpu_line(threads: int, tail: str = "") -> str:
     """The table's last line: ``CPU: NAME (ISA), N torch thread(s) per run`` and ``tail``."""
     return f"CPU: {cpu_name()}, {threads} torch thread(s) per run{tail}."

@@ -42,7 +42,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import re
 import sys
 import time
@@ -53,6 +52,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
+from fairseq_ext.tools.common import cpu_name
 from fairseq_ext.tools.evaluation import bench_configs
 from fairseq_ext.tools.evaluation.runs import fmt, logger
 
@@ -371,17 +371,6 @@ def plot(result: Dict, out: Path, title: Optional[str] = None, bin_width: int = 
 
 
 # ------------------------------------------------------------------------------------------- main
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def measure(args) -> Dict:
     torch.set_num_threads(args.threads)
     if args.gpu and not torch.cuda.is_available():
