@@ -18,6 +18,9 @@
   a module of the plugin, or defined in the code (``def``/``class``, an assignment, a quoted string, a recipe's
   choice, a job of the results).
 
+For a results log (examples/*/results.md, recipes/bench/RESULTS.md: past runs, whose options and names may since have
+been renamed) ``check_text(..., names=False)`` checks only the paths, links, console scripts and ``python -m`` modules.
+
 The tests that use it are tests/test_examples.py (the committed documents, and the checker on a modified copy) and
 tests/test_examples_own_data.py (the ``bash own-data`` block of each example, run on the tiny slice).
 """
@@ -281,11 +284,16 @@ def clean_path(token: str):
     return token
 
 
-def check_text(text: str, relpath: str, known=None, root: Path = ROOT):
-    """Every problem of one Markdown document, as ``relpath:LINE: what``."""
+def check_text(text: str, relpath: str, known=None, root: Path = ROOT, names: bool = True):
+    """Every problem of one Markdown document, as ``relpath:LINE: what``.
+
+    With ``names=False`` (a results log: it describes past runs whose options and names may since have been renamed)
+    only the references to files and programs are checked: repository paths, relative links, ``fairseq-ext-*``
+    console scripts and ``python -m`` modules.
+    """
     known = known or known_names()
     problems = []
-    table = names_table(text)
+    table = names_table(text) if names else None
     # a name of the Names table is checked as its kind says (below), not again as a path or option
     named = {(line, name) for line, _, cell in (table[2] if table else []) for name in re.findall(r"`([^`]+)`", cell)}
 
@@ -298,7 +306,7 @@ def check_text(text: str, relpath: str, known=None, root: Path = ROOT):
         def at(m):
             return line + seg[:m.start()].count("\n")
 
-        for m in OPTION.finditer(seg):
+        for m in OPTION.finditer(seg) if names else ():
             opt = "--" + m.group(1).rstrip("-")
             if opt not in known["option"]:
                 add(at(m), f"option {opt} is defined nowhere (fairseq_ext/, recipes/, scripts/, fairseq)", opt)
@@ -318,6 +326,8 @@ def check_text(text: str, relpath: str, known=None, root: Path = ROOT):
             missing = [p for p in expand(path) if not path_exists(p, root)]
             if missing:
                 add(at(m), f"path {', '.join(missing)} does not exist in the repository", m.group(1))
+        if not names:
+            continue
         if in_block:  # in a command, the values of --arch, --task, ... are registered names of that kind
             for m in re.finditer(r"(--arch|--task|--criterion|--optimizer|--lr-scheduler)[ =]([\w-]+)", seg):
                 kind = VALUE_KIND[m.group(1)]

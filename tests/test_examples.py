@@ -4,7 +4,10 @@ Every name in an example's ``## Names`` table is registered (or is a console scr
 every ``--option``, repository path, relative link, ``fairseq-ext-*`` console script, ``python -m fairseq_ext...``
 module and snake_case name written in a code block or backticks exists (tests/docs_drift.py), every thesis chapter has its folder and README
 links it, and each example has the sections of the convention and one runnable ``bash own-data`` block (run on
-the tiny slice by tests/test_examples_own_data.py). A failure lists every problem as FILE:LINE.
+the tiny slice by tests/test_examples_own_data.py). The results logs (examples/*/results.md and
+recipes/bench/RESULTS.md) describe past runs, whose options and names may since have been renamed: only their
+repository paths, relative links, console scripts and ``python -m`` modules are checked. A failure lists every
+problem as FILE:LINE.
 """
 import re
 
@@ -15,6 +18,11 @@ from docs_drift import (CHAPTERS, ROOT, SECTIONS, check_text, code_segments, hea
 
 DOCUMENTS = ["README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").glob("*/README.md"))
 EXAMPLES = [d for d in DOCUMENTS if d != "README.md"]
+RESULTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").glob("*/results.md")) + [
+    "recipes/bench/RESULTS.md"]
+# (results log, path) -> why a path that no longer exists anywhere may still be named there, as history.
+# A file that moved is not listed here: the log names its current path.
+HISTORICAL = {}
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +52,13 @@ def test_every_chapter_has_its_example_and_readme_links_it():
 @pytest.mark.parametrize("doc", DOCUMENTS)
 def test_document_names_only_what_exists(doc, known):
     problems = check_text((ROOT / doc).read_text(), doc, known)
+    assert not problems, report(problems)
+
+
+@pytest.mark.parametrize("doc", RESULTS)
+def test_results_log_names_only_files_that_exist(doc, known):
+    problems = [p for p in check_text((ROOT / doc).read_text(), doc, known, names=False)
+                if not any(d == doc and f" {path} " in p for d, path in HISTORICAL)]
     assert not problems, report(problems)
 
 
@@ -166,6 +181,21 @@ def test_checker_reads_spans_over_line_breaks_and_skips_patterns(known):
         "(fairseq_ext/, recipes/, scripts/, fairseq)"]
     assert check_text("`recipes/gu/ch{2,99}.sh`\n", "README.md", known) == [
         "README.md:1: path recipes/gu/ch99.sh does not exist in the repository"]
+
+
+def test_checker_reports_a_stale_path_of_a_results_log_and_leaves_its_options(known):
+    text = ("## Job x\n\n  x (10:52): `fairseq-train --no-such-old-option` with `old_renamed_name`.\n"
+            "Curves `recipes/bench/moved_away_curves.png`, see [the plot](no_such_plot.png),\n"
+            "`.venv/bin/fairseq-ext-no-such-tool`, `python -m fairseq_ext.no_such_module`, `tests/harness.py`.\n")
+    problems = check_text(text, "examples/copynet/results.md", known, names=False)
+    expected = ["examples/copynet/results.md:4: path recipes/bench/moved_away_curves.png does not exist",
+                "examples/copynet/results.md:4: link target no_such_plot.png does not exist (relative to "
+                "examples/copynet)",
+                "examples/copynet/results.md:5: console script fairseq-ext-no-such-tool is not in setup.py",
+                "examples/copynet/results.md:5: python -m fairseq_ext.no_such_module: does not exist"]
+    missing = [e for e in expected if not any(p.startswith(e) for p in problems)]
+    assert not missing and len(problems) == len(expected), "expected:\n" + "\n".join(missing) + "\n\ngot:\n" + \
+        "\n".join(problems)
 
 
 def test_own_data_block_and_its_tiny_line_are_read():
