@@ -7,6 +7,9 @@ What ``recipes/bench/decode_speed.py`` (decoding time), ``recipes/bench/cpu_infe
   in S s" line, :data:`DONE`: decoding only, not start-up or checkpoint loading), :func:`summarise` (per system the
   median ratio over rounds to the baseline's time of the same round, its range, the median seconds and tokens/s),
   :func:`markdown`, :func:`parse_system` (``NAME=fairseq-generate arguments``);
+* decoding per batch (``decode_speed.py --per-batch``): :func:`load_decoder` (a system's task, models, generator
+  and batches, built once in this process from its fairseq-generate arguments), :func:`time_batches` (every batch
+  decoded by every system in turn, the order rotated per batch; per-round records for :func:`summarise`);
 * training: :func:`build` (task, model, criterion and optimizer of a bench configuration, from its exact flags, in
   this process), :func:`fixed_batches` (the same real batches for every configuration), :func:`train_steps`;
 * :func:`rotated`: the order of a round.
@@ -151,3 +154,80 @@ def train_steps(system, batches, update_num: int) -> float:
         optimizer.clip_grad_norm(clip)
         optimizer.step()
     return time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------------------------ decoding per batch
+def load_decoder(args: list) -> dict:
+    """One system of :func:`time_batches`, built in this process as ``fairseq-generate ARGS`` builds it (greedy,
+    ``--beam 1``, unless ``args`` give ``--beam``): its task, models (loaded once), generator and the batches of its
+    ``--gen-subset`` (built once, in fairseq-generate's order)."""
+    import ast
+
+    import torch
+    from fairseq import checkpoint_utils, options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    if "--beam" not in args:
+        args = [*args, "--beam", "1"]
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_generation_parser(), args))
+    utils.import_user_module(cfg.common)
+    if cfg.dataset.max_tokens is None and cfg.dataset.batch_size is None:
+        cfg.dataset.max_tokens = 12000  # fairseq-generate's default
+    cuda = torch.cuda.is_available() and not cfg.common.cpu
+    task = tasks.setup_task(cfg.task)
+    models, saved = checkpoint_utils.load_model_ensemble(
+        utils.split_paths(cfg.common_eval.path), arg_overrides=ast.literal_eval(cfg.common_eval.model_overrides),
+        task=task, suffix=cfg.checkpoint.checkpoint_suffix)
+    for m in models:
+        if cuda:
+            m.cuda()
+        m.prepare_for_inference_(cfg)
+        m.eval()
+    task.load_dataset(cfg.dataset.gen_subset, task_cfg=saved.task)
+    itr = task.get_batch_iterator(
+        dataset=task.dataset(cfg.dataset.gen_subset), max_tokens=cfg.dataset.max_tokens,
+        max_sentences=cfg.dataset.batch_size,
+        max_positions=utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models]),
+        ignore_invalid_inputs=cfg.dataset.skip_invalid_size_inputs_valid_test,
+        required_batch_size_multiple=cfg.dataset.required_batch_size_multiple, seed=cfg.common.seed,
+    ).next_epoch_itr(shuffle=False)
+    batches = [utils.move_to_cuda(s) if cuda else s for s in itr if "net_input" in s]
+    return {"task": task, "models": models, "generator": task.build_generator(models, cfg.generation),
+            "batches": batches, "prefix_size": cfg.generation.prefix_size, "cuda": cuda}
+
+
+def time_batches(systems: list, rounds: int, picks: list = None, log=None) -> dict:
+    """Per-batch interleaving, finer than whole runs for a loaded machine: ``systems`` is ``[(NAME, load_decoder
+    result)]``; in each of ``rounds`` rounds every batch (those numbered ``picks``, default all) is decoded by every
+    system in turn, the order rotated by one per batch.  Returns per system one record per round (sentences,
+    generated tokens, seconds summed over the batches), as :func:`time_generate`'s, for :func:`summarise`."""
+    import torch
+
+    sizes = {n: [len(b["id"]) for b in s["batches"]] for n, s in systems}
+    if len({tuple(v) for v in sizes.values()}) != 1:
+        raise SystemExit("error: the systems' batches hold different numbers of sentences: "
+                         + ", ".join(f"{n}: {len(v)} batches, {sum(v)} sentences" for n, v in sizes.items()))
+    n_batches = len(next(iter(sizes.values())))
+    picks = list(range(n_batches)) if picks is None else picks
+    if not picks or any(not 0 <= b < n_batches for b in picks):
+        raise SystemExit(f"error: --batches {picks}: batch numbers must lie in 0..{n_batches - 1}")
+    runs = {n: [] for n, _ in systems}
+    for r in range(rounds):
+        acc = {n: {"sentences": 0, "tokens": 0, "seconds": 0.0} for n, _ in systems}
+        for j, b in enumerate(picks):
+            for name, s in rotated(systems, r * len(picks) + j):
+                sample = s["batches"][b]
+                prefix = sample["target"][:, :s["prefix_size"]] if s["prefix_size"] > 0 else None
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    hyps = s["task"].inference_step(s["generator"], s["models"], sample, prefix_tokens=prefix)
+                if s["cuda"]:
+                    torch.cuda.synchronize()
+                acc[name]["seconds"] += time.perf_counter() - t0
+                acc[name]["sentences"] += len(hyps)
+                acc[name]["tokens"] += sum(len(h[0]["tokens"]) for h in hyps)
+        for n, a in acc.items():
+            runs[n].append(a)
+        if log:
+            log(r, {n: v[-1] for n, v in runs.items()})
+    return runs
