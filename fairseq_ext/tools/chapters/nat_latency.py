@@ -113,7 +113,7 @@ def load_models(data: str, teacher: Optional[str], nat: Optional[str], ft: Optio
     """({role: model}, task): models in eval mode on CPU; the task (for the test set) is the NAT's
     ``translation_fertility`` when a NAT is loaded, else the teacher's."""
     import fairseq_ext  # noqa: F401  (registers the plugin)
-    from fairseq import checkpoint_utils
+    from fairseq_ext.modules.checkpoint import load_ensemble
 
     paths = {"teacher": teacher, "nat": nat, "ft": ft, "ar2": ar2}
     models, task = {}, None
@@ -123,10 +123,8 @@ def load_models(data: str, teacher: Optional[str], nat: Optional[str], ft: Optio
         if not paths[role]:
             raise SystemExit(f"error: a system needs the {role} checkpoint (--{role})")
         # a NAT checkpoint may name --init-encoder-from / --teacher-path: harmless, the weights are its own
-        ms, _cfg, t = checkpoint_utils.load_model_ensemble_and_task([paths[role]], arg_overrides={"data": data})
-        models[role] = ms[0].eval()
-        for p in models[role].parameters():
-            p.requires_grad_(False)
+        ms, _cfg, t = load_ensemble([paths[role]], arg_overrides={"data": data}, frozen=True)
+        models[role] = ms[0]
         if task is None:  # nat/ft first: their translation_fertility task batches the test set
             task = t
     return models, task

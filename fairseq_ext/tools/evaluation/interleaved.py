@@ -164,8 +164,10 @@ def load_decoder(args: list) -> dict:
     import ast
 
     import torch
-    from fairseq import checkpoint_utils, options, tasks, utils
+    from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from fairseq_ext.modules.checkpoint import load_ensemble
 
     if "--beam" not in args:
         args = [*args, "--beam", "1"]
@@ -175,14 +177,8 @@ def load_decoder(args: list) -> dict:
         cfg.dataset.max_tokens = 12000  # fairseq-generate's default
     cuda = torch.cuda.is_available() and not cfg.common.cpu
     task = tasks.setup_task(cfg.task)
-    models, saved = checkpoint_utils.load_model_ensemble(
-        utils.split_paths(cfg.common_eval.path), arg_overrides=ast.literal_eval(cfg.common_eval.model_overrides),
-        task=task, suffix=cfg.checkpoint.checkpoint_suffix)
-    for m in models:
-        if cuda:
-            m.cuda()
-        m.prepare_for_inference_(cfg)
-        m.eval()
+    models, saved, _ = load_ensemble(utils.split_paths(cfg.common_eval.path), task=task, use_cuda=cuda,
+                                     arg_overrides=ast.literal_eval(cfg.common_eval.model_overrides), generation=cfg)
     task.load_dataset(cfg.dataset.gen_subset, task_cfg=saved.task)
     itr = task.get_batch_iterator(
         dataset=task.dataset(cfg.dataset.gen_subset), max_tokens=cfg.dataset.max_tokens,
