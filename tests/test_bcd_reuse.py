@@ -14,6 +14,7 @@ from fairseq_ext.generators.doc_bcd import DocBCDGenerator
 
 
 def run_bcd(models, sample, **kw):
+    kw.setdefault("reuse_states", False)  # bit-for-bit comparisons; the kept memory states: test_doc_bcd_states.py
     gen = DocBCDGenerator(models, make_dictionary(V), max_len_b=12, **kw)
     return gen, gen.generate(models, sample)
 
@@ -137,7 +138,8 @@ def test_reuse_and_early_stop_on_the_tiny_bible_slice(tiny_bin, tmp_path):
     d = task.target_dictionary
     for K in (1, 2):
         for reuse in (True, False):
-            gen = DocBCDGenerator([model], d, iterations=K, init="zero_context", reuse_encoder=reuse, max_len_b=20)
+            gen = DocBCDGenerator([model], d, iterations=K, init="zero_context", reuse_encoder=reuse,
+                                  reuse_states=False, max_len_b=20)
             out = [task.inference_step(gen, [model], sample) for sample in batches]
             if reuse:
                 reused = out

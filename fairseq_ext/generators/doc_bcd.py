@@ -16,7 +16,15 @@ Cost. The source side of every pass is the same (x^j, X^{−j}): with a document
 ``encoder_out_with_targets(encoder_out, ctx_tgt_tokens, ctx_tgt_lengths)`` (docmem) and Jacobi updates, the
 document model's encoder runs once per batch and every pass swaps in the current translations (pass 0 of
 ``zero_context`` decodes on the same encoder states, its memories off); the output is the one of encoding every
-pass anew. ``early_stop`` (``--bcd-early-stop``, Jacobi only, default off) re-decodes in pass k ≥ 2 only the
+pass anew. With ``reuse_states`` (default on, with the encoder reuse) the target memory's states s^{|y|} of a
+translation (docmem's ``memory_states``: a deterministic function of the sentence's source and that
+translation) are computed once per run and kept: the sentence's memory-disabled decoding in pass 0 of
+``zero_context`` yields them for its own output on the way (the state at the step that predicts ⟨eos⟩; the
+teacher-forced pass repeats that computation), the others come from one teacher-forced pass per pass over the
+N-set rows whose (source, translation) has not been seen in this run; likewise the pass-0 translations of the
+context rows outside the batch (a context-free function of the source) are decoded once per run. Both equal
+the recomputation up to the rounding of batched kernels (a row's result may differ in the last bits with the
+batch it is computed in); the caches are emptied when a model's parameters change. ``early_stop`` (``--bcd-early-stop``, Jacobi only, default off) re-decodes in pass k ≥ 2 only the
 sentences j for which a translation of {j} ∪ (the context rows of j) changed in pass k−1: the others have the
 inputs of pass k−1 (their source side is fixed; docmem's target memory reads only those translations,
 Eq. 3.4), so their greedy output is that of pass k−1 in exact arithmetic; the iterations stop when no sentence
@@ -30,6 +38,7 @@ generator from ``--doc-iterations K``, ``--bcd-update``, ``--bcd-init``, ``--bcd
 
 Reference: Maruf & Haffari, "Document Context Neural Machine Translation with Memory Networks", ACL 2018.
 """
+import contextlib
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -72,7 +81,7 @@ class DocBCDGenerator:
     uses_document_context = True
 
     def __init__(self, models, tgt_dict, iterations: int = 1, update: str = "jacobi", init: str = "auto",
-                 early_stop: bool = False, reuse_encoder: bool = True, **greedy_kwargs):
+                 early_stop: bool = False, reuse_encoder: bool = True, reuse_states: bool = True, **greedy_kwargs):
         if iterations < 0:
             raise UserDataError(f"--doc-iterations must be >= 0, got {iterations}")
         if update not in BCD_UPDATES:
@@ -96,6 +105,9 @@ class DocBCDGenerator:
         #: encode once per batch (module doc); False: every pass encodes anew (the reference computation)
         self.reuse_encoder = bool(reuse_encoder) and hasattr(self.model, "encoder_out_with_targets")
         self.early_stop = bool(early_stop)
+        #: keep memory states and pass-0 context translations across passes and batches (module doc)
+        self.reuse_states = self.reuse_encoder and bool(reuse_states) and hasattr(self.model, "memory_states")
+        self.memory = MemoryStateCache(self.models)
         #: rows decoded by each document pass of the last ``generate`` (pass 1, 2, ...)
         self.decoded_rows: List[int] = []
         #: (source tensor, encoder output) of the batch being generated
@@ -120,10 +132,10 @@ class DocBCDGenerator:
         the rows ``sample["bcd_rows"]`` only when given."""
         encoded = self.encoded_for(sample)
         if stage == "init" and self.init == "zero_context":
-            with self.model.memory_disabled():
-                if encoded is not None:
-                    return self.greedy_on(encoded, sample)
-                return self.doc_greedy.decode(sample)
+            with self.model.memory_disabled(), self.memory.capture(self, sample):
+                hyps = self.greedy_on(encoded, sample) if encoded is not None else self.doc_greedy.decode(sample)
+            self.memory.keep_captured(self, hyps)
+            return hyps
         if stage == "init":
             if not getattr(self.init_greedy.model, "uses_document_context", False):
                 net_input = sample["net_input"]
@@ -131,8 +143,9 @@ class DocBCDGenerator:
             return self.init_greedy.decode(sample)
         if encoded is not None:
             net_input = sample["net_input"]
+            states = self.memory.states(self, encoded, sample) if self.reuse_states else None
             encoded = self.model.encoder_out_with_targets(encoded, net_input["ctx_tgt_tokens"],
-                                                          net_input["ctx_tgt_lengths"])
+                                                          net_input["ctx_tgt_lengths"], states)
             return self.greedy_on(encoded, sample)
         return self.doc_greedy.decode(sample)
 
@@ -243,6 +256,7 @@ class DocBCDGenerator:
             hyps = self.decode("doc", sample)  # no target context: nothing to iterate
             return [[self.doc_greedy.hypothesis(h["tokens"], h["positional_scores"])] for h in hyps]
         self.decoded_rows = []
+        self.memory.check_models()
         if self.reuse_encoder and self.update == "jacobi" and self.iterations > 0:
             self.encoded = (net_input["src_tokens"], self.doc_greedy.encode(sample))
         try:
@@ -303,5 +317,99 @@ class DocBCDGenerator:
         given = net_input.get("ctx_tgt_tokens")
         if given is not None:
             return strip_pad(given[B: B + E], self.pad)
-        hyps = self.decode("init", self.rows_as_batch(sample, list(range(B, B + E)), None))
-        return [h["tokens"] for h in hyps]
+        keys = self.memory.source_keys(self, sample)[B:] if self.reuse_states and self.context_free_init() else None
+        known = [self.memory.pass0.get(k) for k in keys] if keys is not None else [None] * E
+        missing = [B + i for i, t in enumerate(known) if t is None]
+        if missing:
+            hyps = self.decode("init", self.rows_as_batch(sample, missing, None))
+            for r, h in zip(missing, hyps):
+                known[r - B] = h["tokens"]
+                if keys is not None:
+                    self.memory.pass0[keys[r - B]] = h["tokens"]
+        return known
+
+    def context_free_init(self) -> bool:
+        """Whether pass 0 translates a sentence from its source alone (the sentence model, or the document
+        model with its memories off)."""
+        return self.init == "zero_context" or not getattr(self.init_greedy.model, "uses_document_context", False)
+
+
+class MemoryStateCache:
+    """What ``reuse_states`` keeps for one run (module doc): ``known`` (source, translation) → s^{|y|} (H,)
+    and ``pass0`` source → its pass-0 translation; emptied when a model's parameters change (an in-place
+    update bumps a tensor's version) and when it grows past ``max_entries``."""
+
+    def __init__(self, models, max_entries: int = 1 << 18):
+        self.models = models
+        self.max_entries = max_entries
+        self.stamp = None
+        self.known: Dict[tuple, Tensor] = {}
+        self.pass0: Dict[tuple, Tensor] = {}
+        self.captured: Optional[tuple] = None
+
+    def check_models(self) -> None:
+        stamp = tuple((id(p), p._version) for m in self.models for p in m.parameters())
+        if stamp != self.stamp or len(self.known) + len(self.pass0) > self.max_entries:
+            self.stamp = stamp
+            self.known.clear()
+            self.pass0.clear()
+
+    @staticmethod
+    def row_keys(tokens: Tensor, pad: int) -> List[tuple]:
+        """Each row of ``tokens`` without its padding, as a tuple."""
+        return [tuple(x for x in row if x != pad) for row in tokens.tolist()]
+
+    def source_keys(self, gen: "DocBCDGenerator", sample: Dict) -> List[tuple]:
+        """The sources of the N-set rows of ``sample`` (batch rows, then extra rows) as tuples."""
+        net_input = sample["net_input"]
+        pad = gen.source_pad()
+        keys = self.row_keys(net_input["src_tokens"], pad)
+        extra = net_input.get("ctx_src_tokens")
+        if extra is not None and extra.size(0) > 0:
+            keys += self.row_keys(extra, pad)
+        return keys
+
+    @contextlib.contextmanager
+    def capture(self, gen: "DocBCDGenerator", sample: Dict):
+        """Within the block (a memory-disabled greedy pass of the batch rows of ``sample``), record the
+        decoder's top states at every step, then keep each row's state at the step that predicted its ⟨eos⟩
+        under (its source, its translation)."""
+        model = gen.model
+        if not (gen.reuse_states and getattr(model, "memory_states_are_decoder_states", False)):
+            yield
+            return
+        steps: List[Tensor] = []
+        handle = model.decoder.register_forward_hook(lambda m, i, out: steps.append(out[1]["states"][0][:, -1]))
+        try:
+            yield
+        finally:
+            handle.remove()
+        self.captured = (sample, steps)
+
+    def keep_captured(self, gen: "DocBCDGenerator", hyps: List[Dict]) -> None:
+        """Store the states of the last :meth:`capture` for the translations ``hyps`` of its rows."""
+        if self.captured is None:
+            return
+        sample, steps = self.captured
+        self.captured = None
+        src = self.row_keys(sample["net_input"]["src_tokens"], gen.source_pad())
+        lengths = torch.tensor([h["tokens"].numel() for h in hyps])
+        last = lengths - 1  # the step that predicted ⟨eos⟩
+        # the rows still active at a step keep their order: a row's place there = the earlier rows still active
+        rank = (lengths.unsqueeze(0).gt(last.unsqueeze(1)) & torch.ones(len(hyps), len(hyps)).tril(-1).bool()).sum(1)
+        for r, h in enumerate(hyps):
+            self.known[(src[r], tuple(h["tokens"].tolist()))] = steps[int(last[r])][int(rank[r])]
+
+    def states(self, gen: "DocBCDGenerator", encoded: Dict, sample: Dict) -> Tensor:
+        """(N, H) s^{|y|} of every N-set row's current translation (``ctx_tgt_tokens``): known ones from the
+        run so far, the others teacher-forced in one pass (and kept)."""
+        net_input = sample["net_input"]
+        tokens, lengths = net_input["ctx_tgt_tokens"], net_input["ctx_tgt_lengths"]
+        keys = [(s, tuple(t[: n])) for s, t, n in
+                zip(self.source_keys(gen, sample), tokens.tolist(), lengths.tolist())]
+        missing = [r for r, k in enumerate(keys) if k not in self.known]
+        if missing:
+            rows = torch.tensor(missing, dtype=torch.long, device=tokens.device)
+            for r, state in zip(missing, gen.model.memory_states(encoded, tokens, lengths, rows)):
+                self.known[keys[r]] = state
+        return torch.stack([self.known[k] for k in keys])

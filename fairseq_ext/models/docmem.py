@@ -67,7 +67,8 @@ MEMORY_INTEGRATIONS = ("m2c", "m2o")
 SRC_MEM_ENCODERS = ("encoder", "rnnlm")
 
 #: encoder_out entries that describe the whole N-set (not one row per batch sentence): never reordered.
-STATIC_KEYS = ("nset_encoder_out", "nset_padding_mask", "nset_final", "ctx_tgt_tokens", "ctx_tgt_lengths")
+STATIC_KEYS = ("nset_encoder_out", "nset_padding_mask", "nset_final", "ctx_tgt_tokens", "ctx_tgt_lengths",
+               "ctx_tgt_states")
 
 #: the document-only parameters (absent from a sentence checkpoint)
 DOC_PARAM_PREFIXES = ("encoder.doc_rnn.", "encoder.sentence_lm.", "decoder.transition.cell.weight_mem",
@@ -236,7 +237,10 @@ class DocMemDecoder(RNNSearchDecoder):
     # ------------------------------------------------------------------ the memories
     def translation_states(self, encoder_out, rows: Tensor) -> Tensor:
         """s^{|y|} (R, H) of the current translations of the N-set ``rows``: each teacher-forced with its own
-        source through the sentence path (module doc)."""
+        source through the sentence path (module doc), or the rows of ``ctx_tgt_states`` when the caller
+        already has them (:meth:`DocMemModel.encoder_out_with_targets`)."""
+        if encoder_out.get("ctx_tgt_states"):
+            return encoder_out["ctx_tgt_states"][0].index_select(0, rows)
         if not encoder_out.get("ctx_tgt_tokens"):
             raise UserDataError(f"--doc-context {self.doc_context} needs the current translations of the context "
                              f"(ctx_tgt_tokens): train with --doc-target-context generated|gold, decode with "
@@ -414,16 +418,35 @@ class DocMemModel(SentenceWarmStartMixin, RNNSearchModel):
         """Whether the output depends on the current translations of the context (``ctx_tgt_tokens``)."""
         return self.decoder.use_tgt or self.decoder.doc_context == "prev_tgt"
 
+    @property
+    def memory_states_are_decoder_states(self) -> bool:
+        """Whether the target side of the memory (Eq. 3.4's M[Y^{-j}], PREV TGT's state) is the sentence path's
+        top decoder state s^{|y|} at the step that predicts ⟨eos⟩: then the memory-disabled greedy decoding
+        of a sentence (:meth:`memory_disabled`) computes it for its own output on the way."""
+        return self.uses_target_context
+
     def encoder_out_with_targets(self, encoder_out: Dict[str, List[Tensor]], ctx_tgt_tokens: Tensor,
-                                 ctx_tgt_lengths: Tensor) -> Dict[str, List[Tensor]]:
+                                 ctx_tgt_lengths: Tensor, ctx_tgt_states: Optional[Tensor] = None
+                                 ) -> Dict[str, List[Tensor]]:
         """``encoder_out`` as the encoder would return it given ``ctx_tgt_tokens`` / ``ctx_tgt_lengths``
         instead: the translations of the context only enter the target memory, which the decoder reads from
         these two entries (Eq. 3.4's c^tgt), so the sentence and N-set encodings and c^src (Fig. 3.3) are
-        reused as they are (``doc_bcd``'s passes after the first encoding)."""
+        reused as they are (``doc_bcd``'s passes after the first encoding). ``ctx_tgt_states`` (N, H): the
+        s^{|y|} of these translations when known (:meth:`memory_states`), read instead of teacher-forcing."""
         out = dict(encoder_out)
+        out.pop("ctx_tgt_states", None)
         if "nset_final" in out:
             out["ctx_tgt_tokens"], out["ctx_tgt_lengths"] = [ctx_tgt_tokens], [ctx_tgt_lengths]
+            if ctx_tgt_states is not None:
+                out["ctx_tgt_states"] = [ctx_tgt_states]
         return out
+
+    def memory_states(self, encoder_out: Dict[str, List[Tensor]], ctx_tgt_tokens: Tensor, ctx_tgt_lengths: Tensor,
+                      rows: Tensor) -> Tensor:
+        """s^{|y|} (R, H) of the translations ``ctx_tgt_tokens`` of the N-set ``rows`` (one teacher-forced pass
+        through the sentence path, the target memory's own computation)."""
+        out = self.encoder_out_with_targets(encoder_out, ctx_tgt_tokens, ctx_tgt_lengths)
+        return self.decoder.translation_states(out, rows)
 
     @property
     def zero_memory(self) -> bool:
