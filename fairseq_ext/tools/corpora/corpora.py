@@ -76,19 +76,51 @@ def write_train_subset(o: OutputSet, raw: str, splits: list, langs: list, keep: 
     return outputs
 
 
-def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force: bool = False) -> str:
+def document_runs(raw: str) -> list[list[int]]:
+    """The training lines of ``raw`` grouped by document: the line numbers of each document of
+    ``train.docs.jsonl`` (its ``ids`` looked up in ``train.ids``), in file order."""
+    docs = os.path.join(raw, "train.docs.jsonl")
+    if not os.path.exists(docs):
+        raise ToolError(f"missing {docs}: --subsample-by document needs the documents of the training lines")
+    line_of = {v: i for i, v in enumerate(read_lines(os.path.join(raw, "train.ids")))}
+    runs = []
+    for k, d in enumerate(read_jsonl(docs), 1):
+        missing = [v for v in d["ids"] if v not in line_of]
+        if missing:
+            raise ToolError(f"{docs}:{k}: id {missing[0]!r} is not in {os.path.join(raw, 'train.ids')}")
+        runs.append([line_of[v] for v in d["ids"]])
+    return runs
+
+
+def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force: bool = False,
+              by: str = "line") -> str:
     """Copy ``raw`` to ``out`` with ``n`` training lines drawn without replacement (``seed``), in
-    their original order; valid/test are copied; ``train.docs.jsonl`` keeps only the drawn verses."""
+    their original order; valid/test are copied; ``train.docs.jsonl`` keeps only the drawn verses.
+    ``by="document"`` draws whole documents (seeded order) until they hold at least ``n`` lines, so a
+    document-level model trains on complete documents."""
     splits = present_splits(raw, langs)
-    names = [f"{sp}.{x}" for sp in splits for x in langs + ["ids"]]
+    names = [f"{sp}.{x}" for sp in splits for x in langs + ["ids"]] + ["train.docs.jsonl"] * (by == "document")
     params = {"version": 1, "n": n, "seed": seed, "langs": langs, "inputs": fingerprint(raw, names)}
+    if by != "line":
+        params["by"] = by
     if not force and stamp_ok(out, "subsample", params):
         log(f"[subsample] {out} is up to date; skipping")
         return out
     total = count_lines(os.path.join(raw, f"train.{langs[0]}"))
     if n <= 0 or n > total:
         raise ToolError(f"--train-size {n} is not in 1..{total} (the lines of {os.path.join(raw, 'train.' + langs[0])})")
-    keep = sorted(random.Random(seed).sample(range(total), n))
+    if by == "document":
+        runs = document_runs(raw)
+        keep = []
+        for j in random.Random(seed).sample(range(len(runs)), len(runs)):
+            if len(keep) >= n:
+                break
+            keep += runs[j]
+        keep = sorted(keep)
+    elif by == "line":
+        keep = sorted(random.Random(seed).sample(range(total), n))
+    else:
+        raise ToolError(f"unknown --subsample-by {by!r} (line or document)")
     with OutputSet(out) as o:
         outputs = write_train_subset(o, raw, splits, langs, keep)
         for sp in splits:
@@ -106,7 +138,7 @@ def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force
                     o.write_jsonl("train.docs.jsonl", kept)
                 outputs.append(f"{sp}.docs.jsonl")
     write_stamp(out, "subsample", params, outputs)
-    log(f"[subsample] {out}: {n} of {total} training lines (seed {seed})")
+    log(f"[subsample] {out}: {len(keep)} of {total} training lines (seed {seed}, by {by})")
     return out
 
 
@@ -127,6 +159,7 @@ def multi_pair_dir(raw: str, src: str, tgt: str) -> str | None:
 def prepare(corpus: str | None, src: str, tgt: str, method: str = "sentencepiece", vocab_size: int = 8000,
             out: str | None = None, raw: str | None = None, cache: str = CACHE, sp_type: str = "unigram",
             joint: bool = True, train_size: int | None = None, seed: int = 1, workers: int = 1,
+            subsample_by: str = "line",
             max_len: int | None = DEFAULT_MAX_LEN, force: bool = False, reader: str = "mod2imp",
             install: bool = True, name: str | None = None, threads: int = 1, clean: bool = False,
             clean_max_len: int | None = CLEAN_MAX_LEN, clean_ratio: float | None = CLEAN_RATIO,
@@ -175,10 +208,11 @@ def prepare(corpus: str | None, src: str, tgt: str, method: str = "sentencepiece
             log(f"[multi] using {raw_dir}")
     tag = name or seg_tag(method, vocab_size, sp_type, joint)
     if train_size:
-        sub = os.path.join(out, f"raw-train{train_size}-seed{seed}")
-        log(f"== subsample train to {train_size} lines (seed {seed})")
-        raw_dir = subsample(raw_dir, sub, [src, tgt], train_size, seed, force)
-        tag = name or f"{tag}-train{train_size}-seed{seed}"
+        unit = "docs" if subsample_by == "document" else ""
+        sub = os.path.join(out, f"raw-train{train_size}{unit}-seed{seed}")
+        log(f"== subsample train to {train_size} lines (seed {seed}, by {subsample_by})")
+        raw_dir = subsample(raw_dir, sub, [src, tgt], train_size, seed, force, by=subsample_by)
+        tag = name or f"{tag}-train{train_size}{unit}-seed{seed}"
     seg_dir = os.path.join(out, tag)
     log(f"== step 2/3: bpe ({method}{', clean' if clean else ''}) -> {seg_dir}")
     segment(raw_dir, seg_dir, src, tgt, method=method, vocab_size=vocab_size, joint=joint, sp_type=sp_type,
@@ -282,6 +316,9 @@ def build_parser() -> ArgumentParser:
     r.add_argument("--sp-type", choices=["unigram", "bpe"], default="unigram")
     r.add_argument("--no-joint", dest="joint", action="store_false")
     r.add_argument("--train-size", type=positive_int, help="subsample N training pairs (low-resource)")
+    r.add_argument("--subsample-by", choices=("line", "document"), default="line",
+                   help="with --train-size: draw lines (default), or whole documents of train.docs.jsonl "
+                        "until they hold N lines (for document-level models; folder name ...-trainNdocs-...)")
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--workers", type=positive_int, default=1, help="fairseq-preprocess workers")
     r.add_argument("--threads", type=positive_int, default=1, help="sentencepiece threads (see bpe --help)")
@@ -373,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             src, tgt = src or "es", tgt or "en"
         print(prepare(corpus, src, tgt, method=a.method, vocab_size=a.vocab_size, out=a.out, raw=a.raw,
                       cache=a.cache, sp_type=a.sp_type, joint=a.joint, train_size=a.train_size, seed=a.seed,
-                      workers=a.workers, max_len=a.max_len, force=a.force, reader=a.reader,
+                      subsample_by=a.subsample_by, workers=a.workers, max_len=a.max_len, force=a.force, reader=a.reader,
                       install=not a.no_install, name=a.name, threads=a.threads, **_clean_kwargs(a)))
     elif a.cmd == "check":
         rep = check(a.folder, a.src, a.tgt, a.max_len)
