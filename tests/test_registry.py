@@ -57,10 +57,14 @@ DOCMEM_FAMILY = ["docmem", "docmem_jean2017", "docmem_jean2017_bench",
                  "docmem_m2c", "docmem_m2c_both", "docmem_m2c_both_bench", "docmem_m2c_src", "docmem_m2c_src_bench",
                  "docmem_m2c_tgt", "docmem_m2c_tgt_bench", "docmem_m2o", "docmem_m2o_both", "docmem_m2o_both_bench",
                  "docmem_m2o_src", "docmem_m2o_src_bench", "docmem_m2o_tgt", "docmem_m2o_tgt_bench",
-                 "docmem_prevtgt", "docmem_prevtgt_bench", "docmem_tiny"]
+                 "docmem_prevtgt", "docmem_prevtgt_bench", "docmem_tiny"] + [
+    # the Wang et al. (2017) baseline of ch. 3 (its own model on docmem's hooks; tested in test_wang2017)
+    f"docmem_wang2017{v}{size}" for v in ("", "_gated", "_init", "_init_gated") for size in ("", "_bench")]
 SELATTN_FAMILY = ["transformer_selattn", "transformer_zhang2018", "transformer_zhang2018_bench"] + [
     f"transformer_selattn_{side}_{attn}{size}" for side in ("enc", "dec")
-    for attn in ("hier_sparsesoft", "hier_sparsesparse", "sent", "word") for size in ("", "_bench")]
+    for attn in ("hier_sparsesoft", "hier_sparsesparse", "sent", "word") for size in ("", "_bench")] + [
+    # the Miculicich et al. (2018) HAN baseline of ch. 4 (tested in test_han_transformer)
+    f"transformer_han_{side}{size}" for side in ("enc", "dec") for size in ("", "_bench")]
 MARUF_SENTENCE = ["transformer_maruf_base", "transformer_maruf_base_bench"]
 # Gu ch. 7: actor + critic around a frozen rnnsearch checkpoint (--nmt-path); built and trained in test_trainable_greedy
 TRAINABLE_GREEDY_FAMILY = ["trainable_greedy", "trainable_greedy_tiny"]
