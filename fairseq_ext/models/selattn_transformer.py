@@ -10,7 +10,10 @@ context gate (Eqs. 4.6-4.7) are added to the encoder or the decoder (footnote 8)
 * ``--doc-attn hierarchical|sentence|word`` (Eqs. 4.2-4.4 / 4.5), ``--word-norm softmax|sparsemax``;
 * ``--ctx-rep-model pretrained`` (context from a frozen copy of the sentence model, filled at the warm
   start, :mod:`fairseq_ext.modules.warm_start`) or ``current``;
-* ``--empty-context zero|identity``: what a sentence without context gets.
+* ``--empty-context zero|identity``: what a sentence without context gets;
+* ``--ctx-rep-cache-mb``: with ``pretrained``, each context sentence's encoding by the frozen copy is kept across
+  batches and epochs (:mod:`fairseq_ext.modules.frozen_encodings`; the frozen copy never drops out, so the kept
+  value is the one it would compute again).
 
 Which sentences are the context is decided by the dataset (``doc_translation``).
 
@@ -52,12 +55,14 @@ from fairseq_ext.modules.doc_attention import (
     word_mask_of,
 )
 from fairseq_ext.modules.doc_transformer import CTX_INTEGRATIONS, DocTransformerModel, maruf_sizes
+from fairseq_ext.modules.frozen_encodings import FrozenEncodingCache
 from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
 
 CTX_REP_MODELS = ("pretrained", "current")
 EMPTY_CONTEXT = ("zero", "identity")
+CTX_REP_CACHE_MB = 512.0
 CTX_KEYS = ("ctx_src_tokens", "ctx_src_lengths", "ctx_index", "ctx_distance", "ctx_tgt_tokens",
             "ctx_tgt_lengths")
 # state-dict prefixes of the document-only modules (warm start; module names below)
@@ -179,6 +184,7 @@ class SelAttnEncoder(TransformerEncoderBase):
             self.ctx_layer = DocContextLayer(**context_args(cfg, "encoder"))
             self.ctx_gate = ContextGate(cfg.encoder.embed_dim)
         self.ctx_rep_encoder: Optional[TransformerEncoderBase] = None
+        self.ctx_rep_cache = FrozenEncodingCache(getattr(cfg, "ctx_rep_cache_mb", CTX_REP_CACHE_MB))
         self._warned_unfilled = False
 
     def train(self, mode: bool = True):
@@ -198,6 +204,7 @@ class SelAttnEncoder(TransformerEncoderBase):
         copy_sentence_state_(self, self.ctx_rep_encoder)
         freeze_(self.ctx_rep_encoder)
         self.ctx_rep_filled.fill_(filled)
+        self.ctx_rep_cache.clear()
 
     def sentence_set(self, encoder_out, src_tokens, ctx_src_tokens, ctx_src_lengths):
         """Encodings of the N-set (batch rows, then the extra rows): (N×L×C batch-first states,
@@ -213,8 +220,8 @@ class SelAttnEncoder(TransformerEncoderBase):
                                    "filled from a sentence checkpoint (use --finetune-from-model)")
                     self._warned_unfilled = True
                 tokens = self.merge_tokens(src_tokens, ctx_src_tokens)
-                out = self.ctx_rep_encoder(tokens, tokens.ne(self.padding_idx).sum(1))
-                return out["encoder_out"][0].transpose(0, 1), out["encoder_padding_mask"][0], tokens
+                states, pad_mask = self.ctx_rep_cache.encode(self.ctx_rep_encoder, tokens, self.padding_idx)
+                return states, pad_mask, tokens
             batch = encoder_out["encoder_out"][0].detach().transpose(0, 1)
             batch_pad = encoder_out["encoder_padding_mask"][0]
             if ctx_src_tokens.size(0) == 0:
@@ -374,6 +381,10 @@ class SelAttnTransformerModel(DocTransformerModel):
         parser.add_argument("--empty-context", choices=EMPTY_CONTEXT,
                             help="a sentence without context: zero context vector through the gate "
                                  "(zero, default) or the sentence model's output unchanged (identity)")
+        parser.add_argument("--ctx-rep-cache-mb", type=float, metavar="MB",
+                            help="--ctx-rep-model pretrained: keep each sentence's encoding by the frozen "
+                                 "sentence encoder across batches and epochs, up to MB megabytes (default "
+                                 f"{CTX_REP_CACHE_MB:g}; 0 = encode every batch's context again)")
         parser.add_argument("--ctx-dropout", type=float, metavar="D",
                             help="dropout of the context layer's sub-layer outputs (default --dropout)")
         parser.add_argument("--ctx-attention-dropout", type=float, metavar="D",
@@ -432,6 +443,7 @@ def selattn_transformer(args):
     set_default(args, "word_norm", "softmax")
     set_default(args, "ctx_rep_model", "pretrained")
     set_default(args, "empty_context", "zero")
+    set_default(args, "ctx_rep_cache_mb", CTX_REP_CACHE_MB)
     set_default(args, "ctx_ffn_embed_dim", None)
     set_default(args, "ctx_attention_heads", None)
     base_architecture(args)

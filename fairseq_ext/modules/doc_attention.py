@@ -56,11 +56,11 @@ def masked_softmax(scores: Tensor, mask: Optional[Tensor] = None, dim: int = -1)
     return normalise(scores, mask, dim, "softmax")
 
 
-def normalise(scores: Tensor, mask: Optional[Tensor], dim: int, kind: str, scratch: bool = False) -> Tensor:
-    """:func:`sparsemax` / :func:`masked_softmax` by ``kind``. ``scratch``: ``scores`` is a temporary of the caller,
-    masked in place, and the masked entries of a row with at least one kept entry are zero without a second pass
-    (a finite −10⁹ gives exactly 0 under both normalisers), but an all-masked row is *not* zeroed: the caller
-    multiplies it by an exact zero (the hierarchical attention's α_s of a sentence without words)."""
+def normalise(scores: Tensor, mask: Optional[Tensor], dim: int, kind: str) -> Tensor:
+    """:func:`sparsemax` / :func:`masked_softmax` by ``kind``; ``mask`` None: ``scores`` are used as they are (a
+    caller that masked them with :data:`MASK_VALUE` itself gets exact zeros on the masked entries of a row with at
+    least one kept entry, since a finite −10⁹ gives exactly 0 under both normalisers; an all-masked row is then
+    uniform, not zero)."""
     from entmax import sparsemax as entmax_sparsemax
 
     dtype = scores.dtype
@@ -69,18 +69,15 @@ def normalise(scores: Tensor, mask: Optional[Tensor], dim: int, kind: str, scrat
     low = scores.dtype in (torch.float16, torch.bfloat16)
     x = scores.float() if low else scores  # fp32 at least
     if mask is not None:
-        if scratch:
-            x = x.masked_fill_(~mask, MASK_VALUE)
-        else:
-            mask = mask.expand_as(x)
-            x = x.masked_fill(~mask, MASK_VALUE)
+        mask = mask.expand_as(x)
+        x = x.masked_fill(~mask, MASK_VALUE)
     if kind == "sparsemax":
         p = entmax_sparsemax(x, dim=dim)
     elif kind == "softmax":
         p = F.softmax(x, dim=dim)
     else:
         raise ValueError(f"unknown normaliser {kind!r}")
-    if mask is not None and not scratch:
+    if mask is not None:
         p = p.masked_fill(~mask, 0.0)  # exact zeros; an all-masked row becomes all zeros
     return p.to(dtype)
 
@@ -248,9 +245,12 @@ class HierarchicalMultiheadAttention(ContextAttentionBase):
         alpha_s = sparsemax(torch.einsum("bhtd,bhkd->bhtk", q_s, prepared["k_s"]), sent_mask)
         word_mask = prepared["word_mask"]
         K, L = word_mask.shape[-2:]
-        word_scores = torch.matmul(q_w, prepared["k_w"]).view(B, self.num_heads, T, K, L)
-        # scratch: the scores are ours; a sentence without words has α_s = 0 exactly, so its row needs no zeroing
-        alpha_w = normalise(word_scores, word_mask[:, None, None], -1, self.word_norm, scratch=True)
+        word_scores = torch.matmul(q_w, prepared["k_w"])                           # B H T K·L
+        # masked in place (the scores are ours) before the per-sentence view: a write through the view would make
+        # the backward copy the whole score gradient. A sentence without words gets a uniform row here, and
+        # α_s = 0 exactly, so its α_hier is zero without a second pass.
+        word_scores.masked_fill_(~word_mask.reshape(B, 1, 1, K * L), MASK_VALUE)
+        alpha_w = normalise(word_scores.view(B, self.num_heads, T, K, L), None, -1, self.word_norm)
         a_s = alpha_s.unsqueeze(-1)
         alpha = alpha_w * a_s if alpha_w.requires_grad else alpha_w.mul_(a_s)   # Eq. 4.4
         probs = self.dropout_module(alpha).view(B, self.num_heads, T, K * L)
