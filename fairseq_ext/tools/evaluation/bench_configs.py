@@ -210,9 +210,19 @@ for _name, _desc, _flags in [
          ["--arch", "transformer_zhang2018_bench", "--ctx-integration", "encoder", "--doc-context-mode",
           "online"]),
         ("maruf_concat_warm", "concatenation 2-to-1 (previous verse + <brk>), warm-started: <brk> row added",
-         ["--arch", "transformer_maruf_base_bench", "--doc-concat-prev", "1"])]:
+         ["--arch", "transformer_maruf_base_bench", "--doc-concat-prev", "1"]),
+        ("maruf_han_enc", "Miculicich et al. 2018 HAN encoder (3 previous verses), online",
+         ["--arch", "transformer_han_enc_bench", "--doc-context-mode", "online"]),
+        ("maruf_han_dec", "Miculicich et al. 2018 HAN decoder (3 previous verses' translations; trained on the "
+         "stage-1 translations, the recipe adds --doc-generated-dir; decode with HAN_DEC_GENERATE)",
+         ["--arch", "transformer_han_dec_bench", "--doc-context-mode", "online", "--doc-target-context",
+          "generated"])]:
     CONFIGS[_name] = {"desc": _desc, "task": "doc_translation", "train": _flags + MARUF_STAGE2,
                       "generate": GREEDY}
+# the HAN decoder decodes in document order, each verse reading the model's own translations of the previous ones
+# (pass 0: the model without context; one Gauss-Seidel pass)
+HAN_DEC_GENERATE = GREEDY + ["--decoding-algorithm", "doc_bcd", "--doc-iterations", "1", "--bcd-update", "gauss_seidel"]
+CONFIGS["maruf_han_dec"]["generate"] = HAN_DEC_GENERATE
 
 # Maruf ch. 3 (issue 13; recipes/maruf/ch3.sh): stage 2 of the memory networks on Bible chapters, every system
 # warm-started from the stage-1 rnnsearch_bench checkpoint, Adam 1e-3 + clip 1, cross-entropy (the recipe's
@@ -226,7 +236,9 @@ for _name, _desc, _flags in [
         ("maruf3_m2c_both", "Maruf ch.3 memory network, source + target memory, Memory-to-Context",
          ["--arch", "docmem_m2c_both_bench", "--doc-target-context", "generated"]),
         ("maruf3_prev_tgt", "Maruf ch.3 baseline PREV TGT (the previous verse's translation)",
-         ["--arch", "ctx_prevtgt_rnn_bench", "--doc-target-context", "generated"])]:
+         ["--arch", "ctx_prevtgt_rnn_bench", "--doc-target-context", "generated"]),
+        ("maruf3_wang2017", "Maruf ch.3 baseline Wang et al. 2017 (hierarchical RNN over the 3 previous verses, "
+         "an auxiliary decoder input)", ["--arch", "docmem_wang2017_bench"])]:
     CONFIGS[_name] = {"desc": _desc, "task": "doc_translation", "train": _flags + MARUF3_STAGE2,
                       "generate": GREEDY}
 
