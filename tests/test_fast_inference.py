@@ -300,6 +300,8 @@ FAMILY_CASES = {
     "transformer_ulr": ("transformer_ulr_tiny", dict(ulr=True), "marked"),
     "universal": ("universal_tiny", dict(ulr=True, mole=True), "marked"),
     "transformer_zhang2018": ("transformer_zhang2018", TRANSFORMER_SIZES, "document"),
+    "transformer_han": ("transformer_han_enc", TRANSFORMER_SIZES, "document"),
+    "docmem_wang2017": ("docmem_wang2017_gated", RNN_SIZES, "document"),
 }
 
 

@@ -58,6 +58,8 @@ UNSUPPORTED_MODELS = {
     "docmem": "document memory networks (extra memory attention over the document)",
     "transformer_selattn": "document context through hierarchical selective attention",
     "transformer_zhang2018": "a document-context encoder attended by every layer",
+    "transformer_han": "document context through a hierarchical attention network over the previous sentences",
+    "docmem_wang2017": "an RNN encoder-decoder with a hierarchical-RNN summary of the previous sentences",
     "transformer_ms": "multi-level supervision: auxiliary decoders (and AIF fusion) beside the main decoder",
     "trainable_greedy": "an actor network that changes the decoder state at every step",
     "bimsmt": "two RNN direction models (one per language) with conversation-history context (turn RNNs, "
