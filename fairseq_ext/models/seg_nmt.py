@@ -39,6 +39,7 @@ from fairseq_ext.modules.tm_memory import (
     shallow_fusion,
     shared_read,
     shared_scores,
+    slot_first,
 )
 from fairseq_ext.modules.warm_start import SentenceWarmStartMixin
 from fairseq_ext.data.errors import UserDataError
@@ -113,6 +114,11 @@ class SegNMTDecoder(RNNSearchDecoder):
         if self.use_coverage:
             self.tm_coverage_weight = torch.nn.Parameter(torch.zeros(()))  # λ (Eq. 4.6), init 0
         self.tm_gate = TMGate(context_dim + 2 * H, cfg.gate_hidden_dim)  # f_gate([c_t; z_t; z̃_t])
+        self.transition.register_forward_hook(self._keep_context)
+
+    def _keep_context(self, module, inputs, output) -> None:
+        """c_t of the step being taken, as rnnsearch's attention computed it (read by :meth:`decoder_step`)."""
+        self.__dict__["_step_context"] = output[2]
 
     # ------------------------------------------------------------------ the memory (Eqs. 4.2–4.3)
     def build_memory(self, tm_encoder_out, tm_prev_output_tokens: Optional[Tensor], tm_tgt_tokens: Optional[Tensor],
@@ -150,8 +156,9 @@ class SegNMTDecoder(RNNSearchDecoder):
             slot_mask = tm_tgt_tokens.ne(pad)
         mem = gather_slots(rows, slot_mask, tm_index)
         padding = mem["padding_mask"]
+        tokens = mem["tokens"].masked_fill(padding, pad)
         return {"tm_keys": [mem["keys"]], "tm_values": [mem["values"]],
-                "tm_tokens": [mem["tokens"].masked_fill(padding, pad)], "tm_padding_mask": [padding],
+                "tm_tokens": [tokens], "tm_first": [slot_first(tokens)], "tm_padding_mask": [padding],
                 "tm_pair": [mem["pair"]], "tm_position": [mem["position"]]}
 
     # ------------------------------------------------------------------ rnnsearch hooks
@@ -166,12 +173,9 @@ class SegNMTDecoder(RNNSearchDecoder):
         """rnnsearch's step; with a memory in ``encoder_out`` the features are [o_t; log ζ_t; log(1 − ζ_t);
         log q_t] and the state carries β_t (module doc). Without (the memory pass itself) rnnsearch's."""
         features, new_state, weights = super().decoder_step(embedded, state, encoder_out, step)
+        ctx = self.__dict__.pop("_step_context")  # c_t (the fixed context without attention)
         if "tm_keys" not in encoder_out:
             return features, new_state, weights
-        if weights is None:
-            ctx = encoder_out["encoder_final"][0]
-        else:  # c_t, as the attention computed it
-            ctx = torch.bmm(weights.unsqueeze(1), encoder_out["encoder_out"][0].transpose(0, 1)).squeeze(1)
         z = new_state["hidden"][:, -1]
         padding = encoder_out["tm_padding_mask"][0]
         row = encoder_out["tm_row"][0] if "tm_row" in encoder_out else None  # the memory row of each hypothesis
@@ -213,8 +217,9 @@ class SegNMTDecoder(RNNSearchDecoder):
                             dim=-1)
         if self.fusion == "deep":
             return nmt
+        first = encoder_out["tm_first"][0] if "tm_first" in encoder_out else None
         return shallow_fusion(nmt, features[..., O + 2:], features[..., O], features[..., O + 1],
-                              encoder_out["tm_tokens"][0])
+                              encoder_out["tm_tokens"][0], first)
 
     def get_normalized_probs(self, net_output, log_probs: bool, sample=None) -> Tensor:
         lprobs = net_output[0].float()

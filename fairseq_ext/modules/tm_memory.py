@@ -16,7 +16,8 @@ no retrieved pair has only padding slots (possibly zero of them).
   hidden size 0 (the authors' released code); returns the logit, ζ = sigmoid(logit).
 * :func:`copy_probs` — p_copy(w | M) = Σ_{τ: y'_τ = w} q_{t,τ} (Eq. 4.3 scattered onto the vocabulary).
 * :func:`shallow_fusion` — log p = log(ζ p_copy + (1 − ζ) p_NMT) (Eq. 4.5), exact in log space: a word
-  that no slot holds gets log(1 − ζ) + log p_NMT bit for bit (so ζ = 0 is the NMT distribution itself).
+  that no slot holds gets log(1 − ζ) + log p_NMT bit for bit (so ζ = 0 is the NMT distribution itself); only
+  the slots' words are mixed (their first slots, :func:`slot_first`, found once per sentence).
 
 Coverage (Eq. 4.7) is the per-slot accumulator β_t = β_{t−1} + q_t ζ_t, kept by the decoder in its
 incremental state (so it follows the beam).
@@ -31,7 +32,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq_ext.modules.copy_attention import copy_mixture
 from fairseq_ext.modules.rnn import front_order
 from fairseq_ext.data.errors import UserDataError
 
@@ -155,16 +155,43 @@ def copy_probs(q: Tensor, slot_tokens: Tensor, vocab_size: int) -> Tensor:
     return q.new_zeros(*q.shape[:-1], vocab_size).scatter_add(-1, ids, q)
 
 
+def slot_first(slot_tokens: Tensor) -> Tensor:
+    """(B, M) → (B, M): for every slot, the first slot of its row holding the same token (itself when it is
+    the first) — the distinct words of the memory, found once per sentence for :func:`shallow_fusion`."""
+    M = slot_tokens.size(-1)
+    same = slot_tokens.unsqueeze(-1) == slot_tokens.unsqueeze(-2)  # (B, M, M)
+    slots = torch.arange(M, device=slot_tokens.device)
+    return torch.where(same, slots, M).amin(-1) if M else slot_tokens.clone()
+
+
 def shallow_fusion(nmt_lprobs: Tensor, log_q: Tensor, log_zeta: Tensor, log_rest: Tensor,
-                   slot_tokens: Tensor) -> Tensor:
+                   slot_tokens: Tensor, first: Optional[Tensor] = None) -> Tensor:
     """log p(y_t) = log(ζ_t p_copy(y_t) + (1 − ζ_t) p_NMT(y_t)) (Eq. 4.5).
 
     ``nmt_lprobs`` (B, T, V) = log p_NMT, ``log_q`` (B, T, M), ``log_zeta`` / ``log_rest`` (B, T) = log ζ,
     log(1 − ζ), ``slot_tokens`` (B, M) the y'_τ of the slots (any id < V at padding slots, whose log q
-    is −∞). Computed as a log-space scatter (:func:`~fairseq_ext.modules.copy_attention.copy_mixture`)."""
+    is −∞); ``first`` (B, M) = :func:`slot_first` of ``slot_tokens`` (computed here when not given).
+
+    A word that no slot holds gets log(1 − ζ) + log p_NMT bit for bit; only the words of the slots are
+    mixed, each as the log-space sum of its NMT term and its slots' copy terms with a per-word shift (the
+    arithmetic of :func:`~fairseq_ext.modules.copy_attention.copy_mixture` on the slots' words, not on the
+    whole vocabulary)."""
     gen = nmt_lprobs + log_rest.unsqueeze(-1)
     copy = log_q + log_zeta.unsqueeze(-1)
-    return copy_mixture(gen, copy, slot_tokens, 0)
+    if first is None:
+        first = slot_first(slot_tokens)
+    ids, first = slot_tokens.unsqueeze(-2).expand_as(copy), first.unsqueeze(-2).expand_as(copy)
+    at = gen.gather(-1, ids)  # each slot's word's NMT term; the word is summed at its first slot
+    with torch.no_grad():  # the largest term of each word (its shift); 0 where a word has none
+        shift = at.detach().scatter_reduce(-1, first, copy.detach(), reduce="amax", include_self=True)
+        shift = shift.masked_fill(~torch.isfinite(shift), 0.0)
+    mass = torch.exp(at - shift).scatter_add(-1, first, torch.exp(copy - shift.gather(-1, first)))
+    positive = mass > 0  # >= 1 wherever some term is finite (its largest is exp(0))
+    mixed = (torch.where(positive, mass, torch.ones_like(mass)).log() + shift).masked_fill(~positive, float("-inf"))
+    mixed = mixed.gather(-1, first)
+    # a word held by several slots is written once from each; the gradient flows through its first slot only
+    own = first == torch.arange(first.size(-1), device=first.device)
+    return gen.scatter(-1, ids, torch.where(own, mixed, mixed.detach()))
 
 
 def gather_slots(rows: Dict[str, Tensor], slot_mask: Tensor, tm_index: Tensor) -> Dict[str, Tensor]:
