@@ -36,6 +36,7 @@ from torch import Tensor
 from fairseq_ext.modules.arch_utils import register_shaped, set_default, wrap_layer
 from fairseq_ext.modules.doc_attention import ContextGate
 from fairseq_ext.modules.doc_transformer import CTX_INTEGRATIONS, DocTransformerModel, maruf_sizes
+from fairseq_ext.modules.local_context import add_prev_sentences_arg
 
 
 class ContextSublayerMixin:
@@ -243,8 +244,7 @@ class Zhang2018DocTransformerModel(DocTransformerModel):
                             help="context attention sub-layers in every encoder or every decoder layer")
         parser.add_argument("--ctx-encoder-layers", type=int, metavar="N",
                             help="layers of the context encoder (default: --encoder-layers)")
-        parser.add_argument("--ctx-prev-sentences", type=int, metavar="N",
-                            help="previous source sentences in the context (default 2)")
+        add_prev_sentences_arg(parser, 2)
         parser.add_argument("--freeze-sentence-params", dest="freeze_sentence_params",
                             action="store_true", default=None,
                             help="train only the document parameters (stage 2 of Zhang et al.; default)")

@@ -30,9 +30,10 @@ from fairseq_ext.modules.rnn import BiRNNEncoderStack
 
 
 def add_prev_sentences_arg(parser, default: int) -> None:
-    """``--ctx-prev-sentences N``: the previous sentences a local-context baseline reads."""
+    """``--ctx-prev-sentences N``: the previous sentences a local-context baseline reads (Zhang et al. 2018: 2; Wang
+    et al. 2017, Miculicich et al. 2018: 3)."""
     parser.add_argument("--ctx-prev-sentences", type=int, metavar="N",
-                        help=f"previous source sentences in the context (default {default})")
+                        help=f"previous sentences in the context (default {default})")
 
 
 def previous_rows(ctx_index: Tensor, ctx_distance: Tensor, k: int) -> Tensor:
