@@ -106,9 +106,11 @@ def test_only_the_k_previous_sentences_are_read(arch):
 
 
 @pytest.mark.parametrize("arch", ["transformer_han_enc_bench", "transformer_han_dec_bench"])
-@pytest.mark.parametrize("prenorm", [True, False])
-def test_incremental_decoding_equals_full(arch, prenorm):
-    model = small(arch, encoder_normalize_before=prenorm, decoder_normalize_before=prenorm)
+@pytest.mark.parametrize("prenorm,rep", [(True, "current"), (False, "current"), (True, "pretrained")])
+def test_incremental_decoding_equals_full(arch, prenorm, rep):
+    """Beam-like reordering and finished rows (test_selattn_model.incremental); the context states from the model
+    itself (HAN's default) or from the frozen sentence copy (``--ctx-rep-model pretrained``)."""
+    model = small(arch, encoder_normalize_before=prenorm, decoder_normalize_before=prenorm, ctx_rep_model=rep)
     src, lengths, prev, ctx = doc_batch()
     full = logits(model, src, lengths, prev, ctx)
     inc, rows = incremental(model, src, lengths, prev, ctx)
