@@ -18,10 +18,11 @@
 #            validations without a better dev BLEU, capped at CAP_MIN (150) minutes of training each. A configuration
 #            the ablate stage trained (same data, flags and seed) continues from its last checkpoint there
 #            (bench.py --continue-from; CONTINUE=0: from scratch), so the ablate stage runs first.
-#   variants es->en low set, the conv_es rule and cap: the Ampomah variants never trained to convergence, each in
-#            priority order on two lanes (VARIANTS_A, VARIANTS_B; the thesis's best first): the transformer
-#            baseline, M-00, S-Agg, C-Agg, Dec-DC at lr 7e-4 | M-10, Dec-DC, Full-DC, Iter-S-Agg, Iter-C-Agg, M-01.
-#            Its own baseline (a configuration trained elsewhere is not reused across jobs).
+#   variants es->en low set, the conv_es patience at equal updates (VARIANT_UPDATES, 1,280: the baseline's count
+#            when the 150-minute cap stopped it; no time cap): the Ampomah variants and the TwT base, in priority
+#            order on two lanes (VARIANTS_A, VARIANTS_B; the thesis's best first): the transformer baseline, M-00,
+#            TwT (ScaleNorm + FixNorm), M-01, Dec-DC at lr 7e-4 | M-10, S-Agg, C-Agg, Dec-DC, Full-DC, Iter-S-Agg,
+#            Iter-C-Agg. Its own baseline (a configuration trained elsewhere is not reused across jobs).
 #   conv_tl  en_web->tl, TL_SIZE (10,000) training verses, sentencepiece 4k (the Nguyen ch. 4 set): transformer,
 #            concat_consec, concat_rand; the same stopping rule; then Table 4.3 (the CONSEC-concatenated test set
 #            decoded segment-aware, recipes/lib.sh concat_eval) -> runs/converged/conv_tl/concat_eval.tsv.
@@ -86,8 +87,12 @@ for stage in $STAGES; do
     conv_es) cont=()
              [ "${CONTINUE:-1}" = 1 ] && [ -d "$OUT/ablate" ] && cont=(--continue-from "$OUT/ablate")
              job conv_es "$ES" es en "" "transformer,enc_dc" "jas_m11,ms12_aif" "${CONV[@]}" "${cont[@]}" ;;
-    variants) job variants "$ES" es en "" "${VARIANTS_A:-transformer,jas_m00,jas_sagg,jas_cagg,dec_dc_lr7e4}" \
-              "${VARIANTS_B:-jas_m10,dec_dc,full_dc,jas_iter_sagg,jas_iter_cagg,jas_m01}" "${CONV[@]}" ;;
+    # the variants train to the baseline's update count (equal updates: the baseline stopped at 1,280 by the
+    # 150-minute cap), patience 5 on dev BLEU as above, no time cap
+    variants) job variants "$ES" es en "" \
+              "${VARIANTS_A:-transformer,jas_m00,twt_scalenorm_fixnorm,jas_m01,dec_dc_lr7e4}" \
+              "${VARIANTS_B:-jas_m10,jas_sagg,jas_cagg,dec_dc,full_dc,jas_iter_sagg,jas_iter_cagg}" \
+              --patience "$PATIENCE" --budget-min 0 --max-updates "${VARIANT_UPDATES:-1280}" ;;
     conv_tl) job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" &&
              concat_eval "$TL" "$OUT/conv_tl" transformer,concat_consec,concat_rand ;;
     ablate) job ablate "$ES" es en "" "transformer,enc_dc,enc_dc_pad_left,enc_dc_lr7e4,ms12_aif" \
