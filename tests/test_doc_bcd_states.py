@@ -132,3 +132,40 @@ def test_the_kept_states_are_dropped_when_the_model_changes():
     with torch.no_grad():
         model.decoder.embed_tokens.weight.mul_(1.5)  # an optimizer step, in place
     assert same(gen.generate([model], sample), reference([model], sample, iterations=1, init="zero_context"))
+
+
+# ------------------------------------------------------------------------------------------ the tiny Bible slice
+@pytest.mark.slow
+@pytest.mark.parametrize("batching", ["document", "size"])
+def test_kept_states_on_the_tiny_bible_slice(tiny_bin, tmp_path, batching):
+    """A docmem_tiny trained 4 updates on the tiny slice, decoded through the task's own batches (size batches: the
+    context rows outside a batch are other batches' sentences): one generator for the whole test set keeps
+    states and pass-0 translations across batches and gives the reference hypotheses (K = 1, 2, both inits)."""
+    from fairseq import checkpoint_utils
+
+    from harness import fairseq
+
+    save = tmp_path / "ckpt"
+    common = ["--criterion", "cross_entropy", "--optimizer", "sgd", "--lr", "0.1", "--clip-norm", "5",
+              "--max-tokens", "1000", "--max-update", "4", "--cpu", "--seed", "1", "--no-progress-bar",
+              "--no-epoch-checkpoints", "--task", "doc_translation"]
+    fairseq("train", tiny_bin, "--doc-target-context", "gold", "--arch", "docmem_tiny", "--save-dir", save, *common)
+    fairseq("train", tiny_bin, "--arch", "rnnsearch", "--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
+            "--decoder-layers", "2", "--decoder-variant", "plain", "--save-dir", tmp_path / "sent", *common)
+    (doc, sent), _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(save / "checkpoint_last.pt"), str(tmp_path / "sent" / "checkpoint_last.pt")],
+        arg_overrides={"data": str(tiny_bin), "doc_target_context": "none", "doc_batching": batching})
+    doc.eval(), sent.eval()
+    task.load_dataset("test")
+    batches = list(task.get_batch_iterator(dataset=task.dataset("test"), max_sentences=8).next_epoch_itr(shuffle=False))
+    if batching == "size":
+        assert any(b["net_input"]["ctx_src_tokens"].size(0) > 0 for b in batches)
+    d = task.target_dictionary
+    for K in (1, 2):
+        for models in ([doc], [doc, sent]):
+            kw = dict(iterations=K, init="zero_context" if len(models) == 1 else "base_model", max_len_b=20)
+            gen = DocBCDGenerator(models, d, **kw)
+            ref = DocBCDGenerator(models, d, reuse_encoder=False, reuse_states=False, **kw)
+            for sample in batches:
+                assert same(gen.generate(models, sample), ref.generate(models, sample))
+            assert gen.memory.known
