@@ -9,7 +9,10 @@
   input is decoded exactly once by fairseq-generate and fairseq-interactive, also for the ScaleNorm/FixNorm
   ``twt`` (whose export, folded into RMSNorm, is tests/test_export_twt.py); and on one tiny architecture of
   every model family of the plugin, built in process, it replaces the Linear layers and the outputs stay
-  finite and close to float32's.
+  finite and close to float32's; on the transformer, TwT (FixNorm), transformer_lex, the LSTM/GRU models and
+  ULR/MoLE no float matrix product with a weight is left (a torch function mode follows every tensor computed
+  from parameters only), also where the model reads ``.weight`` directly; fairseq's greedy outputs and
+  reference scores of the int8 model stay close to float32's.
 
 ctranslate2 is part of the ``dev`` extra (what scripts/run_tests.sh installs), so nothing here is skipped.
 """
@@ -53,7 +56,7 @@ def export_cli(*args, check=True):
 
 
 # ------------------------------------------------------------------------------------------- export
-def fairseq_greedy_and_scores(ckpt, data_bin):
+def fairseq_greedy_and_scores(ckpt, data_bin, *flags):
     """fairseq's own decoding of the test split, in this process: ``{id: source pieces}``, greedy
     hypotheses (SequenceGenerator, beam 1, max_len 50, as ``fairseq-generate --beam 1 --max-len-b 50``)
     and the natural-log probability of every reference token and EOS (SequenceScorer, as
@@ -67,7 +70,7 @@ def fairseq_greedy_and_scores(ckpt, data_bin):
 
     args = options.parse_args_and_arch(options.get_generation_parser(), [
         str(data_bin), "--task", "translation_ext", "--path", str(ckpt), "--cpu", "--beam", "1",
-        "--max-len-a", "0", "--max-len-b", "50"])
+        "--max-len-a", "0", "--max-len-b", "50", *flags])
     cfg = convert_namespace_to_omegaconf(args)
     models, _, task = load_ensemble([str(ckpt)], arg_overrides={"data": str(data_bin)}, frozen=True)
     for m in models:
@@ -413,3 +416,141 @@ def test_quantized_interactive_decodes_every_input_once(tiny_bin, prenorm_ckpt):
                 "--quantize", "int8", input_text="\n".join(lines) + "\n")
     ids = quantized_ids(p.stdout, p.stderr)
     assert sorted(ids) == list(range(len(lines)))
+
+
+# ------------------------------------------------- no float32 matmul left on a weight under --quantize int8
+#: torch functions that multiply by a matrix (a weight when one operand derives from parameters only)
+MATMUL_OPS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum",
+              "mv", "addmv", "tensordot", "bilinear", "inner", "dot", "lstm", "gru", "rnn_tanh", "rnn_relu",
+              "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell", "conv1d", "conv2d",
+              "multi_head_attention_forward", "_native_multi_head_attention"}
+
+
+class FloatWeightMatmuls(torch.overrides.TorchFunctionMode):
+    """Records every float matrix product (:data:`MATMUL_OPS`) one of whose operands is a *weight*: a
+    parameter of ``model`` or a tensor computed from parameters only (``w.t()``, FixNorm's normalised rows,
+    ``w.detach()``): taint propagates through every torch function whose tensor inputs are all weights."""
+
+    def __init__(self, model):
+        super().__init__()
+        import weakref
+
+        from fairseq_ext.modules.ulr import ULREmbedding
+
+        # ULR's embedding (Eqs. 5.2-5.3) is a lookup: a softmax over the universal tokens, once per distinct
+        # token id of the batch, mixing the rows of ε_U; it stays float32, as every embedding does
+        lookup = {id(p) for m in model.modules() if isinstance(m, ULREmbedding) for p in m.parameters()}
+        self.weights = {}
+        self.ref = weakref.ref
+        for p in model.parameters():
+            if id(p) not in lookup:
+                self.weights[id(p)] = weakref.ref(p)
+        self.found = []
+
+    def is_weight(self, t):
+        r = self.weights.get(id(t))
+        return r is not None and r() is t
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_flatten
+
+        kwargs = kwargs or {}
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        name = getattr(func, "__name__", str(func))
+        if name in MATMUL_OPS:
+            w = [t for t in tensors if self.is_weight(t) and t.is_floating_point()]
+            if w:
+                self.found.append((name, tuple(tuple(t.shape) for t in w)))
+        out = func(*args, **kwargs)
+        if tensors and all(self.is_weight(t) for t in tensors):
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    self.weights[id(t)] = self.ref(t)
+        return out
+
+
+def float_weight_matmuls(model, outputs):
+    with torch.no_grad(), FloatWeightMatmuls(model) as mode:
+        out = outputs(model)
+    return mode.found, out
+
+
+#: the families whose every matrix product with a weight runs in int8 under --quantize int8: the transformer
+#: (encoder self-attention: fairseq's fused path), TwT with FixNorm (the normalised output matrix), the LSTMs
+#: (rnnsearch: GRU/LSTM layers and cells; lstm_luong: fairseq's LSTM with Luong attention, FixNorm output),
+#: ULR / MoLE (the experts read their weights directly)
+INT8_EVERYWHERE = {
+    "transformer": ("transformer", TRANSFORMER_SIZES, "sentence"),
+    "transformer_twt": FAMILY_CASES["transformer_twt"],
+    "transformer_lex": FAMILY_CASES["transformer_lex"],
+    "lstm_luong": ("lstm_luong_fixnorm", FAMILY_CASES["lstm_luong"][1], "sentence"),
+    "rnnsearch": FAMILY_CASES["rnnsearch"],
+    "rnnsearch_lstm": ("rnnsearch_tiny", dict(rnn_type="lstm"), "sentence"),
+    "transformer_ulr": FAMILY_CASES["transformer_ulr"],
+    "universal": FAMILY_CASES["universal"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(INT8_EVERYWHERE))
+def test_quantize_int8_leaves_no_float_matmul_on_a_weight(case, tmp_path, monkeypatch):
+    """In float32 the forward pass multiplies by float weights (the check sees them); after ``--quantize int8``
+    none is left -- also where the model reads ``.weight`` directly (fused attention, FixNorm, MoLE) -- and the
+    outputs stay within 10% (relative L2) of float32's."""
+    monkeypatch.setitem(FAMILY_CASES, case, INT8_EVERYWHERE[case])
+    model, outputs = family_case(case, tmp_path)
+    model.prepare_for_inference_(generation_cfg())
+    found, ref = float_weight_matmuls(model, outputs)
+    assert found, "the check sees the float32 products"
+    model.prepare_for_inference_(generation_cfg("--quantize", "int8"))
+    found, out = float_weight_matmuls(model, outputs)
+    assert not found, sorted(set(found))
+    for r, o in zip(ref, out):
+        assert o.shape == r.shape and torch.isfinite(o).all()
+        err = float((o.float() - r.float()).norm() / r.float().norm())
+        assert err < 0.1, (case, err)
+
+
+@pytest.mark.parametrize("model", ["twt", "prenorm"])
+def test_quantize_int8_greedy_outputs_and_scores_stay_close_to_float32(tiny_bin, request, model):
+    """fairseq's own greedy search and reference scoring of the tiny test split, float32 and then
+    ``--quantize int8`` (TwT: FixNorm output matrix, ScaleNorm; PreNorm transformer): the int8 model's greedy
+    outputs equal float32's on at least 80% of the sentences and the log-probability of every reference
+    token stays within 0.25 nats, 0.05 on average (measured: all outputs equal, at most 0.07, mean 0.015)."""
+    ckpt = request.getfixturevalue(f"{model}_ckpt")
+    src, hyp, tgt, pos = fairseq_greedy_and_scores(ckpt, tiny_bin)
+    src8, hyp8, tgt8, pos8 = fairseq_greedy_and_scores(ckpt, tiny_bin, "--quantize", "int8")
+    ids = sorted(src)
+    assert sorted(src8) == ids and tgt8 == tgt
+    agree = sum(hyp[i] == hyp8[i] for i in ids) / len(ids)
+    diffs = [abs(a - b) for i in ids for a, b in zip(pos[i], pos8[i])]
+    assert all(len(pos[i]) == len(pos8[i]) for i in ids)
+    print(f"{model}: greedy agreement {agree:.3f}, |dlogp| max {max(diffs):.4f} mean {sum(diffs) / len(diffs):.5f}")
+    assert agree >= 0.8 and max(diffs) < 0.25 and sum(diffs) / len(diffs) < 0.05
+    assert max(diffs) > 0  # the int8 kernels ran
+
+
+def test_frozen_derived_weights_follow_their_parameter():
+    """Without ``--quantize int8`` a derived weight (FixNorm's rows) is computed every call, with its gradient
+    (the float32 path); for a registered weight it is computed once per version of the parameter, and
+    ``F.linear`` on it runs in int8 -- re-packed after the parameter changes in place."""
+    import torch.nn.functional as F
+
+    from fairseq_ext.modules.fast_inference import frozen_derived, register_int8_weight
+    from fairseq_ext.modules.norms import fixnorm
+
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(40, 16))
+    plain = frozen_derived(fixnorm, w, 2.0)
+    assert plain.requires_grad and torch.equal(plain, fixnorm(w, 2.0))
+    assert frozen_derived(fixnorm, w, 2.0) is not plain
+    register_int8_weight(w)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        d = frozen_derived(fixnorm, w, 2.0)
+        assert frozen_derived(fixnorm, w, 2.0) is d and torch.equal(d, fixnorm(w, 2.0))
+        out, ref = F.linear(x, d), x @ fixnorm(w, 2.0).t()
+        assert not torch.equal(out, ref) and (out - ref).abs().max() < 0.05 * ref.abs().max()
+        w.mul_(-1)  # changed in place: derived again, packed again
+        d2 = frozen_derived(fixnorm, w, 2.0)
+        assert d2 is not d and torch.allclose(F.linear(x, d2), -ref, atol=0.05 * float(ref.abs().max()))
+        assert torch.allclose(F.linear(x, w), x @ w.t(), atol=0.05 * float((x @ w.t()).abs().max()))

@@ -41,6 +41,7 @@ from torch import Tensor
 from fairseq_ext.modules.vocab_mask import TargetVocabMaskMixin
 from fairseq_ext.models.twt import TwtDecoder, TwtEncoder, TwtTransformerModel, transformer_twt
 from fairseq_ext.modules.arch_utils import canonical_arch, register_shaped, set_default
+from fairseq_ext.modules.fast_inference import frozen_derived
 from fairseq_ext.modules.lexical import DiscreteLexiconBias, LexicalTranslation
 from fairseq_ext.modules.norms import FixNormEmbedding, add_fixnorm_args, fixnorm
 from fairseq_ext.modules.vocab_mask import add_target_vocab_mask_args, set_target_vocab_mask_default
@@ -322,8 +323,8 @@ class LuongLSTMDecoder(TargetVocabMaskMixin, LSTMDecoder):
             weight, bias = self.embed_tokens.weight, self.output_bias
         else:
             weight, bias = self.fc_out.weight, self.fc_out.bias
-        if r > 0:
-            weight = fixnorm(weight, r)
+        if r > 0:  # computed once per weight version under --quantize int8 (then an int8 matrix)
+            weight = frozen_derived(fixnorm, weight, r)
         return F.linear(x, weight, bias)
 
     def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, src_lengths=None):

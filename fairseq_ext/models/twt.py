@@ -37,6 +37,7 @@ from fairseq.models.transformer import (
 )
 
 from fairseq_ext.modules.arch_utils import register_presets, register_shaped, set_default
+from fairseq_ext.modules.fast_inference import frozen_derived
 from fairseq_ext.modules.norms import (
     NORM_TYPES, FixNormEmbedding, ScaleNorm, add_fixnorm_args, build_norm, fixnorm,
 )
@@ -114,8 +115,8 @@ class TwtDecoder(TransformerDecoderBase):
         if self.adaptive_softmax is not None or (not self.fixnorm and self.output_bias is None):
             return super().output_layer(features)
         weight = self.output_projection.weight
-        if self.fixnorm:
-            weight = fixnorm(weight, self.fixnorm_radius)
+        if self.fixnorm:  # computed once per weight version under --quantize int8 (then an int8 matrix)
+            weight = frozen_derived(fixnorm, weight, self.fixnorm_radius)
         return F.linear(features, weight, self.output_bias)
 
 

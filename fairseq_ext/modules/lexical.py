@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fairseq.modules import FairseqDropout
 
+from fairseq_ext.modules.fast_inference import frozen_derived
 from fairseq_ext.modules.norms import fixnorm
 from fairseq_ext.data.errors import UserDataError
 
@@ -61,7 +62,8 @@ class LexicalTranslation(nn.Module):
         return fixnorm(h, self.radius) if self.radius > 0 else h
 
     def output_weight(self) -> torch.Tensor:
-        return fixnorm(self.weight, self.radius) if self.radius > 0 else self.weight
+        # computed once per weight version under --quantize int8 (then an int8 matrix)
+        return frozen_derived(fixnorm, self.weight, self.radius) if self.radius > 0 else self.weight
 
     def logits(self, h_lex: torch.Tensor) -> torch.Tensor:
         """W^ℓ h^ℓ + b^ℓ (rows of W^ℓ at norm r under fixnorm)."""

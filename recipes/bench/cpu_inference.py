@@ -20,7 +20,10 @@ plugin's fast path ``--quantize int8``, and CTranslate2 float32 / int8 (``fairse
   interleaved per round the same way.
 * **Quality**: sacreBLEU (``fairseq_ext.tools.evaluation.score``) of each system's first-round output against the raw
   reference, and paired bootstrap (sacreBLEU's, 1,000 resamples) of every system against fairseq float32.
-* ``--profile``: cProfile of one fast-path decode of two batches, top 30 by own time -> ``profile_fast.txt``.
+* ``--profile``: cProfile of one fast-path decode of two batches -> ``profile_fast.txt``: where the time of
+  ``SequenceGenerator._generate`` goes (the network against the beam search around it: cache reordering,
+  candidate selection, its Python loop; :func:`profile_breakdown`), then the top 30 by own time; the raw
+  profile in ``profile_fast.prof``.
 
 ``--limit N`` decodes the first N test sentences only (a binarized subset is written under ``--out``);
 ``uptime`` load averages before and after are recorded: on the shared 2-core machine only the ratios
@@ -153,8 +156,54 @@ def profile_fast(ckpt: Path, bin_dir: Path, out: Path) -> None:
         task.inference_step(gen, models, b)
     prof.disable()
     buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
+    stats = pstats.Stats(prof, stream=buf)
+    buf.write(profile_breakdown(stats) + "\n\n")
+    stats.sort_stats("tottime").print_stats(30)
     out.write_text(buf.getvalue(), encoding="utf-8")
+    stats.dump_stats(str(out.with_suffix(".prof")))
+
+
+#: (share, what): the parts of one fairseq decode, each the cumulative time of fairseq functions -- (file end,
+#: function name) -- or the own time of built-ins whose name contains the given text
+PROFILE_PARTS = [
+    ("network: encoder", [("sequence_generator.py", "forward_encoder")]),
+    ("network: decoder steps (incl. log_softmax of the logits)", [("sequence_generator.py", "forward_decoder")]),
+    ("beam search: cache reordering (index_select of every layer's keys/values)",
+     [("sequence_generator.py", "reorder_incremental_state"), ("sequence_generator.py", "reorder_encoder_out")]),
+    ("beam search: candidate selection (BeamSearch.step: topk)", [("search.py", "step")]),
+    ("beam search: finished hypotheses (finalize_hypos)", [("sequence_generator.py", "finalize_hypos")]),
+]
+BUILTINS = [("int8 kernels (torch.ops.quantized, cumulative)", None),
+            ("float linear kernels", "torch._C._nn.linear"), ("bmm (attention)", "torch.bmm"),
+            ("softmax / log_softmax", "softmax"), ("topk", "topk"), ("index_select (cache reordering)", "index_select"),
+            ("cat (cache growth)", "torch.cat")]
+
+
+def profile_breakdown(stats: "pstats.Stats") -> str:
+    """Where one decode's time goes: the network (encoder, decoder steps) against fairseq's beam search
+    around it (cache reordering, candidate selection, finished hypotheses and the rest of
+    ``SequenceGenerator._generate``: its Python loop and the tensor bookkeeping it runs itself)."""
+    raw = stats.stats  # (file, line, name) -> (calls, primitive calls, own time, cumulative time, callers)
+
+    def cumulative(file_end, name):
+        return sum(v[3] for (f, _, n), v in raw.items() if f.endswith(file_end) and n == name)
+
+    total = cumulative("sequence_generator.py", "_generate")
+    lines = [f"Breakdown of {total:.2f} s in SequenceGenerator._generate (cProfile; its overhead inflates the Python "
+             f"parts):", "", "| part | s | share |", "|---|---|---|"]
+    accounted = 0.0
+    for what, keys in PROFILE_PARTS:
+        t = sum(cumulative(*k) for k in keys)
+        accounted += t
+        lines.append(f"| {what} | {t:.2f} | {t / total:.1%} |")
+    rest = total - accounted
+    lines.append(f"| beam search: the rest of _generate (Python loop, masks, scores, index bookkeeping) | {rest:.2f} | "
+                 f"{rest / total:.1%} |")
+    for what, text in BUILTINS:  # the kernels, wherever called
+        t = (cumulative("_ops.py", "__call__") if text is None
+             else sum(v[2] for (f, _, n), v in raw.items() if f == "~" and text in n))
+        lines.append(f"| (all parts) {what} | {t:.2f} | {t / total:.1%} |")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------- main
