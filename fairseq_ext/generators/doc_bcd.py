@@ -339,7 +339,7 @@ class MemoryStateCache:
     and ``pass0`` source → its pass-0 translation; emptied when a model's parameters change (an in-place
     update bumps a tensor's version) and when it grows past ``max_entries``."""
 
-    def __init__(self, models, max_entries: int = 1 << 18):
+    def __init__(self, models, max_entries: int = 1 << 16):
         self.models = models
         self.max_entries = max_entries
         self.stamp = None
@@ -397,8 +397,9 @@ class MemoryStateCache:
         last = lengths - 1  # the step that predicted ⟨eos⟩
         # the rows still active at a step keep their order: a row's place there = the earlier rows still active
         rank = (lengths.unsqueeze(0).gt(last.unsqueeze(1)) & torch.ones(len(hyps), len(hyps)).tril(-1).bool()).sum(1)
+        kept = torch.stack([steps[int(t)][int(i)] for t, i in zip(last, rank)])  # a copy: the steps are freed
         for r, h in enumerate(hyps):
-            self.known[(src[r], tuple(h["tokens"].tolist()))] = steps[int(last[r])][int(rank[r])]
+            self.known[(src[r], tuple(h["tokens"].tolist()))] = kept[r]
 
     def states(self, gen: "DocBCDGenerator", encoded: Dict, sample: Dict) -> Tensor:
         """(N, H) s^{|y|} of every N-set row's current translation (``ctx_tgt_tokens``): known ones from the
