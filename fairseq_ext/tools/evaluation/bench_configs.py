@@ -6,6 +6,7 @@ thesis method is compared against, at the same data, budget and decoding setting
 
 ``python -m fairseq_ext.tools.evaluation.bench_configs NAME`` prints the shell-quoted train flags of NAME.
 """
+import os
 import shlex
 import sys
 
@@ -20,6 +21,10 @@ TRANSFORMER_SMALL = ["--arch", "transformer", *shape_flags("bench")]  # the benc
 # an AVX2-only EPYC). The job's flags are recorded with its rows.
 # (the same test as fairseq_ext.tasks.translation_ext.native_cpu_bf16, without importing torch)
 def native_cpu_bf16() -> bool:
+    # torch told to use no AVX-512 kernels (ATEN_CPU_CAPABILITY=avx2/default, e.g. emulating an AVX2-only CPU:
+    # recipes/bench/quickstart_avx2.sh) computes float32, as that CPU would
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() in ("default", "avx2"):
+        return False
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             flags = f.read()
@@ -75,6 +80,16 @@ CONFIGS = {
         "train": ["--arch", "transformer_twt_bench", "--norm-type", "scalenorm", "--fixnorm"] + OPTIM,
         "generate": GENERATE,
     },
+}
+
+# The quickstart's system (recipes/quickstart.sh): the baseline's recipe at d 128, FFN 512 (transformer_cpu_small),
+# since in a budget of minutes the number of updates limits: an update costs under half of the baseline's
+# (float32 on an AVX2-only CPU: README, "Measured baseline (quickstart)"), every other flag the baseline's.
+CONFIGS["quickstart"] = {
+    "desc": "fairseq transformer 3+3 d128 ffn512 PreNorm (the quickstart's)",
+    "task": "translation_ext",
+    "train": ["--arch", "transformer_cpu_small"] + OPTIM,
+    "generate": GENERATE,
 }
 
 # Every ch. 3 joint-attention variant and every DC placement, same budget and optimiser (recipes/ampomah).
