@@ -554,3 +554,17 @@ def test_frozen_derived_weights_follow_their_parameter():
         d2 = frozen_derived(fixnorm, w, 2.0)
         assert d2 is not d and torch.allclose(F.linear(x, d2), -ref, atol=0.05 * float(ref.abs().max()))
         assert torch.allclose(F.linear(x, w), x @ w.t(), atol=0.05 * float((x @ w.t()).abs().max()))
+
+
+def test_quantized_generate_runs_an_lstm_model_end_to_end(tiny_bin, tmp_path):
+    """An attention LSTM (``rnnsearch_tiny --rnn-type lstm``: bi-LSTM encoder, LSTM cells, tied output) trained a
+    few updates, decoded by fairseq-generate ``--quantize int8``: its recurrent layers run in int8 and every input
+    is decoded exactly once."""
+    from harness import train_nmt
+
+    ckpt = train_nmt(tiny_bin, tmp_path / "lstm", "--rnn-type", "lstm", max_update=6)
+    p = fairseq("generate", tiny_bin, "--task", "translation_decoding", "--path", ckpt, "--cpu", "--beam", "3",
+                "--batch-size", "8", "--max-len-b", "20", "--quantize", "int8")
+    recurrent = re.search(r"swapped to int8, (\d+) recurrent layers", p.stderr)
+    assert recurrent and int(recurrent.group(1)) >= 2, p.stderr[-2000:]  # the encoder's LSTM, the decoder's cells
+    assert sorted(quantized_ids(p.stdout, p.stderr)) == list(range(n_lines(tiny_bin / "test.ids")))
