@@ -8,6 +8,10 @@ in ``net_input`` as the ``seg_translation`` task gives them.
 * **Matching** (Eq. 4.6, ``--tm-metric diagonal|full``) with **coverage** (Eq. 4.7; ``--no-tm-coverage``).
 * **Gate** ζ_t (``--gate-hidden-size``); an example without a retrieved pair has ζ = 0: rnnsearch exactly.
 * **Fusion**: ``--fusion shallow`` (Eq. 4.5, the main model) or ``deep`` (Eq. 4.4).
+* **Decoding**: the memory is built once per sentence, before the beam expands (:meth:`SegNMTDecoder.memory_pass`
+  skips each pair's steps after its last token), and stays one row per sentence (only ``tm_row`` follows the
+  beam); Eq. 4.5 mixes only the slots' words, whose first slots (``tm_first``) are found with the memory; the
+  step reads c_t from rnnsearch's attention.
 
 :meth:`SegNMTModel.tm_trace` gives ζ_t per output token and the slot it points at (Fig. 4.5, the task's
 ``--tm-export``). Training: ``--criterion seg_nmt_cross_entropy``; an rnnsearch checkpoint of the same
@@ -140,14 +144,13 @@ class SegNMTDecoder(RNNSearchDecoder):
             for h in hooks:
                 setattr(self, h, None)
             try:
-                _, extra = self.extract_features(tm_prev_output_tokens, tm_encoder_out)
+                attn, states = self.memory_pass(tm_encoder_out, tm_prev_output_tokens, tm_tgt_tokens)
             finally:
                 for h in hooks:
                     if saved[h] is None:
                         del self.__dict__[h]  # back to the class default
                     else:
                         setattr(self, h, saved[h])
-            attn, states = extra["attn"][0], extra["states"][0]
             if attn is None:  # Enc-Dec: the fixed context
                 keys = tm_encoder_out["encoder_final"][0].unsqueeze(1).expand(-1, states.size(1), -1)
             else:  # c'_τ = Σ α'_τ h' (the context that predicts y'_τ)
@@ -160,6 +163,44 @@ class SegNMTDecoder(RNNSearchDecoder):
         return {"tm_keys": [mem["keys"]], "tm_values": [mem["values"]],
                 "tm_tokens": [tokens], "tm_first": [slot_first(tokens)], "tm_padding_mask": [padding],
                 "tm_pair": [mem["pair"]], "tm_position": [mem["position"]]}
+
+    def memory_pass(self, tm_encoder_out, prev: Tensor, tgt: Tensor):
+        """(α' (R, L, S') or None, z' (R, L, H)): rnnsearch's teacher-forced pass over the retrieved pairs. At
+        inference the pairs run longest first and step t computes only the pairs whose target is longer than t
+        (leading rows: views, no copies); the steps after a pair's last token, which no slot reads, are skipped
+        (zeros there). In training: :meth:`extract_features` itself."""
+        if self.training:
+            _, extra = self.extract_features(prev, tm_encoder_out)
+            return extra["attn"][0], extra["states"][0]
+        R, L = tgt.shape
+        lengths = tgt.ne(self.dictionary.pad()).sum(1)
+        order = lengths.argsort(descending=True, stable=True)
+        active = lengths.index_select(0, order).unsqueeze(0).gt(torch.arange(L, device=tgt.device).unsqueeze(1))
+        active = active.sum(1).tolist()  # rows in step t + 1, non-increasing
+        states_first = tm_encoder_out["encoder_out"][0].transpose(0, 1).index_select(0, order)  # (R, S', C)
+        rows = {k: v[0].index_select(0, order) for k, v in tm_encoder_out.items() if k != "encoder_out"}
+
+        def leading(n: int):
+            return dict({k: [v[:n]] for k, v in rows.items()}, encoder_out=[states_first[:n].transpose(0, 1)])
+
+        enc = leading(R)
+        state = self.initial_state(enc)
+        embedded = self.dropout(self.embed_tokens(prev.index_select(0, order)))
+        states = embedded.new_zeros(R, L, self.hidden_size)
+        attn = None if self.attention is None else embedded.new_zeros(R, L, states_first.size(1))
+        for t, n in enumerate(active):
+            if n == 0:
+                break
+            if n < state["hidden"].size(0):
+                state, enc = {k: v[:n] for k, v in state.items()}, leading(n)
+            state = self.transform_state(state, t + 1)
+            _, state, weights = self.decoder_step(embedded[:n, t], state, enc, t + 1)
+            states[:n, t] = state["hidden"][:, -1]
+            if attn is not None:
+                attn[:n, t] = weights
+        back = torch.empty_like(order)
+        back[order] = torch.arange(R, device=order.device)
+        return None if attn is None else attn.index_select(0, back), states.index_select(0, back)
 
     # ------------------------------------------------------------------ rnnsearch hooks
     def initial_state(self, encoder_out):

@@ -190,6 +190,8 @@ def shallow_fusion(nmt_lprobs: Tensor, log_q: Tensor, log_zeta: Tensor, log_rest
     mixed = (torch.where(positive, mass, torch.ones_like(mass)).log() + shift).masked_fill(~positive, float("-inf"))
     mixed = mixed.gather(-1, first)
     # a word held by several slots is written once from each; the gradient flows through its first slot only
+    if not (torch.is_grad_enabled() and (gen.requires_grad or mixed.requires_grad)):
+        return gen.scatter_(-1, ids, mixed)  # decoding: in place (gen is this function's own tensor)
     own = first == torch.arange(first.size(-1), device=first.device)
     return gen.scatter(-1, ids, torch.where(own, mixed, mixed.detach()))
 

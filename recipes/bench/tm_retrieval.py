@@ -79,8 +79,6 @@ def old_module(rev: str, folder: str) -> types.ModuleType:
     with tarfile.open(fileobj=io.BytesIO(_git("archive", sha, TOOLS))) as tar:
         tar.extractall(folder, filter="data")
     os.rename(os.path.join(folder, "fairseq_ext"), os.path.join(folder, alias))
-    with open(os.path.join(folder, alias, "__init__.py"), "w", encoding="utf-8"):
-        pass  # not the old fairseq_ext/__init__ (it would register the models a second time)
     for top, _, files in os.walk(os.path.join(folder, alias)):
         for name in files:
             if name.endswith(".py"):
@@ -89,7 +87,9 @@ def old_module(rev: str, folder: str) -> types.ModuleType:
                     text = f.read()
                 with open(p, "w", encoding="utf-8") as f:
                     f.write(re.sub(r"\bfairseq_ext\.tools\b", alias + ".tools", text))
-    sys.path.insert(0, folder)
+    package = types.ModuleType(alias)  # empty: not the old fairseq_ext/__init__ (it would register the models again)
+    package.__path__ = [os.path.join(folder, alias)]
+    sys.modules[alias] = package
     mod = importlib.import_module(alias + path[len("fairseq_ext"):-len(".py")].replace("/", "."))
     mod.bench_source = f"{rev} ({sha}:{path})"
     return mod
