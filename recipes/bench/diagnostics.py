@@ -62,6 +62,8 @@ SYSTEMS = {
         ("zhang_enc", "transformer", ["--arch", "transformer_zhang2018_bench", "--ctx-integration", "encoder",
                                       "--doc-context-mode", "online"], ["1", "2"],
          "Zhang et al. 2018 (2 previous sentences, sentence parameters frozen)"),
+        ("han_enc", "transformer", ["--arch", "transformer_han_enc_bench", "--doc-context-mode", "online"],
+         ["1", "2", "3"], "HAN encoder, Miculicich et al. 2018 (3 previous sentences)"),
         ("rnn_sentence", "rnn", None, [], "rnnsearch (2-layer plain GRU decoder)"),
         ("m2c_src", "rnn", ["--arch", "docmem_tiny", "--memory-integration", "m2c", "--doc-memories", "src"],
          ["1", "2", "3"], "memory network, source memory, Memory-to-Context"),
@@ -69,6 +71,10 @@ SYSTEMS = {
          ["1", "2", "3"], "memory network, source memory, Memory-to-Output"),
         ("jean2017", "rnn", ["--arch", "docmem_tiny", "--doc-context", "jean2017"], ["1"],
          "Jean et al. 2017 (attention over the previous source sentence)"),
+        # the thesis-size preset at the family's shape: its attention MLP (256 there) and document-RNN dropout set
+        # to the stage-1 model's (rnnsearch_tiny: attention = hidden; docmem_tiny: the model's dropout)
+        ("wang2017", "rnn", ["--arch", "docmem_wang2017", "--attention-dim", "64", "--doc-rnn-dropout", "0.1"],
+         ["1", "2", "3"], "Wang et al. 2017 (hierarchical summary of 3 previous sentences, auxiliary decoder input)"),
     ],
     "cataphor": [
         ("sentence", "transformer", None, [], "transformer_maruf_base_bench"),

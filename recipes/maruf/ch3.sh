@@ -6,9 +6,11 @@
 # the first decoder layer) or Memory-to-Output (extra logit terms); trained in two stages (stage 1: the sentence
 # model; stage 2: every parameter, the target memory built from the stage-1 model's translations) and decoded
 # by block coordinate descent (greedy pass 0 with the sentence model, then one greedy pass of the document
-# model: the thesis's "two-pass decoding"); baselines S-NMT, PREV TGT and Jean et al. (2017).
+# model: the thesis's "two-pass decoding"); baselines S-NMT, PREV TGT, Jean et al. (2017) and
+# Wang et al. (2017).
 # Spec: specs/003-maruf.md §1.1, §2, §3, §10 items 1-11.  Code: model `docmem` (fairseq_ext/models/docmem.py,
-# memory math in fairseq_ext/modules/memnet.py), sentence model `rnnsearch` (fairseq_ext/models/rnnsearch.py),
+# memory math in fairseq_ext/modules/memnet.py), `docmem_wang2017` (fairseq_ext/models/wang2017_doc_rnn.py, its
+# hierarchical summary in fairseq_ext/modules/local_context.py), sentence model `rnnsearch` (fairseq_ext/models/rnnsearch.py),
 # warm start --finetune-from-model (fairseq_ext/modules/warm_start.py), task `doc_translation`
 # (fairseq_ext/tasks/doc_translation.py, fairseq_ext/data/documents.py), generator doc_bcd
 # (fairseq_ext/generators/doc_bcd.py), tools fairseq_ext.tools.corpora.doc_context, fairseq_ext.tools.evaluation.{score,contrastive,doc_consistency}.
@@ -42,7 +44,8 @@
 #   with 0.2 on the document RNN (both memories); target memory from the generated context
 #   (--doc-target-context generated); whole documents per batch (--doc-batching document, ~2000 tokens).
 # Baselines (footnote 10, same procedure): ctx_prevtgt_rnn (PREV TGT, Table 3.6), ctx_jean2017_rnn (Jean et al.
-#   2017); Wang et al. (2017) is not implemented.
+#   2017), docmem_wang2017 (Wang et al. 2017, Table 3.4: a hierarchical RNN over the 3 previous source sentences,
+#   its summary an auxiliary input of the first decoder layer; source context only).
 # Decoding: greedy everywhere; doc_bcd --doc-iterations 1 (Jacobi, pass 0 = the stage-1 model via
 #   --path DOC.pt:SENT.pt). Scores: BLEU on the tokenised lowercased text, <unk> counted as a token (score
 #   compare --tokenised: paired bootstrap vs S-NMT), METEOR (score meteor: exact + stem, not METEOR 1.5).
@@ -60,7 +63,8 @@
 #   sentence   rnnsearch_bench continued on the same document batches (the fair baseline of stage 2)
 #   m2c_both   docmem_m2c_both_bench: both memories, Memory-to-Context, generated target context
 #   prev_tgt   ctx_prevtgt_rnn_bench: PREV TGT, generated target context
-#   (SYSTEMS may also name m2c_src, m2c_tgt, m2o_src, m2o_tgt, m2o_both, jean2017)
+#   (SYSTEMS may also name m2c_src, m2c_tgt, m2o_src, m2o_tgt, m2o_both, jean2017, and wang2017:
+#   docmem_wang2017_bench, Wang et al. 2017, the 3 previous verses, source context only)
 # Decoding of test: doc_bcd K=1 (pass 0 = stage 1, Jacobi) for the document systems, greedy for `sentence`;
 # sacreBLEU + paired bootstrap against `sentence`, METEOR, the contrastive pronoun accuracy (Table 4.4 layout;
 # target-context models read the stage-1 translations) and the chapter-level consistency
@@ -150,9 +154,11 @@ if [ "$MODE" = thesis ]; then
       "${STAGE2_OPT[@]}" --finetune-from-model $SENT --save-dir $C/ctx_prevtgt_rnn
     thesis $FS/fairseq-train "$D" "${UD[@]}" "${T0[@]}" --arch ctx_jean2017_rnn --dropout 0.2 "${SGD[@]}" \
       "${STAGE2_OPT[@]}" --finetune-from-model $SENT --save-dir $C/ctx_jean2017_rnn
-    models+=(ctx_prevtgt_rnn ctx_jean2017_rnn)
-    # two-pass decoding (pass 0 = S-NMT, one Jacobi pass of the document model; the source-only models and
-    # Jean et al. read no target context and are decoded once) and the scores, per test set
+    thesis $FS/fairseq-train "$D" "${UD[@]}" "${T0[@]}" --arch docmem_wang2017 --dropout 0.2 "${SGD[@]}" \
+      "${STAGE2_OPT[@]}" --finetune-from-model $SENT --save-dir $C/docmem_wang2017
+    models+=(ctx_prevtgt_rnn ctx_jean2017_rnn docmem_wang2017)
+    # two-pass decoding (pass 0 = S-NMT, one Jacobi pass of the document model; the source-only models, Jean et
+    # al. and Wang et al. read no target context and are decoded once) and the scores, per test set
     for split in "${TESTS[@]}"; do
       systems=()
       for m in "${models[@]}"; do
@@ -185,6 +191,9 @@ if [ "${DATA:-bible}" = tiny ]; then
   # rnnsearch_tiny with docmem_tiny's decoder (2-layer plain GRU): the sentence model of docmem_tiny
   SENT_FLAGS="--arch rnnsearch_tiny --decoder-layers 2 --decoder-variant plain"
   DOC_ARCH=docmem_tiny
+  # Wang et al. at that size (its preset's attention MLP and document-RNN dropout set to the sentence model's)
+  WANG_ARCH="docmem_wang2017 --encoder-embed-dim 16 --encoder-hidden-size 16 --attention-dim 16 --dropout 0.0 \
+--doc-rnn-dropout 0.0"
   UPDATES=${UPDATES:-6}
   STAGE1_LIMIT=(--max-update "${STAGE1_UPDATES:-12}")
   BATCH=(--max-tokens 1024)
@@ -203,6 +212,7 @@ else
   BIN=$SEG/bin
   SENT_FLAGS="--arch rnnsearch_bench"
   DOC_ARCH=""
+  WANG_ARCH=docmem_wang2017_bench
   UPDATES=${UPDATES:-600}
   if [ -n "${STAGE1_UPDATES:-}" ]; then STAGE1_LIMIT=(--max-update "$STAGE1_UPDATES")   # an update budget, which
   else STAGE1_LIMIT=(--stop-time-hours "$(echo "$STAGE1_MIN / 60" | bc -l)"); fi       # load cannot bias
@@ -256,6 +266,7 @@ system_flags() {
       else arch=docmem_$1_bench; fi ;;
     prev_tgt) arch=${DOC_ARCH:+$DOC_ARCH --doc-context prev_tgt}; arch=${arch:-ctx_prevtgt_rnn_bench} ;;
     jean2017) arch=${DOC_ARCH:+$DOC_ARCH --doc-context jean2017}; arch=${arch:-ctx_jean2017_rnn_bench} ;;
+    wang2017) arch=$WANG_ARCH ;;
     *) echo "error: unknown system $1" >&2; return 2 ;;
   esac
   echo "--arch $arch $(ctx_flags "$1")"
