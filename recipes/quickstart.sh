@@ -40,7 +40,7 @@ $PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es -
 echo "== 3/4 train ${BUDGET_MIN} min + translate the test set"
 DEVICE=${DEVICE:-$($PY -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')}
 echo "   device $DEVICE, $THREADS CPU thread(s)"
-$PY recipes/bench/bench.py --data data/bible_es_en/spm8000 --configs "$CONFIG" \
+$PY recipes/bench/bench.py --data data/bible_es_en/spm8000 --configs "$CONFIG" --baseline "$CONFIG" \
     --budget-min "$BUDGET_MIN" --threads "$THREADS" --device "$DEVICE" --out "$OUT"
 
 echo "== 4/4 score (sacreBLEU, detokenised, against WEB; then WEB+KJV)"

@@ -1,11 +1,13 @@
 """The quickstart's system (bench_configs ``quickstart``, recipes/quickstart.sh) and its AVX2 run
 (recipes/bench/quickstart_avx2.sh): the flags parse, train on the tiny slice, and an AVX2 emulation trains float32."""
+import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
-from harness import ROOT, fairseq
+from harness import ROOT, fairseq, run
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
@@ -47,3 +49,20 @@ def test_quickstart_scripts_parse_and_emulate_every_float32_kernel_library():
     # MKL runs the float32 GEMMs: without MKL_ENABLE_INSTRUCTIONS they stay AVX-512 under the other two
     for var, value in AVX2.items():
         assert f"{var}={value}" in text
+
+
+def test_bench_runs_the_quickstart_alone(tiny_bin, tmp_path):
+    """recipes/quickstart.sh makes its configuration the job's baseline: bench.py trains, decodes and scores it and
+    no second system (bench.py adds the baseline ``transformer`` to a job that lacks it: twice the time)."""
+    data = tmp_path / "spm300"
+    data.mkdir()
+    (data / "bin").symlink_to(tiny_bin)
+    shutil.copy(tiny_bin / "segment.json", data / "segment.json")
+    out = tmp_path / "job"
+    run([sys.executable, ROOT / "recipes/bench/bench.py", "--data", data, "--configs", "quickstart", "--baseline",
+         "quickstart", "--budget-min", "0", "--max-updates", "2", "--threads", "1", "--ref2", "", "--out", out],
+        timeout=900, **AVX2)
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["quickstart"]
+    res = json.loads((out / "quickstart" / "result.json").read_text())
+    assert res["updates"] == 2 and res["bleu"] is not None
+    assert '--configs "$CONFIG" --baseline "$CONFIG"' in (ROOT / "recipes/quickstart.sh").read_text()
