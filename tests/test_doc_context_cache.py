@@ -122,6 +122,15 @@ def test_a_decoding_step_reads_the_context_memory_without_copying_it():
         with Dispatched() as spy:
             attn(torch.randn(4, 1, 16), prepared)
     assert spy.largest < prepared["k_w"].numel(), (spy.largest, tuple(prepared["k_w"].shape))
+    # nor after the beam reordered it (the memory keeps its head-major layout)
+    order, query = torch.tensor([3, 1, 1, 0, 2]), torch.randn(5, 1, 16)
+    with torch.no_grad():
+        moved = da.reorder_prepared(prepared, order)
+        with Dispatched() as spy:
+            out = attn(query, moved)[0]
+        plain = attn(query, {k: v[order].contiguous() for k, v in prepared.items()})[0]
+    assert spy.largest < moved["k_w"].numel(), (spy.largest, tuple(moved["k_w"].shape))
+    assert torch.equal(out, plain)
 
 
 def test_a_decoding_step_in_which_no_row_finished_keeps_the_context_memory_in_place():

@@ -82,7 +82,7 @@ def test_sparsemax_scores_are_normalised_in_fp32_under_cpu_bf16_autocast(monkeyp
         out, w = attn(query, prepared, need_weights=True)
     assert score_dtypes == [torch.bfloat16, torch.bfloat16] and len(probs) == 2  # sentence level, word level
     sent_mask = prepared["sent_mask"][:, None, None, :].expand_as(probs[0][1])
-    word_mask = prepared["word_mask"][:, None, None].expand_as(probs[1][1])
+    word_mask = prepared["word_mask"][None, :, None].expand_as(probs[1][1])  # the word scores are head-major: H B T K L
     for (x, p), mask in zip(probs, (sent_mask, word_mask)):
         assert x.dtype == p.dtype == torch.float32
         rows = mask.any(-1)
@@ -93,7 +93,7 @@ def test_sparsemax_scores_are_normalised_in_fp32_under_cpu_bf16_autocast(monkeyp
     alpha_s, alpha = w["sentence"], w["word"]
     assert alpha_s.dtype == alpha.dtype == torch.bfloat16 == out.dtype
     assert torch.equal(alpha_s, probs[0][1].masked_fill(~sent_mask, 0).to(torch.bfloat16))
-    assert (alpha_s[~sent_mask] == 0).all() and (alpha[~word_mask] == 0).all() and (alpha_s[2] == 0).all()
+    assert (alpha_s[~sent_mask] == 0).all() and (alpha[~word_mask.transpose(0, 1)] == 0).all() and (alpha_s[2] == 0).all()
     assert torch.allclose(alpha_s.float().sum(-1)[:2], torch.ones(2, 2, 4), atol=1e-2)
     assert torch.isfinite(out).all()
 

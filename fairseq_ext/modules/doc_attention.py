@@ -10,7 +10,7 @@ of ``doc_translation``), a mask of their words (BOS/EOS/pad excluded, as in the 
 projects the N rows once (:meth:`prepare`), gathers them per batch sentence, and then attends for
 each query word (the attention is *dynamic*, §4.3.1.2) with :meth:`forward`. Everything
 :meth:`prepare` returns is indexed by the batch sentence on dim 0, so it can be cached in an
-incremental state and reordered for the beam with ``index_select(0, order)``.
+incremental state and reordered for the beam (:func:`reorder_prepared`, which keeps each tensor's layout).
 
 Conventions shared by all modules: no biases in the attention projections and the gate (thesis code),
 per-head d_k = d_model / heads for the 1/√d_k scaling (our choice), scores normalised in fp32 with a
@@ -141,7 +141,15 @@ def reorder_prepared(prepared: Dict[str, Tensor], new_order: Tensor) -> Dict[str
     rows = next(iter(prepared.values())).size(0) if prepared else 0
     if new_order.numel() == rows and torch.equal(new_order, torch.arange(rows, device=new_order.device)):
         return prepared
-    return {k: v.index_select(0, new_order) for k, v in prepared.items()}
+    return {k: select_rows(v, new_order) for k, v in prepared.items()}
+
+
+def select_rows(x: Tensor, rows: Tensor) -> Tensor:
+    """``x[rows]`` along dim 0, in ``x``'s layout: a head-major memory (dim 1 outermost in storage, as the
+    H-attention's word keys and values) stays head-major, so its readers still need no copy."""
+    if x.dim() > 1 and x.stride(1) == x.size(0) * x.stride(0):
+        return x.transpose(0, 1).index_select(1, rows).transpose(0, 1)
+    return x.index_select(0, rows)
 
 
 # ----------------------------------------------------------------------------- attention modules
@@ -211,30 +219,30 @@ class HierarchicalMultiheadAttention(ContextAttentionBase):
 
     def prepare(self, ctx: DocContext) -> Dict[str, Tensor]:
         """Each N-set row projected once (K_s, K_w, V_w), then laid out per batch sentence as the two matrix
-        products of :meth:`forward` read them, contiguous: ``k_w`` (B, H, d_k, K·L) and ``v_w`` (B, H, K·L, d_k).
-        The word scores and the values read of every query word (all T of the encoder, or one decoding step) are
-        then two batched GEMMs that copy no context (the word attention costs B·T·K·L per head: every query word
-        reads every word of its context)."""
+        products of :meth:`forward` read them: ``k_w`` and ``v_w`` (B, H, K·L, d_k), views of head-major (H, B, K·L,
+        d_k) tensors that one ``index_select`` fills. The word scores and the values read of every query word (all T
+        of the encoder, or one decoding step) are then two batched GEMMs over H·B that copy no context (the word
+        attention costs B·T·K·L per head: every query word reads every word of its context)."""
         sents, has_words = sentence_vectors(ctx)
         valid = ctx.index.ge(0)
         k_s = gather_rows(self.heads(self.k_s_proj(sents)), ctx.index)          # B K H D
         word_mask = gather_rows(ctx.word_mask, ctx.index) & valid.unsqueeze(-1)  # B K L
         return {
             "k_s": k_s.permute(0, 2, 1, 3),                # B H K D
-            "k_w": self.word_memory(self.k_w_proj, ctx.words, ctx.index, keys=True),
-            "v_w": self.word_memory(self.v_w_proj, ctx.value_vectors(), ctx.index, keys=False),
+            "k_w": self.word_memory(self.k_w_proj, ctx.words, ctx.index),
+            "v_w": self.word_memory(self.v_w_proj, ctx.value_vectors(), ctx.index),
             "sent_mask": valid & gather_rows(has_words, ctx.index),
             "word_mask": word_mask,
         }
 
-    def word_memory(self, proj: nn.Linear, words: Tensor, index: Tensor, keys: bool) -> Tensor:
-        """(N, L, C) word vectors → their projection per batch sentence's context, contiguous: (B, H, d_k, K·L)
-        for the ``keys``, else (B, H, K·L, d_k)."""
-        (B, K), L = index.shape, words.size(1)
-        x = gather_rows(self.heads(proj(words)), index)                          # B K L H D
-        if keys:
-            return x.permute(0, 3, 4, 1, 2).reshape(B, self.num_heads, self.head_dim, K * L).contiguous()
-        return x.permute(0, 3, 1, 2, 4).reshape(B, self.num_heads, K * L, self.head_dim).contiguous()
+    def word_memory(self, proj: nn.Linear, words: Tensor, index: Tensor) -> Tensor:
+        """(N, L, C) word vectors → their projection per batch sentence's context: (B, H, K·L, d_k), a view of a
+        contiguous (H, B, K·L, d_k) tensor. The N rows are made head-major first (N·L·C, once), so the B·K·L·C
+        gather is the only copy of the context (one ``index_select``; its backward one ``index_add``)."""
+        (B, K), (N, L) = index.shape, words.shape[:2]
+        x = self.heads(proj(words)).permute(2, 0, 1, 3).contiguous()             # H N L D
+        x = x.index_select(1, index.clamp(min=0).reshape(-1))                    # H B·K L D (-1 -> row 0, masked)
+        return x.view(self.num_heads, B, K * L, self.head_dim).transpose(0, 1)
 
     def forward(self, query: Tensor, prepared: Dict[str, Tensor], need_weights: bool = False):
         """``query`` (B, T, C) → (B, T, C) and, with ``need_weights``, ``{"sentence": α_s (B, H, T, K),
@@ -245,17 +253,20 @@ class HierarchicalMultiheadAttention(ContextAttentionBase):
         alpha_s = sparsemax(torch.einsum("bhtd,bhkd->bhtk", q_s, prepared["k_s"]), sent_mask)
         word_mask = prepared["word_mask"]
         K, L = word_mask.shape[-2:]
-        word_scores = torch.matmul(q_w, prepared["k_w"])                           # B H T K·L
+        H = self.num_heads
+        # head-major (H, B, ...): the memory's own layout (prepare), so neither product copies it
+        k_w, v_w = prepared["k_w"].transpose(0, 1), prepared["v_w"].transpose(0, 1)       # H B K·L D
+        word_scores = torch.matmul(q_w.transpose(0, 1), k_w.transpose(-1, -2))           # H B T K·L
         # masked in place (the scores are ours) before the per-sentence view: a write through the view would make
         # the backward copy the whole score gradient. A sentence without words gets a uniform row here, and
         # α_s = 0 exactly, so its α_hier is zero without a second pass.
-        word_scores.masked_fill_(~word_mask.reshape(B, 1, 1, K * L), MASK_VALUE)
-        alpha_w = normalise(word_scores.view(B, self.num_heads, T, K, L), None, -1, self.word_norm)
-        a_s = alpha_s.unsqueeze(-1)
+        word_scores.masked_fill_(~word_mask.reshape(1, B, 1, K * L), MASK_VALUE)
+        alpha_w = normalise(word_scores.view(H, B, T, K, L), None, -1, self.word_norm)
+        a_s = alpha_s.transpose(0, 1).unsqueeze(-1)                                      # H B T K 1
         alpha = alpha_w * a_s if alpha_w.requires_grad else alpha_w.mul_(a_s)   # Eq. 4.4
-        probs = self.dropout_module(alpha).view(B, self.num_heads, T, K * L)
-        out = self.finish(torch.matmul(probs, prepared["v_w"]))
-        return out, ({"sentence": alpha_s, "word": alpha} if need_weights else None)
+        probs = self.dropout_module(alpha).view(H, B, T, K * L)
+        out = self.finish(torch.matmul(probs, v_w).transpose(0, 1))
+        return out, ({"sentence": alpha_s, "word": alpha.transpose(0, 1)} if need_weights else None)
 
 
 class SentenceMultiheadAttention(ContextAttentionBase):
