@@ -95,9 +95,10 @@ def test_ch3_thesis_mode_prints_parsable_commands():
         for memories in ("src", "tgt", "both"):
             assert archs.count(f"docmem_{integration}_{memories}") == 3
     assert archs.count("ctx_prevtgt_rnn") == archs.count("ctx_jean2017_rnn") == archs.count("rnnsearch_maruf") == 3
-    assert text.count("--gen-subset test1") == 1 + 8  # NC's second test set: S-NMT and the 8 document models
+    assert archs.count("docmem_wang2017") == 3  # Wang et al. (2017), Table 3.4
+    assert text.count("--gen-subset test1") == 1 + 9  # NC's second test set: S-NMT and the 9 document models
     # §3.2 / §10.41: stage 1 lr 0.1 halved after the 4th epoch, 10 epochs; stage 2 lr 0.08 x0.9 after the 1st
-    assert len(stage1) == 3 and len(stage2) == 3 * 8
+    assert len(stage1) == 3 and len(stage2) == 3 * 9
     assert lr_sequence(stage1[0], 7) == [0.1, 0.1, 0.1, 0.1, 0.05, 0.025, 0.0125] and stage1[0].max_epoch == 10
     assert lr_sequence(stage2[0], 3) == [0.08, 0.072, 0.0648] and stage2[0].max_epoch == 15
 
@@ -113,13 +114,22 @@ def test_ch4_thesis_mode_prints_parsable_commands():
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     lines = thesis_lines("ch4")
-    archs = []
+    archs, han = [], {}
     for line in lines:
         tool, args = parse_line(line)
         if tool == "fairseq-train":
             assert args.arch in ARCH_MODEL_REGISTRY, args.arch
             archs.append(args.arch)
+            if args.arch.startswith("transformer_han_"):
+                han[args.arch] = args
+        if tool == "fairseq-generate" and "/han_dec/" in args.path:
+            # the HAN decoder decodes in document order on its own translations of the previous sentences
+            assert args.decoding_algorithm == "doc_bcd" and args.bcd_update == "gauss_seidel" and ":" not in args.path
     assert "transformer_maruf_base" in archs and "transformer_zhang2018" in archs
+    assert sorted(han) == ["transformer_han_dec", "transformer_han_enc"]  # Table 4.3's Miculicich et al. rows
+    assert han["transformer_han_dec"].doc_target_context == "generated"
+    assert han["transformer_han_enc"].doc_target_context != "generated"
+    assert all(a.doc_context_mode == "online" for a in han.values())
     assert {a for a in archs if a.startswith("transformer_selattn_")} == {
         f"transformer_selattn_{side}_{kind}" for side in ("enc", "dec")
         for kind in ("sent", "word", "hier_sparsesoft", "hier_sparsesparse")}
@@ -145,3 +155,38 @@ def test_ch3_tiny_end_to_end(tmp_path):
     assert "paired bootstrap" in res and "m2c_both/generate-test.txt" in res and "prev_tgt:" in res
     assert res.count("### ") == 3 and "METEOR" in res
     assert re.search(r"\| m2c_both \|", res)
+
+
+@pytest.mark.slow
+def test_ch3_tiny_wang2017(tmp_path):
+    """DATA=tiny SYSTEMS="sentence wang2017": Wang et al. (2017) warm-starts from the tiny stage-1 model and decodes
+    (doc_bcd: no target context, decoded once); scored against `sentence`."""
+    run(["bash", RECIPES["ch3"]], timeout=900, DATA="tiny", RUNS=tmp_path, THREADS="1", SYSTEMS="sentence wang2017")
+    out = tmp_path / "maruf_ch3_tiny"
+    n_test = n_lines(out / "data" / "bin" / "test.ids")
+    hyps = [ln for ln in (out / "wang2017" / "generate-test.txt").read_text().splitlines() if ln.startswith("D-")]
+    assert len(hyps) == n_test and (out / "wang2017" / "train.done").exists()
+    log = (out / "wang2017.log").read_text()
+    assert "warm start from a sentence checkpoint" in log and "encoder.summary" in log
+    assert "wang2017/generate-test.txt" in (out / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_ch4_tiny_han(tmp_path):
+    """DATA=tiny SYSTEMS="sentence han_enc han_dec": the HAN encoder and decoder warm-start from the tiny stage-1
+    model, the decoder on the stage-1 translations (written once for every split) and decoded in chapter order."""
+    run(["bash", RECIPES["ch4"]], timeout=900, DATA="tiny", RUNS=tmp_path, THREADS="1", ROUNDS="0",
+        SYSTEMS="sentence han_enc han_dec")
+    out = tmp_path / "maruf_ch4_tiny"
+    bin_dir = out / "data" / "bin"
+    for split in ("train", "valid", "test"):
+        assert n_lines(out / "generated" / f"{split}.en") == n_lines(bin_dir / f"{split}.ids")
+    n_test = n_lines(bin_dir / "test.ids")
+    for s in ("sentence", "han_enc", "han_dec"):
+        hyps = [ln for ln in (out / s / "generate-test.txt").read_text().splitlines() if ln.startswith("D-")]
+        assert len(hyps) == n_test and (out / s / "train.done").exists(), s
+    for s in ("han_enc", "han_dec"):
+        assert "warm start from a sentence checkpoint" in (out / f"{s}.log").read_text()
+    assert "gauss_seidel" in (out / "han_dec.generate.log").read_text()
+    res = (out / "results.sentence_han_enc_han_dec.md").read_text()
+    assert "han_enc/generate-test.txt" in res and "han_dec/generate-test.txt" in res

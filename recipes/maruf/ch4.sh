@@ -4,14 +4,16 @@
 # level sparsemax, then word-level softmax "sparse-soft" or sparsemax "sparse-sparse", Eqs. 4.2-4.4), flat
 # sentence/word attention (Eq. 4.5), the bias-free context gate (Eqs. 4.6-4.7), integrated into the encoder or
 # the decoder (never both), offline or online; the two-stage procedure (stage 2 trains ALL parameters); and the
-# baselines: Zhang et al. 2018 (frozen sentence parameters) and the concatenation "2-to-1" model.
+# baselines: Zhang et al. 2018 (frozen sentence parameters), the HAN encoder and HAN decoder of Miculicich et al.
+# 2018 (the 3 previous sentences) and the concatenation "2-to-1" model.
 # Spec: specs/003-maruf.md §4, §10.  Code: task `doc_translation` (fairseq_ext/tasks/doc_translation.py, data
-# in fairseq_ext/data/documents.py), models `transformer_selattn`, `transformer_zhang2018`
-# (fairseq_ext/models/selattn_transformer.py, zhang2018_doc_transformer.py), evaluation tools `fairseq_ext.tools.evaluation.contrastive` (Bible pronoun
+# in fairseq_ext/data/documents.py), models `transformer_selattn`, `transformer_zhang2018`, `transformer_han`
+# (fairseq_ext/models/selattn_transformer.py, zhang2018_doc_transformer.py, han_transformer.py), evaluation tools `fairseq_ext.tools.evaluation.contrastive` (Bible pronoun
 # test, Table 4.4 layout), `fairseq_ext.tools.evaluation.doc_consistency`, `fairseq_ext.tools.evaluation.score meteor`.
 #
 #   bash recipes/maruf/ch4.sh                # CPU: Bible es->en chapters (budget below)
 #   PAIR=fr-en bash recipes/maruf/ch4.sh     # the same on French->English (data/bible_multi/fr-en_web)
+#   DATA=tiny bash recipes/maruf/ch4.sh      # the committed tiny slice, the same systems, a few updates (~3-5 min)
 #   MODE=thesis bash recipes/maruf/ch4.sh    # print the thesis-setting commands (RUN=1: run them)
 #
 # ---- Thesis settings (MODE=thesis; binarized data + {split}.ids you provide; GPU assumed) ----------------
@@ -25,6 +27,9 @@
 # one document per batch (--doc-batching document), --doc-context-mode offline|online; decoder integration
 # needs the stage-1 model's translations of every split as target context (--doc-target-context generated)
 # and two-pass decoding at test (--decoding-algorithm doc_bcd --doc-iterations 1). Greedy decoding everywhere.
+# Table 4.3's Miculicich et al. (2018) rows: transformer_han_enc (online, the 3 previous source sentences) and
+# transformer_han_dec (the 3 previous target sentences: trained on the stage-1 translations, decoded in document
+# order reading its own translations, doc_bcd --doc-iterations 1 --bcd-update gauss_seidel), same procedure.
 # Table 4.2/4.3: BLEU / METEOR; Table 4.4: ContraPro accuracy by antecedent distance; Table 4.5: parameters
 # (Transformer 50M, +Attention 53.7M, +H-Attention 54.2M) and speed.
 #
@@ -42,6 +47,10 @@
 #                   integration (the context = the other verses' target side: stage 1's greedy translations of
 #                   every split, written once to runs/maruf_ch4/PAIR/generated, ~30k verses); decoded with doc_bcd
 #                   K = 1 (pass 0 = stage 1)
+#   han_enc         (in SYSTEMS only when named) transformer_han_enc_bench: the HAN encoder, online (3 previous verses)
+#   han_dec         (in SYSTEMS only when named) transformer_han_dec_bench: the HAN decoder (the 3 previous verses'
+#                   stage-1 translations, as hatt_dec); decoded in chapter order reading its own translations
+#                   (doc_bcd K = 1 Gauss-Seidel, bench_configs HAN_DEC_GENERATE)
 #   concat_warm     (in SYSTEMS only when named) the 2-to-1 concatenation model (the previous verse + <brk>
 #                   prepended to the source), warm-started like the others (the <brk> embedding row added)
 #   concat          (in SYSTEMS only when named) the same model trained from scratch like stage 1 for as many
@@ -92,23 +101,52 @@ if [ "$MODE" = thesis ]; then
   done
   thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-context-mode online --arch transformer_zhang2018 \
     --ctx-integration encoder "${TRAIN[@]}" --finetune-from-model $C/sentence/checkpoint_best.pt --save-dir $C/zhang
+  # Miculicich et al. (2018): HAN encoder, HAN decoder (the decoder decodes in document order on its own translations)
+  thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-context-mode online --arch transformer_han_enc "${TRAIN[@]}" \
+    --finetune-from-model $C/sentence/checkpoint_best.pt --save-dir $C/han_enc
+  thesis $FS/fairseq-generate "$D" "${UD[@]}" "${T[@]}" --doc-context-mode online --path $C/han_enc/checkpoint_best.pt \
+    --beam 1 --remove-bpe --results-path $C/han_enc
+  thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-context-mode online --doc-target-context generated \
+    --doc-generated-dir $C/generated --arch transformer_han_dec "${TRAIN[@]}" \
+    --finetune-from-model $C/sentence/checkpoint_best.pt --save-dir $C/han_dec
+  thesis $FS/fairseq-generate "$D" "${UD[@]}" "${T[@]}" --doc-context-mode online --doc-target-context generated \
+    --doc-generated-dir $C/generated --decoding-algorithm doc_bcd --doc-iterations 1 --bcd-update gauss_seidel \
+    --path $C/han_dec/checkpoint_best.pt --beam 1 --remove-bpe --results-path $C/han_dec
   thesis $FS/fairseq-train "$D" "${UD[@]}" "${T[@]}" --doc-concat-prev 1 --arch transformer_maruf_base "${TRAIN[@]}" \
     --save-dir $C/concat
   exit 0
 fi
 
-# ---- CPU mode ------------------------------------------------------------------------------------------------
-case $PAIR in
-  es-en) SEG=data/bible_es_en/spm8000; RAW=$SEG/../raw; [ -s $SEG/bin/dict.es.txt ] || bible_data ;;
-  fr-en) SEG=data/bible_multi/fr-en_web/spm8000; RAW=data/bible_multi/raw/fr-en_web
-         [ -s $SEG/bin/dict.fr.txt ] || $PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_multi --src fr \
-           --tgt en_web --method sentencepiece --vocab-size 8000 ; TGT=en_web ;;
-  *) echo "error: PAIR must be es-en or fr-en" >&2; exit 2 ;;
-esac
-OUT=runs/maruf_ch4/$PAIR
+# ---- CPU mode / DATA=tiny ------------------------------------------------------------------------------------
+RUNS=${RUNS:-runs}
+if [ "${DATA:-bible}" = tiny ]; then
+  # the committed tiny slice (209 training verses in 9 chapters), sentencepiece 300, the bench's models, a few updates
+  [ "$PAIR" = es-en ] || { echo "error: DATA=tiny is es-en" >&2; exit 2; }
+  OUT=$RUNS/maruf_ch4_tiny
+  RAW=tests/data/bible_tiny
+  SEG=$OUT/data/seg
+  BIN=$OUT/data/bin
+  IDS=$RAW
+  tiny_slice $OUT
+  UPDATES=${UPDATES:-6}
+  STAGE1_LIMIT=(--max-update "${STAGE1_UPDATES:-12}")
+  ROUNDS=${ROUNDS:-1}
+else
+  case $PAIR in
+    es-en) SEG=data/bible_es_en/spm8000; RAW=$SEG/../raw; [ -s $SEG/bin/dict.es.txt ] || bible_data ;;
+    fr-en) SEG=data/bible_multi/fr-en_web/spm8000; RAW=data/bible_multi/raw/fr-en_web
+           [ -s $SEG/bin/dict.fr.txt ] || $PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_multi --src fr \
+             --tgt en_web --method sentencepiece --vocab-size 8000 ; TGT=en_web ;;
+    *) echo "error: PAIR must be es-en or fr-en" >&2; exit 2 ;;
+  esac
+  OUT=$RUNS/maruf_ch4/$PAIR
+  BIN=$SEG/bin
+  IDS=$SEG
+  UPDATES=${UPDATES:-600}
+  STAGE1_LIMIT=(--stop-time-hours "$(echo "${STAGE1_MIN:-30} / 60" | bc -l)")
+fi
 mkdir -p $OUT
-UPDATES=${UPDATES:-600}
-T=(--task doc_translation --doc-ids-dir $SEG --source-lang $SRC --target-lang $TGT)
+T=(--task doc_translation --doc-ids-dir $IDS --source-lang $SRC --target-lang $TGT)
 RUN_OPT=(--seed 1 --cpu --no-progress-bar --log-format simple --log-interval 50 --no-epoch-checkpoints)
 
 # stage 1 = the bench's sentence transformer and optimizer, trained from scratch on sentence batches
@@ -117,8 +155,8 @@ STAGE1_TRAIN=(--doc-batching size --arch transformer_maruf_base_bench --optimize
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 2048)
 STAGE1=${STAGE1:-$OUT/stage1/checkpoint_best.pt}
 if [ ! -s "$STAGE1" ]; then
-  $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${STAGE1_TRAIN[@]}" "${RUN_OPT[@]}" \
-    --stop-time-hours "$(echo "${STAGE1_MIN:-30} / 60" | bc -l)" --save-dir $OUT/stage1 > $OUT/stage1.log 2>&1
+  $FS/fairseq-train $BIN "${UD[@]}" "${T[@]}" "${STAGE1_TRAIN[@]}" "${RUN_OPT[@]}" \
+    "${STAGE1_LIMIT[@]}" --save-dir $OUT/stage1 > $OUT/stage1.log 2>&1 || { tail -20 $OUT/stage1.log; exit 1; }
   STAGE1=$OUT/stage1/checkpoint_best.pt
 fi
 GREEDY=(--beam 1 "${LEN[@]}" --batch-size 64 --post-process sentencepiece --cpu)
@@ -127,10 +165,14 @@ GREEDY=(--beam 1 "${LEN[@]}" --batch-size 64 --post-process sentencepiece --cpu)
 system_flags() {
   $PY -m fairseq_ext.tools.evaluation.bench_configs "maruf_$1"
 }
+reads_target() {  # the decoder integrations: their context is the other verses' target side
+  case $1 in hatt_dec|han_dec) return 0 ;; *) return 1 ;; esac
+}
 ctx_flags() {  # the task flags a system also needs at decoding time (--doc-context-mode, --doc-concat-prev,
   # the generated target context)
   local f
-  case $1 in concat) echo "--doc-concat-prev 1"; return 0 ;; stage1) return 0 ;; hatt_dec) echo "${CTX[*]}" ;; esac
+  case $1 in concat) echo "--doc-concat-prev 1"; return 0 ;; stage1) return 0 ;; esac
+  ! reads_target "$1" || echo "${CTX[*]}"
   eval "f=($(system_flags "$1"))"
   for ((k = 0; k < ${#f[@]}; k++)); do
     case ${f[k]} in --doc-context-mode|--doc-concat-prev) echo "${f[k]} ${f[k+1]}" ;; esac
@@ -144,14 +186,14 @@ ctx_flags() {  # the task flags a system also needs at decoding time (--doc-cont
 run_concat() {
   local updates=${CONCAT_UPDATES:-$($PY -c "import sys, torch, fairseq_ext; print(torch.load(sys.argv[1], weights_only=True)['optimizer_history'][-1]['num_updates'])" "$STAGE1")}
   if ! finished $OUT/concat "$updates"; then
-    $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${STAGE1_TRAIN[@]}" --doc-concat-prev 1 "${RUN_OPT[@]}" \
+    $FS/fairseq-train $BIN "${UD[@]}" "${T[@]}" "${STAGE1_TRAIN[@]}" --doc-concat-prev 1 "${RUN_OPT[@]}" \
       --max-update "$updates" --save-dir $OUT/concat >> $OUT/concat.log 2>&1 || { tail -20 $OUT/concat.log; return 1; }
     touch $OUT/concat/train.done
   fi
-  [ -s $OUT/concat/generate-test.txt ] || $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" --doc-concat-prev 1 \
+  [ -s $OUT/concat/generate-test.txt ] || $FS/fairseq-generate $BIN "${UD[@]}" "${T[@]}" --doc-concat-prev 1 \
     --path $OUT/concat/checkpoint_last.pt "${GREEDY[@]}" --results-path $OUT/concat > $OUT/concat.generate.log 2>&1 \
     || { tail -20 $OUT/concat.generate.log; return 1; }
-  [ -s $OUT/stage1_greedy/generate-test.txt ] || $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" --path "$STAGE1" \
+  [ -s $OUT/stage1_greedy/generate-test.txt ] || $FS/fairseq-generate $BIN "${UD[@]}" "${T[@]}" --path "$STAGE1" \
     "${GREEDY[@]}" --results-path $OUT/stage1_greedy > $OUT/stage1_greedy.generate.log 2>&1
 }
 
@@ -159,18 +201,22 @@ run_concat() {
 decode_path() {
   if [ "$1" = hatt_dec ]; then echo "$OUT/$1/checkpoint_last.pt:$STAGE1"; else echo "$OUT/$1/checkpoint_last.pt"; fi
 }
-decode_flags() {  # two passes for the decoder integration: stage 1's greedy translations, then the document model
-  [ "$1" != hatt_dec ] || echo "--decoding-algorithm doc_bcd --doc-iterations 1 --bcd-update jacobi --bcd-init base_model"
+decode_flags() {  # two passes for the decoder integration: stage 1's greedy translations, then the document model;
+  # the HAN decoder: chapter order, each verse reading its own translations of the previous ones (HAN_DEC_GENERATE)
+  case $1 in
+    hatt_dec) echo "--decoding-algorithm doc_bcd --doc-iterations 1 --bcd-update jacobi --bcd-init base_model" ;;
+    han_dec) echo "--decoding-algorithm doc_bcd --doc-iterations 1 --bcd-update gauss_seidel" ;;
+  esac
 }
 
 run_system() {
   local name=$1 flags path dec=()
   [ "$name" != concat ] || { run_concat; return; }
   eval "flags=($(system_flags "$name"))"
-  [ "$name" != hatt_dec ] || flags+=("${CTX[@]}")
+  ! reads_target "$name" || flags+=("${CTX[@]}")
   if ! finished $OUT/$name "$UPDATES"; then   # a killed run resumes from its last 100-update checkpoint (fairseq prefers
     # checkpoint_last.pt to --finetune-from-model)
-    $FS/fairseq-train $SEG/bin "${UD[@]}" "${T[@]}" "${flags[@]}" "${RUN_OPT[@]}" --max-update "$UPDATES" \
+    $FS/fairseq-train $BIN "${UD[@]}" "${T[@]}" "${flags[@]}" "${RUN_OPT[@]}" --max-update "$UPDATES" \
       --save-interval-updates 100 --keep-interval-updates 1 --finetune-from-model "$STAGE1" --save-dir $OUT/$name \
       >> $OUT/$name.log 2>&1 || { tail -20 $OUT/$name.log; return 1; }
     touch $OUT/$name/train.done
@@ -179,7 +225,7 @@ run_system() {
   read -r -a dec <<< "$(decode_flags "$name")"
   if [ ! -s $OUT/$name/generate-test.txt ]; then
     # shellcheck disable=SC2046
-    $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" $(ctx_flags "$name") "${dec[@]}" --path "$path" \
+    $FS/fairseq-generate $BIN "${UD[@]}" "${T[@]}" $(ctx_flags "$name") "${dec[@]}" --path "$path" \
       "${GREEDY[@]}" --results-path $OUT/$name > $OUT/$name.generate.log 2>&1 || { tail -20 $OUT/$name.generate.log; return 1; }
   fi
 }
@@ -190,15 +236,15 @@ SYSTEMS=(${SYSTEMS:-sentence hatt_enc_off hatt_enc_on zhang_enc})
 # batches and length limits as doc_bcd's pass 0; dictionary units, no --post-process), once per stage 1
 GEN=$OUT/generated
 CTX=(--doc-target-context generated --doc-generated-dir $GEN)
-if [[ " ${SYSTEMS[*]} " == *" hatt_dec "* ]]; then
+if [[ " ${SYSTEMS[*]} " == *" hatt_dec "* || " ${SYSTEMS[*]} " == *" han_dec "* ]]; then
   for split in train valid test; do
     if [ ! -s $GEN/$split.$TGT ]; then
       mkdir -p $OUT/stage1_gen
-      $FS/fairseq-generate $SEG/bin "${UD[@]}" "${T[@]}" --gen-subset $split --path "$STAGE1" \
+      $FS/fairseq-generate $BIN "${UD[@]}" "${T[@]}" --gen-subset $split --path "$STAGE1" \
         --decoding-algorithm greedy --beam 1 "${LEN[@]}" --batch-size 128 --cpu \
         > $OUT/stage1_gen/generate-$split.txt 2> $OUT/stage1_gen/generate-$split.log \
         || { tail -20 $OUT/stage1_gen/generate-$split.log; exit 1; }
-      $PY -m fairseq_ext.tools.corpora.doc_context $OUT/stage1_gen/generate-$split.txt --data $SEG/bin --split $split --out $GEN \
+      $PY -m fairseq_ext.tools.corpora.doc_context $OUT/stage1_gen/generate-$split.txt --data $BIN --split $split --out $GEN \
         || exit 1
     fi
   done
@@ -219,7 +265,7 @@ DS=$OUT/decode_speed.$(IFS=_; echo "${DS_SYSTEMS[*]}")
 if [ "$ROUNDS" -gt 0 ] && [ "${DS_SYSTEMS[0]:-}" = sentence ] && [ ${#DS_SYSTEMS[@]} -gt 1 ] && [ ! -s $DS.json ]; then
   sp_args=()
   for s in "${DS_SYSTEMS[@]}"; do
-    sp_args+=(--system "$s=$SEG/bin ${UD[*]} ${T[*]} $(ctx_flags "$s") $(decode_flags "$s") --path $(decode_path "$s") \
+    sp_args+=(--system "$s=$BIN ${UD[*]} ${T[*]} $(ctx_flags "$s") $(decode_flags "$s") --path $(decode_path "$s") \
 ${GREEDY[*]} --gen-subset valid")
   done
   decode_speed $DS "${sp_args[@]}"
@@ -265,7 +311,7 @@ for s in "${SCORED[@]}"; do
   # shellcheck disable=SC2046
   if [ "$PAIR" = es-en ] && [ ! -s $OUT/$s.contrastive.json ]; then
     $PY -m fairseq_ext.tools.evaluation.contrastive score --set $OUT/contrastive.test.jsonl --spm $SEG/spm.model --name $s \
-      --json $OUT/$s.contrastive.json $SEG/bin --path "$(ckpt_of $s)" "${T[@]}" $(ctx_flags "$s") \
+      --json $OUT/$s.contrastive.json $BIN --path "$(ckpt_of $s)" "${T[@]}" $(ctx_flags "$s") \
       --gen-subset test --cpu | tee -a $RES
   elif [ "$PAIR" = es-en ]; then
     echo "contrastive ($s): $OUT/$s.contrastive.json (kept from an earlier run)" | tee -a $RES
