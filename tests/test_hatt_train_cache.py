@@ -162,6 +162,9 @@ def test_the_memory_budget_holds():
         assert list(cache.store) == [(8, 2), (5, 6, 2)] and cache.bytes == 80
         again, _ = cache.encode(enc, tokens, pad=1)
     assert torch.equal(out, again)
+    import copy
+    twin = copy.deepcopy(cache)  # a copied model starts empty, with the same budget
+    assert not twin.store and twin.max_bytes == 80
 
 
 def backward_nodes(t: torch.Tensor) -> set:

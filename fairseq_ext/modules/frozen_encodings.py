@@ -53,6 +53,10 @@ class FrozenEncodingCache:
         self.state: Optional[tuple] = None
         self.hits = self.misses = 0
 
+    def __deepcopy__(self, memo):
+        """A copy of the model (EMA, quantisation) gets an empty cache with the same budget, not the stored states."""
+        return FrozenEncodingCache(self.max_bytes / 2 ** 20)
+
     def clear(self):
         self.store.clear()
         self.bytes = 0
