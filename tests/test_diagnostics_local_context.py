@@ -1,7 +1,7 @@
 """The local-context baselines of Maruf's ch. 3-4 in the document-context diagnostic (recipes/bench/diagnostics.py):
-the HAN encoder (Miculicich et al. 2018) and Wang et al. (2017) are antecedent systems whose 3 previous sentences
-cover d = 1-3, each at its family's stage-1 shape (the warm start copies every sentence tensor), and (slow) each
-resolves the antecedent on a short run of the runner."""
+the HAN encoder and decoder (Miculicich et al. 2018; the decoder reads the gold translations) and Wang et al. (2017)
+are antecedent systems whose 3 previous sentences cover d = 1-3, each at its family's stage-1 shape (the warm start
+copies every sentence tensor), and (slow) each resolves the antecedent on a short run of the runner."""
 import importlib.util
 import json
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 
 from harness import ROOT, env, toy_task, train_parse
 
-NEW = {"han_enc": "transformer_han", "wang2017": "docmem_wang2017"}  # system -> registered model
+NEW = {"han_enc": "transformer_han", "han_dec": "transformer_han", "wang2017": "docmem_wang2017"}  # system -> model
 
 
 def runner():

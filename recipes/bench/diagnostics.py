@@ -64,6 +64,8 @@ SYSTEMS = {
          "Zhang et al. 2018 (2 previous sentences, sentence parameters frozen)"),
         ("han_enc", "transformer", ["--arch", "transformer_han_enc_bench", "--doc-context-mode", "online"],
          ["1", "2", "3"], "HAN encoder, Miculicich et al. 2018 (3 previous sentences)"),
+        ("han_dec", "transformer", ["--arch", "transformer_han_dec_bench", "--doc-context-mode", "online", *GOLD],
+         ["1", "2", "3"], "HAN decoder, Miculicich et al. 2018 (gold translations of the 3 previous sentences)"),
         ("rnn_sentence", "rnn", None, [], "rnnsearch (2-layer plain GRU decoder)"),
         ("m2c_src", "rnn", ["--arch", "docmem_tiny", "--memory-integration", "m2c", "--doc-memories", "src"],
          ["1", "2", "3"], "memory network, source memory, Memory-to-Context"),
