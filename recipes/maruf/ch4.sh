@@ -13,7 +13,7 @@
 #
 #   bash recipes/maruf/ch4.sh                # CPU: Bible es->en chapters (budget below)
 #   PAIR=fr-en bash recipes/maruf/ch4.sh     # the same on French->English (data/bible_multi/fr-en_web)
-#   DATA=tiny bash recipes/maruf/ch4.sh      # the committed tiny slice, the same systems, a few updates (~3-5 min)
+#   DATA=tiny bash recipes/maruf/ch4.sh      # the committed tiny slice, the same systems, a few updates (minutes)
 #   MODE=thesis bash recipes/maruf/ch4.sh    # print the thesis-setting commands (RUN=1: run them)
 #
 # ---- Thesis settings (MODE=thesis; binarized data + {split}.ids you provide; GPU assumed) ----------------
