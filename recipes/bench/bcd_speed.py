@@ -21,6 +21,8 @@ import time
 from argparse import Namespace
 from collections import defaultdict
 
+from fairseq_ext.tools.evaluation.bench_configs import DECODE_LEN
+
 
 def build_systems(doc, sent, d, lim, DocBCDGenerator, GreedyGenerator, with_ref):
     systems = {"sentence": (lambda: GreedyGenerator([sent], d, **lim), None)}
@@ -99,7 +101,7 @@ def main():
                "extra_rows": sum(extra), "doc_batching": str(task.cfg.doc_batching),
                "doc_target_context": str(task.cfg.doc_target_context)}
     print(f"[bcd_speed] {setting}", file=sys.stderr, flush=True)
-    lim = dict(max_len_a=1.2, max_len_b=10)
+    lim = dict(max_len_a=float(DECODE_LEN[1]), max_len_b=int(DECODE_LEN[3]))  # bench_configs' limit
     systems = build_systems(doc, sent, task.target_dictionary, lim, DocBCDGenerator, GreedyGenerator, not a.no_ref)
     names = list(systems)
     times = {n: [] for n in names}
