@@ -7,7 +7,7 @@
 #   small   README's "short budget" command: the same recipe with --arch transformer_cpu_small (d 128, FFN 512:
 #           under half the cost of an update, so about twice the updates in a budget)
 #   small4k `small` with 4k-token batches
-#   preset  the quickstart's preset (recipes/bench/bench.py --configs transformer: the readme model with CPU bf16
+#   preset  the d 256 baseline (recipes/bench/bench.py --configs transformer: the readme's measured model with CPU bf16
 #           autocast and the math attention kernel where the CPU has native bf16)
 # Results: runs/short_budget/<setting>/, the table on stdout.
 #

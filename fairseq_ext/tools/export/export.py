@@ -11,7 +11,7 @@ sinusoidal positions, shared or separate embeddings), and Nguyen's Transformers 
 (:data:`UNSUPPORTED_MODELS`, ``--list-archs``): the plugin's other families; they decode fast with
 ``fairseq-generate --quantize int8`` (:mod:`fairseq_ext.modules.fast_inference`)::
 
-    fairseq-ext-export runs/quickstart/transformer/checkpoint_best.pt --out ct2_int8 \
+    fairseq-ext-export runs/quickstart/quickstart/checkpoint_best.pt --out ct2_int8 \
         [--data data/bible_es_en/spm8000/bin] [--segmentation data/bible_es_en/spm8000] [--quantization int8]
     fairseq-ext-export --list-archs
     fairseq-ext-translate --model ct2_int8 < raw.es > out.en      # fairseq_ext.tools.export.translate
