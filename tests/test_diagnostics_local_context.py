@@ -2,7 +2,6 @@
 the HAN encoder and decoder (Miculicich et al. 2018; the decoder reads the gold translations) and Wang et al. (2017)
 are antecedent systems whose 3 previous sentences cover d = 1-3, each at its family's stage-1 shape (the warm start
 copies every sentence tensor), and (slow) each resolves the antecedent on a short run of the runner."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,10 +14,9 @@ NEW = {"han_enc": "transformer_han", "han_dec": "transformer_han", "wang2017": "
 
 
 def runner():
-    spec = importlib.util.spec_from_file_location("diagnostics_runner", ROOT / "recipes" / "bench" / "diagnostics.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from fairseq_ext.tools.analysis import diagnostics_systems
+
+    return diagnostics_systems
 
 
 def build(mod, flags, fam):

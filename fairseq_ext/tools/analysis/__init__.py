@@ -25,5 +25,7 @@ module                    console script                         what
 ``diagnostics_runs``      —                                      what the diagnostics runners of recipes/bench/
                                                                  share: training, decoding, cached rows, options,
                                                                  tables
+``diagnostics_systems``   —                                      the systems, shapes and flags of the document-
+                                                                 context diagnostic (recipes/bench/diagnostics.py)
 ========================  =====================================  ===============================================
 """
