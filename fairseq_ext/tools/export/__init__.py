@@ -10,5 +10,7 @@ module                 console script                         what
 ``translate``          ``fairseq-ext-translate``              raw lines -> detokenised translations with an
                                                               exported model (CTranslate2)
 ``simuleval_agent``    — (optional: SimulEval installed)      Gu ch. 9: the agent as a SimulEval text agent
+``greedy_check``       — (``python -m``)                      exported models against fairseq on a data set:
+                                                              identical greedy outputs, reference log-probs
 =====================  =====================================  ===============================================
 """
