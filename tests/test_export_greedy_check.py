@@ -59,10 +59,16 @@ def test_bad_model_folder_is_one_error_line(tiny_bin, exported, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0] and str(folder) in lines[0]
 
 
-def test_vocabulary_of_other_data_is_refused(tiny_bin, exported, tmp_path):
+def test_missing_inputs_and_vocabulary_of_other_data_are_refused(tiny_bin, exported, tmp_path):
     from fairseq_ext.tools.common import ToolError
     from fairseq_ext.tools.export.greedy_check import check_export_folder
 
     ckpt, d = exported
+    from fairseq_ext.tools.export.greedy_check import main
+
+    with pytest.raises(ToolError, match="checkpoint not found: .*nope.pt"):
+        main([str(tmp_path / "nope.pt"), str(tiny_bin), "--ct2", str(d / "float32")])
+    with pytest.raises(ToolError, match="missing data folder"):
+        main([str(ckpt), str(tmp_path / "nobin"), "--ct2", str(d / "float32")])
     with pytest.raises(ToolError, match="target vocabulary of .* tokens, but the data's target dictionary has 7"):
         check_export_folder(str(d / "float32"), 7)

@@ -147,7 +147,11 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     a = build_parser().parse_args(argv)
-    for d in a.ct2:  # fail before the (long) fairseq pass
+    if not os.path.isfile(a.checkpoint):  # fail before the (long) fairseq pass
+        raise ToolError(f"checkpoint not found: {a.checkpoint}")
+    if not os.path.isdir(a.data):
+        raise ToolError(f"missing data folder: {a.data}")
+    for d in a.ct2:
         check_export_folder(d)
     try:
         import ctranslate2  # noqa: F401
