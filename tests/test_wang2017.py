@@ -36,6 +36,8 @@ def test_archs_and_their_defaults():
     assert {k: getattr(a, k) for k in ("encoder_hidden_size", "decoder_layers", "decoder_variant", "attention_dim")} \
         == {k: getattr(maruf, k) for k in ("encoder_hidden_size", "decoder_layers", "decoder_variant", "attention_dim")}
     assert (a.dropout, a.ctx_prev_sentences, a.doc_summary_input, a.doc_summary_init) == (0.2, 3, "aux", False)
+    c = arch_args("docmem_wang2017_init_bench")  # Wang et al.'s init only: D initialises the decoder, no input
+    assert (c.doc_summary_input, c.doc_summary_init) == ("none", True)
     b = arch_args("docmem_wang2017_init_gated_bench")
     assert (b.decoder_variant, b.encoder_hidden_size, b.doc_summary_input, b.doc_summary_init) == \
         ("conditional", 288, "gated_aux", True)
