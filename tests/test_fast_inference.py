@@ -57,39 +57,13 @@ def export_cli(*args, check=True):
 
 # ------------------------------------------------------------------------------------------- export
 def fairseq_greedy_and_scores(ckpt, data_bin, *flags):
-    """fairseq's own decoding of the test split, in this process: ``{id: source pieces}``, greedy
-    hypotheses (SequenceGenerator, beam 1, max_len 50, as ``fairseq-generate --beam 1 --max-len-b 50``)
-    and the natural-log probability of every reference token and EOS (SequenceScorer, as
-    ``--score-reference``)."""
-    import fairseq_ext  # noqa: F401
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.sequence_scorer import SequenceScorer
+    """fairseq's own decoding of the test split, in this process (the package's ``greedy_check``, as
+    ``fairseq-generate --beam 1 --max-len-b 50`` and ``--score-reference``): ``{id: source pieces}``, greedy
+    hypotheses, reference pieces and the natural-log probability of every reference token and EOS."""
+    from fairseq_ext.tools.export.greedy_check import fairseq_greedy_and_scores as decode
 
-    from fairseq_ext.modules.checkpoint import load_ensemble
-
-    args = options.parse_args_and_arch(options.get_generation_parser(), [
-        str(data_bin), "--task", "translation_ext", "--path", str(ckpt), "--cpu", "--beam", "1",
-        "--max-len-a", "0", "--max-len-b", "50", *flags])
-    cfg = convert_namespace_to_omegaconf(args)
-    models, _, task = load_ensemble([str(ckpt)], arg_overrides={"data": str(data_bin)}, frozen=True)
-    for m in models:
-        m.prepare_for_inference_(cfg)
-    task.load_dataset("test")
-    ds, sd, td = task.dataset("test"), task.source_dictionary, task.target_dictionary
-    itr = task.get_batch_iterator(dataset=ds, max_sentences=8).next_epoch_itr(shuffle=False)
-    generator, scorer = task.build_generator(models, cfg.generation), SequenceScorer(td)
-    src, hyp, pos, tgt = {}, {}, {}, {}
-    for sample in itr:
-        greedy = task.inference_step(generator, models, sample)
-        with torch.no_grad():
-            scored = scorer.generate(models, sample)
-        for k, i in enumerate(sample["id"].tolist()):
-            src[i] = [sd[t] for t in ds.src[i].tolist()[:-1]]
-            tgt[i] = [td[t] for t in ds.tgt[i].tolist()[:-1]]
-            hyp[i] = [td[t] for t in greedy[k][0]["tokens"].tolist()[:-1]]
-            pos[i] = scored[k][0]["positional_scores"].tolist()
-    return src, hyp, tgt, pos
+    out = decode(str(ckpt), str(data_bin), flags=flags)
+    return out["src"], out["hyp"], out["tgt"], out["scores"]
 
 
 @pytest.mark.parametrize("norm", ["postnorm", "prenorm"])
