@@ -11,9 +11,10 @@ context gate (Eqs. 4.6-4.7) are added to the encoder or the decoder (footnote 8)
 * ``--ctx-rep-model pretrained`` (context from a frozen copy of the sentence model, filled at the warm
   start, :mod:`fairseq_ext.modules.warm_start`) or ``current``;
 * ``--empty-context zero|identity``: what a sentence without context gets;
-* ``--ctx-rep-cache-mb``: with ``pretrained``, each context sentence's encoding by the frozen copy is kept across
-  batches and epochs (:mod:`fairseq_ext.modules.frozen_encodings`; the frozen copy never drops out, so the kept
-  value is the one it would compute again).
+* ``--ctx-rep-cache-mb``: with ``pretrained``, each context sentence's encoding by the frozen copy (with
+  ``decoder``: also the frozen decoder's features of its translation) is kept across batches and epochs
+  (:mod:`fairseq_ext.modules.frozen_encodings`; the frozen copy never drops out, so the kept value is the one it
+  would compute again).
 
 Which sentences are the context is decided by the dataset (``doc_translation``).
 
@@ -55,7 +56,7 @@ from fairseq_ext.modules.doc_attention import (
     word_mask_of,
 )
 from fairseq_ext.modules.doc_transformer import CTX_INTEGRATIONS, DocTransformerModel, maruf_sizes
-from fairseq_ext.modules.frozen_encodings import FrozenEncodingCache
+from fairseq_ext.modules.frozen_encodings import FrozenEncodingCache, decoder_inputs
 from fairseq_ext.data.errors import UserDataError
 
 logger = logging.getLogger(__name__)
@@ -90,15 +91,6 @@ def copy_sentence_state_(src: nn.Module, dst: nn.Module) -> int:
     if missing:
         raise RuntimeError(f"frozen sentence copy: no source for {missing}")
     return len(state)
-
-
-def decoder_inputs(targets: Tensor, pad: int, eos: int) -> Tensor:
-    """fairseq's ``collate_tokens(move_eos_to_beginning=True)`` on right-padded targets (…, EOS, pad):
-    EOS first, shifted right, the final EOS dropped."""
-    lengths = targets.ne(pad).sum(1, keepdim=True)
-    prev = torch.cat([targets.new_full((targets.size(0), 1), eos), targets[:, :-1]], 1)
-    positions = torch.arange(prev.size(1), device=prev.device).unsqueeze(0)
-    return prev.masked_fill(positions >= lengths, pad)
 
 
 def empty_index(src_tokens: Tensor) -> Tensor:
@@ -266,8 +258,9 @@ class SelAttnEncoder(TransformerEncoderBase):
             if ctx_tgt_tokens is None:
                 raise UserDataError("--ctx-integration decoder needs the target side of the context "
                                  "(ctx_tgt_tokens: doc_translation --doc-target-context gold|generated)")
-            states, pad_mask, _ = self.sentence_set(out, src_tokens, ctx_src_tokens, ctx_src_lengths)
+            states, pad_mask, tokens = self.sentence_set(out, src_tokens, ctx_src_tokens, ctx_src_lengths)
             out["ctx_nset_out"] = [states.transpose(0, 1)]  # L x N x C
+            out["ctx_nset_tokens"] = [tokens]
             out["ctx_nset_padding_mask"] = [pad_mask]
             out["ctx_tgt_tokens"] = [ctx_tgt_tokens]
         return out
@@ -279,7 +272,7 @@ class SelAttnEncoder(TransformerEncoderBase):
         out = super().reorder_encoder_out(encoder_out, new_order)
         if "ctx_index" in encoder_out:
             out["ctx_index"] = [encoder_out["ctx_index"][0].index_select(0, new_order)]
-        for key in ("ctx_nset_out", "ctx_nset_padding_mask", "ctx_tgt_tokens"):
+        for key in ("ctx_nset_out", "ctx_nset_padding_mask", "ctx_nset_tokens", "ctx_tgt_tokens"):
             if key in encoder_out:
                 out[key] = encoder_out[key]
         return out
@@ -298,6 +291,7 @@ class SelAttnDecoder(TapDecoder):
             self.ctx_layer = DocContextLayer(**context_args(cfg, "decoder"))
             self.ctx_gate = ContextGate(cfg.decoder.embed_dim)
         self.ctx_rep_decoder: Optional[TapDecoder] = None
+        self.ctx_rep_cache = FrozenEncodingCache(getattr(cfg, "ctx_rep_cache_mb", CTX_REP_CACHE_MB))
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -305,15 +299,18 @@ class SelAttnDecoder(TapDecoder):
             self.ctx_rep_decoder.eval()
         return self
 
-    def attach_frozen_copy(self, embed_tokens: nn.Module):
+    def attach_frozen_copy(self, embed_tokens: nn.Module, encoder: Optional[nn.Module] = None):
         """The frozen sentence decoder of ``--ctx-rep-model pretrained`` (only its features are used;
-        it keeps fairseq's output projection so that it is a complete sentence decoder)."""
+        it keeps fairseq's output projection so that it is a complete sentence decoder); ``encoder``: the frozen
+        encoder whose states it reads (its features are cached while both stay as they are)."""
         self.ctx_rep_decoder = TapDecoder(self.cfg, self.dictionary, embed_tokens)
+        self.ctx_rep_cache.watch = [encoder] if encoder is not None else []
         self.refresh_frozen_copy()
 
     def refresh_frozen_copy(self):
         copy_sentence_state_(self, self.ctx_rep_decoder)
         freeze_(self.ctx_rep_decoder)
+        self.ctx_rep_cache.clear()
 
     def context_memory(self, encoder_out) -> Optional[Dict[str, Tensor]]:
         """Project and gather the context translations' keys/values (None: no context)."""
@@ -323,9 +320,12 @@ class SelAttnDecoder(TapDecoder):
         prev = decoder_inputs(targets, self.padding_idx, self.dictionary.eos())
         nset_out = {"encoder_out": encoder_out["ctx_nset_out"],
                     "encoder_padding_mask": encoder_out["ctx_nset_padding_mask"]}
-        rep = self.ctx_rep_decoder if self.ctx_rep_decoder is not None else self
         with torch.no_grad():
-            values, keys = rep.sentence_features(prev, nset_out)
+            if self.ctx_rep_decoder is None:
+                values, keys = self.sentence_features(prev, nset_out)
+            else:
+                values, keys = self.ctx_rep_cache.features(self.ctx_rep_decoder, prev, nset_out,
+                                                           encoder_out["ctx_nset_tokens"][0], self.padding_idx)
         ctx = DocContext(keys, word_mask_of(prev, self.dictionary), encoder_out["ctx_index"][0], values)
         return self.ctx_layer.prepare(ctx)
 
@@ -383,8 +383,9 @@ class SelAttnTransformerModel(DocTransformerModel):
                                  "(zero, default) or the sentence model's output unchanged (identity)")
         parser.add_argument("--ctx-rep-cache-mb", type=float, metavar="MB",
                             help="--ctx-rep-model pretrained: keep each sentence's encoding by the frozen "
-                                 "sentence encoder across batches and epochs, up to MB megabytes (default "
-                                 f"{CTX_REP_CACHE_MB:g}; 0 = encode every batch's context again)")
+                                 "sentence encoder (decoder integration: also the frozen decoder's features of "
+                                 "its translation) across batches and epochs, up to MB megabytes per side "
+                                 f"(default {CTX_REP_CACHE_MB:g}; 0 = encode every batch's context again)")
         parser.add_argument("--ctx-dropout", type=float, metavar="D",
                             help="dropout of the context layer's sub-layer outputs (default --dropout)")
         parser.add_argument("--ctx-attention-dropout", type=float, metavar="D",
@@ -420,7 +421,7 @@ class SelAttnTransformerModel(DocTransformerModel):
             shared = self.decoder.embed_tokens is self.encoder.embed_tokens
             emb = (self.encoder.ctx_rep_encoder.embed_tokens if shared
                    else copy.deepcopy(self.decoder.embed_tokens))
-            self.decoder.attach_frozen_copy(emb)
+            self.decoder.attach_frozen_copy(emb, self.encoder.ctx_rep_encoder)
 
     def after_sentence_warm_start(self):
         """Fill the frozen sentence copy (``--ctx-rep-model pretrained``) with the loaded weights."""
