@@ -95,10 +95,10 @@ def test_build_needs_ambiguous_source_pronoun_and_one_gender(tmp_path):
     xs, skipped = CB.build_instances(es, en, ids, lex, {})
     assert xs == []
     assert skipped == {"both_genders": 1, "no_ambiguous_source_pronoun": 2}
-    # la/lo are not in the default list; --es-pronouns can add them
+    # la/lo are not in the default list; --src-pronouns can add them
     xs, _ = CB.build_instances(["Y la vio."], ["And the man saw him."], ["B.1.1"], lex, {})
     assert xs == []
-    xs, _ = CB.build_instances(["Y la vio."], ["And the man saw him."], ["B.1.1"], lex, {}, es_pronouns=["la"])
+    xs, _ = CB.build_instances(["Y la vio."], ["And the man saw him."], ["B.1.1"], lex, {}, src_pronouns=["la"])
     assert [x["distance"] for x in xs] == [0]
 
 

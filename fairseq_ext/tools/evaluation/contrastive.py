@@ -1,15 +1,17 @@
-r"""Contrastive pronoun evaluation in the style of ContraPro (Müller et al. 2018) on the es-en Bible, for
-the document-level models of Maruf (2019) ch. 4 (Table 4.4).
+r"""Contrastive pronoun evaluation in the style of ContraPro (Müller et al. 2018) on the Bible into English
+(es-en, or a pair of the multilingual Bibles), for the document-level models of Maruf (2019) ch. 4 (Table 4.4).
 
 A model is right on an instance when it scores the reference above every variant with the English
 pronouns of the other gender; Spanish possessives, datives and reflexives (``su``, ``le``, ``se``, ...)
-carry no natural gender, so *his*/*her* must come from the antecedent.
+carry no natural gender, so *his*/*her* must come from the antecedent (the other source languages: their
+lists in :data:`~fairseq_ext.tools.evaluation.contrastive_gender.SOURCE_PRONOUNS`, chosen by ``--src``).
 
 ``build`` (:mod:`~fairseq_ext.tools.evaluation.contrastive_build`, from raw ``{split}.{src}``, ``{split}.{ref}``,
-``{split}.ids``): the verses with a gender-ambiguous Spanish pronoun, English pronouns of one gender and an
+``{split}.ids``): the verses with a gender-ambiguous source pronoun, English pronouns of one gender and an
 antecedent of that gender in the same chapter, at a distance (verses back) bucketed as in Table 4.4; the
 variants swap every gendered pronoun (:mod:`~fairseq_ext.tools.evaluation.contrastive_gender`). Output: one
-JSON object a line; ``--max-per-distance``, ``--balance-gender`` sample the set.
+JSON object a line; ``--min-distance 1`` keeps the antecedents outside the verse, ``--exclude-gendered-source``
+drops verses whose source has a gendered pronoun; ``--max-per-distance``, ``--balance-gender`` sample the set.
 
 ``score``: every other option goes to fairseq's generation parser (data folder, ``--path``, task as for
 ``fairseq-generate``); each instance is scored by teacher forcing (log P(target | source, context));
@@ -19,6 +21,8 @@ accuracy overall, by distance (Table 4.4 layout) and by gender, and the gender-b
 
     python -m fairseq_ext.tools.evaluation.contrastive build --raw data/bible_es_en/raw --split test \
         --out contrastive.test.jsonl [--max-per-distance 500 --seed 1] [--balance-gender]
+    python -m fairseq_ext.tools.evaluation.contrastive build --raw data/bible_multi/raw/en_web-tl \
+        --src tl --ref en_web --min-distance 1 --out contrastive.tl.test.jsonl
     python -m fairseq_ext.tools.evaluation.contrastive score --set contrastive.test.jsonl \
         --spm data/bible_es_en/spm8000/spm.model data/bible_es_en/spm8000/bin --path ckpt.pt --task translation
 
@@ -33,7 +37,7 @@ from fairseq_ext.tools.common import (
     ArgumentParser, ToolError, log, positive_int, read_jsonl, require_file, run_cli, write_json, write_jsonl,
 )
 from fairseq_ext.tools.evaluation.contrastive_build import build_set, format_stats
-from fairseq_ext.tools.evaluation.contrastive_gender import DEFAULT_LEXICON, ES_AMBIGUOUS, GENDERS
+from fairseq_ext.tools.evaluation.contrastive_gender import DEFAULT_LEXICON, GENDERS, SOURCE_PRONOUNS
 from fairseq_ext.tools.evaluation.contrastive_scoring import (BUCKETS, distance_bucket, load_for_scoring,
                                                               score_candidates)
 
@@ -147,24 +151,29 @@ def score_set(set_path: str, fairseq_argv: Sequence[str], *, spm: Optional[str] 
 # --------------------------------------------------------------------------------------------- CLI
 def build_parser() -> ArgumentParser:
     ap = ArgumentParser(prog="fairseq-ext-contrastive",
-                        description="ContraPro-style contrastive pronoun set (es-en Bible): build and score.",
+                        description="ContraPro-style contrastive pronoun set (Bible into English): build and "
+                                    "score.",
                         allow_abbrev=False)
     sub = ap.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the contrastive set from a raw folder", allow_abbrev=False)
     b.add_argument("--raw", required=True, help="raw folder with {split}.{src,ref,ids}")
     b.add_argument("--split", default="test")
     b.add_argument("--out", required=True, help="output JSON lines file")
-    b.add_argument("--src", default="es", help="source language suffix (default es)")
+    b.add_argument("--src", default="es",
+                   help="source language suffix (default es); its pronoun lists: "
+                        f"{', '.join(SOURCE_PRONOUNS)} (or a corpus label such as fr_darby, tl_ulb)")
     b.add_argument("--ref", default="en", help="reference language suffix (default en)")
     b.add_argument("--lexicon", default=DEFAULT_LEXICON, help="gendered common nouns (WORD<TAB>m|f)")
     b.add_argument("--name-corpus", action="append", metavar="FILE",
                    help="English text to derive the names from (repeat; default train.REF + SPLIT.REF)")
     b.add_argument("--name-min-verses", type=positive_int, default=3)
     b.add_argument("--names-out", metavar="TSV", help="write the derived name lexicon here")
-    b.add_argument("--es-pronouns", default=",".join(ES_AMBIGUOUS),
-                   help="comma-separated ambiguous Spanish pronouns (default %(default)s)")
+    b.add_argument("--src-pronouns", default=None,
+                   help="comma-separated gender-ambiguous source pronouns (default: those of --src)")
     b.add_argument("--exclude-gendered-source", action="store_true",
-                   help="skip verses whose source also has él/ella")
+                   help="skip verses whose source also has a gendered pronoun (él/ella for es)")
+    b.add_argument("--min-distance", type=int, default=0,
+                   help="keep antecedents at least N verses back (default 0; 1: outside the verse)")
     b.add_argument("--max-per-distance", type=positive_int, default=None,
                    help="keep a seeded random sample of at most N instances per distance bucket")
     b.add_argument("--balance-gender", action="store_true",
@@ -201,12 +210,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         args, rest = ap.parse_args(argv), []
     if args.command == "build":
-        pron = [w.strip() for w in args.es_pronouns.split(",") if w.strip()]
-        if not pron:
-            raise ToolError("--es-pronouns is empty")
+        pron = None
+        if args.src_pronouns is not None:
+            pron = [w.strip() for w in args.src_pronouns.split(",") if w.strip()]
+            if not pron:
+                raise ToolError("--src-pronouns is empty")
+        if args.min_distance < 0:
+            raise ToolError(f"--min-distance must be >= 0, got {args.min_distance}")
         _, st = build_set(args.raw, args.split, args.out, src_lang=args.src, ref_lang=args.ref,
                           lexicon_path=args.lexicon, name_corpus=args.name_corpus, names_out=args.names_out,
-                          es_pronouns=pron, exclude_gendered_source=args.exclude_gendered_source,
+                          src_pronouns=pron, exclude_gendered_source=args.exclude_gendered_source,
+                          min_distance=args.min_distance,
                           max_per_distance=args.max_per_distance, seed=args.seed, max_her=args.max_her,
                           name_min_verses=args.name_min_verses, balance_gender=args.balance_gender)
         print(format_stats(st))

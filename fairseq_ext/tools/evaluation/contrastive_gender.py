@@ -3,6 +3,9 @@ Müller et al. 2018): gendered pronouns, the gender of nouns and names, and the 
 
 * :data:`ES_AMBIGUOUS`: Spanish possessives, datives and reflexives (``su``, ``le``, ``se``, ...) that carry
   no natural gender, so *his*/*her* must come from the antecedent; :data:`EN_PRONOUNS` the English ones.
+  :data:`SOURCE_PRONOUNS` gives the same two lists (ambiguous, gendered) for the other source languages of the
+  multilingual Bibles (:func:`source_pronouns`); a language that marks the gender of every 3rd-person pronoun
+  (Arabic) has none.
 * :func:`load_gender_lexicon` reads the gendered common nouns (``data/gender_en.tsv``, ``WORD<TAB>m|f``);
   :func:`derive_names` finds gendered names in English verses (capitalised mid-sentence, rarely lowercase
   or after a place preposition, with evidence from appositions such as "NAME his wife" and from the first
@@ -17,17 +20,38 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import unicodedata
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from fairseq_ext.tools.common import ToolError, read_lines
 
-__all__ = ["ES_AMBIGUOUS", "ES_GENDERED", "EN_PRONOUNS", "GENDERS", "DEFAULT_LEXICON", "tokens",
-           "load_gender_lexicon", "derive_names", "swap_variants"]
+__all__ = ["ES_AMBIGUOUS", "ES_GENDERED", "SOURCE_PRONOUNS", "EN_PRONOUNS", "GENDERS", "DEFAULT_LEXICON",
+           "tokens", "source_pronouns", "load_gender_lexicon", "derive_names", "swap_variants"]
 
 ES_AMBIGUOUS: Tuple[str, ...] = ("su", "sus", "suyo", "suya", "suyos", "suyas", "le", "les", "se", "sí",
                                  "consigo")
 ES_GENDERED: Tuple[str, ...] = ("él", "ella")
+# (ambiguous, gendered) 3rd-person singular forms by source language: the ambiguous ones leave his/her to the
+# context (possessives agreeing with the possessed noun, reflexives, datives, genderless pronouns); a verse
+# holding a gendered one is flagged (``source_gendered``). Verb agreement is not looked at: Russian past
+# tenses and Hindi verbs mark the subject's gender, Spanish, Italian and French participles sometimes do.
+SOURCE_PRONOUNS: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
+    "es": (ES_AMBIGUOUS, ES_GENDERED),
+    "fr": (("son", "sa", "ses", "lui", "se", "s", "soi"), ("il", "elle", "lui-même", "elle-même")),
+    "it": (("suo", "sua", "suoi", "sue", "si", "sé", "se", "seco"),
+           ("egli", "ella", "esso", "essa", "lui", "lei", "ei", "costui", "costei", "colui", "colei")),
+    "ru": (("свой", "своя", "своё", "свое", "свои", "своего", "своей", "своему", "своим", "своих", "своими",
+            "свою", "своею", "своем", "своём", "себя", "себе", "собой", "собою"),
+           ("он", "она", "его", "её", "ее", "ему", "ей", "него", "неё", "нее", "нему", "ней", "нею", "ею",
+            "ним", "нём", "нем")),
+    "fa": (("او", "وی", "خود", "خویش", "خویشتن", "اش"), ()),
+    "tl": (("siya", "siyang", "niya", "niyang", "kaniya", "kaniyang", "kanya", "kanyang", "sarili", "sariling"),
+           ()),
+    "vi": (("người", "mình", "nó", "ngài", "va"), ("nàng", "bà", "ông", "chàng", "hắn")),
+    "hi": (("वह", "उस", "उसका", "उसकी", "उसके", "उसे", "उसको", "उसने", "उससे", "उसमें", "उसपर", "उसी", "अपना",
+            "अपनी", "अपने", "स्वयं"), ()),
+}
 EN_PRONOUNS: Dict[str, str] = {"he": "m", "him": "m", "his": "m", "himself": "m",
                                "she": "f", "her": "f", "hers": "f", "herself": "f"}
 GENDERS: Tuple[str, ...] = ("m", "f")
@@ -35,8 +59,11 @@ DEFAULT_LEXICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data
 PLACE_PREPS = frozenset("in at into toward towards within throughout near unto".split())
 DETERMINERS = frozenset("his her their the a an my your our thy".split())
 
-# words (letters, hyphenated compounds as one token: "he-goat", "mother-in-law"); apostrophes split
-WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
+# words (letters and their combining marks, so Devanagari vowel signs stay inside the word; hyphenated
+# compounds as one token: "he-goat", "mother-in-law"); apostrophes split
+_MARKS = "".join(chr(c) for c in range(0x300, 0x10000) if unicodedata.category(chr(c)).startswith("M"))
+_LETTER = r"(?:[^\W\d_]|[" + re.escape(_MARKS) + "])"
+WORD = re.compile(_LETTER + "+(?:-" + _LETTER + "+)*")
 _SENT_END = set(".!?:;“‘\"«(¿¡")
 
 
@@ -52,6 +79,17 @@ def _initial(text: str, start: int) -> bool:
     while j >= 0 and text[j].isspace():
         j -= 1
     return j < 0 or text[j] in _SENT_END
+
+
+def source_pronouns(lang: str, path: Optional[str] = None) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """(ambiguous, gendered) pronouns of a source language code or corpus label (``es``, ``fr_darby``,
+    ``tl_ulb``: the part before ``_``); an unknown one is a :class:`ToolError` naming ``path``."""
+    base = lang.split("_", 1)[0]
+    if base not in SOURCE_PRONOUNS:
+        why = " (it marks the gender of its 3rd-person pronouns)" if base == "ar" else ""
+        raise ToolError(f"no contrastive pronoun lists for source language {lang!r}{why}; known: "
+                        f"{', '.join(SOURCE_PRONOUNS)} (or give --src-pronouns)", path)
+    return SOURCE_PRONOUNS[base]
 
 
 def load_gender_lexicon(path: str = DEFAULT_LEXICON) -> Dict[str, str]:
