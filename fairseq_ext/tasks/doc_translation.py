@@ -15,6 +15,8 @@
     --doc-concat-prev N                      concatenation baseline: previous N sources + <brk> each
     --decoding-algorithm doc_bcd             block-coordinate-descent document decoding
                                              (:mod:`fairseq_ext.generators.doc_bcd`)
+    --doc-online-decoding                    online decoding in document order, the model's own translations
+                                             as target context (:mod:`fairseq_ext.generators.doc_online`)
 
 The ids file ``{split}.ids`` is line-aligned with the split. A batch never exceeds ``--max-tokens`` /
 ``--batch-size``, in every split: a longer document is cut into chunks and each sentence keeps its
@@ -61,6 +63,7 @@ from fairseq_ext.data.group_iterator import group_batch_iterator
 from fairseq_ext.modules.generation_options import generation_option
 from fairseq_ext.generators.decoding import DECODING_ALGORITHMS, decoding_options
 from fairseq_ext.generators.doc_bcd import BCD_INITS, BCD_UPDATES, DocBCDGenerator
+from fairseq_ext.generators.doc_online import DocOnlineGenerator
 from fairseq_ext.tasks.translation_decoding import TranslationDecodingConfig, TranslationDecodingTask
 from fairseq_ext.data.errors import UserDataError
 
@@ -124,6 +127,12 @@ class DocTranslationConfig(TranslationDecodingConfig):
         default=False, metadata={"help": "doc_bcd, jacobi: from pass 2 on, re-decode only the sentences whose own "
                                          "or context translations changed in the previous pass (the others' "
                                          "inputs are unchanged); stop when none is left"})
+    doc_online_decoding: bool = field(
+        default=False, metadata={"help": "decode each document in order (waves of document positions across the "
+                                         "batch), the target context of a sentence being the model's own "
+                                         "translations of its earlier sentences; needs --doc-context-mode online and "
+                                         "--doc-target-context none; the search is --decoding-algorithm's (fairseq's "
+                                         "beam by default)"})
 
 
 @register_task("doc_translation", dataclass=DocTranslationConfig)
@@ -169,6 +178,8 @@ class DocTranslationTask(TranslationDecodingTask):
         return model
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        if self.cfg.doc_online_decoding and not generation_option(args, "score_reference"):
+            return self.build_online_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
         if self.cfg.decoding_algorithm != "doc_bcd" or generation_option(args, "score_reference"):
             return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                            extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
@@ -184,6 +195,21 @@ class DocTranslationTask(TranslationDecodingTask):
         return DocBCDGenerator(
             models, self.target_dictionary, iterations=self.cfg.doc_iterations, update=self.cfg.bcd_update,
             init=self.cfg.bcd_init, early_stop=self.cfg.bcd_early_stop, **decoding_options(args))
+
+    def build_online_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs):
+        cfg = self.cfg
+        if cfg.decoding_algorithm == "doc_bcd":
+            raise UserDataError("--doc-online-decoding decodes each sentence once, in document order; it cannot be "
+                                "combined with --decoding-algorithm doc_bcd (choose one)")
+        if cfg.doc_context_mode != "online":
+            raise UserDataError("--doc-online-decoding needs --doc-context-mode online (offline context would read "
+                                "sentences not translated yet)")
+        if cfg.doc_target_context != "none":
+            raise UserDataError(f"--doc-online-decoding makes the target context from the model's own translations; "
+                                f"drop --doc-target-context {cfg.doc_target_context}")
+        inner = super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
+                                        extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs)
+        return DocOnlineGenerator(inner, models, self.target_dictionary, self.src_dict.pad(), cfg.left_pad_source)
 
     # -- data
     def _data_path(self, split: str, epoch: int) -> str:
