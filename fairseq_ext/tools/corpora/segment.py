@@ -43,6 +43,7 @@ from collections import Counter
 from fairseq_ext.tools.common import (SPLITS, OutputSet, Timer, ToolError, log, progress, read_json, read_lines,
                                       sha256_file, stamp_ok, write_stamp)
 from fairseq_ext.tools.corpora.folder_checks import DEFAULT_MAX_LEN, check_parallel, resolve_pair
+from fairseq_ext.tools.corpora.held_out import HELDOUT, book_of
 
 VERSION = 2
 METHODS = ("sentencepiece", "subword-nmt", "word")
@@ -54,9 +55,10 @@ CLEAN_FILE = "clean.tsv"
 
 
 def present_splits(folder: str, langs: list[str]) -> list[str]:
-    """``train`` plus every other split with at least one file for ``langs``."""
+    """``train`` plus every other split (valid, test, the held-out books' ``heldout``) with at least one file
+    for ``langs``."""
     out = []
-    for sp in SPLITS:
+    for sp in SPLITS + (HELDOUT,):
         if sp == "train" or any(os.path.exists(os.path.join(folder, f"{sp}.{x}")) for x in langs):
             out.append(sp)
     return out
@@ -346,6 +348,9 @@ def segment(raw: str, out: str, src: str | None = None, tgt: str | None = None,
                 "max_len": max_len, "lines": kept_lines}
         if clean:
             info["clean"] = dict(params["clean"], dropped=len(dropped), file=CLEAN_FILE, raw_lines=counts)
+        held_ids = os.path.join(raw, f"{HELDOUT}.ids")
+        if os.path.exists(held_ids):  # the books held out of train (prepare --exclude-books)
+            info["held_out_books"] = list(dict.fromkeys(map(book_of, read_lines(held_ids))))
         o.write_json("segment.json", info)
         outputs.append("segment.json")
     write_stamp(out, "bpe", params, outputs)
