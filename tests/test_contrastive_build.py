@@ -105,3 +105,88 @@ def test_mismatched_line_counts_name_the_file_and_line(tmp_path, capsys, short):
     err = capsys.readouterr().err.strip().splitlines()
     # line 4 of the short file is the first without a counterpart in test.tl (5 lines)
     assert err == [f"error: {path}:4: 3 lines but {d / 'test.tl'} has 5"]
+
+
+# Spanish -> English, two training books: BookA is held out (prepare --exclude-books), BookB stays in train
+ES = [
+    ("BookB.1.1", "Y el día era claro.", "And the day was clear."),
+    ("BookB.1.2", "Y la casa era vieja.", "And the house was old."),
+    ("BookA.1.1", "Había una mujer en la ciudad.", "There was a woman in the city."),
+    ("BookA.1.2", "Y la casa era vieja.", "And the house was old."),
+    ("BookA.1.3", "Y tomó su manto.", "And she took her cloak."),
+    ("BookA.1.4", "El hombre tomó su vara.", "The man took his rod."),
+    ("BookA.2.1", "Y se fue.", "And he went away."),
+    ("BookB.2.1", "Y el hombre tomó su vara.", "And the man took his rod."),
+]
+
+
+def test_build_from_held_out_books(tmp_path):
+    """The set of the held-out books: `build --split heldout` on the folder of prepare --exclude-books draws its
+    instances from those books only, the line of each instance is its verse's line in the heldout split (the
+    split the scorer loads with --gen-subset heldout), and the chapter is the context (2.1 has no antecedent)."""
+    from fairseq_ext.tools.corpora import corpora
+
+    raw = tmp_path / "raw"
+    write_split(raw, "train", ES, "es", "en")
+    write_split(raw, "test", ES[:1], "es", "en")
+    out = corpora.subsample(str(raw), str(tmp_path / "held"), ["es", "en"], None, exclude_books=("BookA",))
+    held_ids = (tmp_path / "held" / "heldout.ids").read_text(encoding="utf-8").split()
+    assert held_ids == [r[0] for r in ES if r[0].startswith("BookA.")]
+    assert C.main(["build", "--raw", out, "--split", "heldout", "--out", str(tmp_path / "set.jsonl"),
+                   "--name-corpus", str(raw / "names.en"), "--stats-json", str(tmp_path / "st.json")]) == 0
+    xs = read_jsonl(tmp_path / "set.jsonl")
+    assert [(x["id"], x["line"], x["gender"], x["distance"]) for x in xs] == [("BookA.1.3", 2, "f", 2),
+                                                                             ("BookA.1.4", 3, "m", 0)]
+    held_en = (tmp_path / "held" / "heldout.en").read_text(encoding="utf-8").splitlines()
+    assert all(held_en[x["line"]] == x["reference"] and held_ids[x["line"]] == x["id"] for x in xs)
+    assert xs[0]["antecedent"]["id"] == "BookA.1.1" and "And he took his cloak." in xs[0]["variants"]
+    st = json.loads((tmp_path / "st.json").read_text())
+    assert st["split"] == "heldout" and st["skipped"]["no_antecedent"] == 1  # BookA.2.1: a new chapter
+    # the fair set: antecedent outside the verse
+    assert C.main(["build", "--raw", out, "--split", "heldout", "--out", str(tmp_path / "fair.jsonl"),
+                   "--name-corpus", str(raw / "names.en"), "--min-distance", "1", "--exclude-gendered-source"]) == 0
+    assert [x["id"] for x in read_jsonl(tmp_path / "fair.jsonl")] == ["BookA.1.3"]
+
+
+def test_score_a_document_model_on_the_held_out_books(tmp_path):
+    """prepare --exclude-books Lamentations on the tiny slice, a HAN encoder model (doc_translation) trained two
+    updates on it, the set of the held-out book scored with --gen-subset heldout: every reference is the split's
+    target (the set's lines are the heldout split's), and the chapter is the context the model reads (the scores
+    change when each verse is made a document of its own)."""
+    import shutil
+
+    import torch
+
+    from fairseq_ext.tools.corpora import corpora
+    from harness import TINY, TINY_SHAPE_FLAGS, train
+
+    raw = tmp_path / "raw"
+    shutil.copytree(TINY, raw)
+    bin_dir = Path(corpora.prepare(None, "es", "en", raw=str(raw), out=str(tmp_path / "p"), vocab_size=300,
+                                   exclude_books=("Lamentations",)))
+    held_raw = next((tmp_path / "p").glob("raw-heldout1-*"))
+    set_path = tmp_path / "set.jsonl"
+    assert C.main(["build", "--raw", str(held_raw), "--split", "heldout", "--out", str(set_path),
+                   "--name-corpus", str(raw / "train.en")]) == 0
+    xs = read_jsonl(set_path)
+    assert len(xs) >= 8 and {x["id"].split(".")[0] for x in xs} == {"Lamentations"}
+    ckpt = train(bin_dir, tmp_path / "han", ["--arch", "transformer_han_enc_bench", *TINY_SHAPE_FLAGS],
+                 task="doc_translation", max_update=2, extra=["--disable-validation"])
+    assert any(k.startswith("encoder.ctx_layer.") for k in torch.load(ckpt, map_location="cpu",
+                                                                       weights_only=False)["model"])
+    spm = bin_dir.parent / "spm.model"
+
+    def score(tag, *extra):
+        acc, det = tmp_path / f"{tag}.json", tmp_path / f"{tag}.jsonl"
+        assert C.main(["score", "--set", str(set_path), "--spm", str(spm), "--json", str(acc), "--details", str(det),
+                       str(bin_dir), "--path", str(ckpt), "--task", "doc_translation", "--gen-subset", "heldout",
+                       "--cpu", *extra]) == 0
+        return json.loads(acc.read_text()), read_jsonl(det)
+
+    acc, det = score("chapter")
+    assert acc["split"] == "heldout" and acc["reference_mismatches"] == 0 and acc["overall"]["total"] == len(xs)
+    _, alone = score("alone", "--doc-max-context", "0")  # no context sentence
+    far = [k for k, x in enumerate(xs) if x["id"].rsplit(".", 1)[1] != "1"]  # not the first verse of its chapter
+    assert far and any(abs(det[k]["reference_score"] - alone[k]["reference_score"]) > 1e-4 for k in far)
+    for k in set(range(len(xs))) - set(far):  # a chapter's first verse has no previous sentence to read
+        assert det[k]["reference_score"] == pytest.approx(alone[k]["reference_score"], abs=1e-4)

@@ -23,6 +23,9 @@ accuracy overall, by distance (Table 4.4 layout) and by gender, and the gender-b
         --out contrastive.test.jsonl [--max-per-distance 500 --seed 1] [--balance-gender]
     python -m fairseq_ext.tools.evaluation.contrastive build --raw data/bible_multi/raw/en_web-tl \
         --src tl --ref en_web --min-distance 1 --out contrastive.tl.test.jsonl
+    python -m fairseq_ext.tools.evaluation.contrastive build --raw data/bible_es_en/raw-heldout5-<hash> \
+        --split heldout --name-corpus data/bible_es_en/raw/train.en --min-distance 1 --exclude-gendered-source \
+        --out contrastive.heldout.jsonl     # the books of `fairseq-ext-data prepare --exclude-books ...`
     python -m fairseq_ext.tools.evaluation.contrastive score --set contrastive.test.jsonl \
         --spm data/bible_es_en/spm8000/spm.model data/bible_es_en/spm8000/bin --path ckpt.pt --task translation
 
@@ -157,7 +160,9 @@ def build_parser() -> ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the contrastive set from a raw folder", allow_abbrev=False)
     b.add_argument("--raw", required=True, help="raw folder with {split}.{src,ref,ids}")
-    b.add_argument("--split", default="test")
+    b.add_argument("--split", default="test",
+                   help="default test; heldout: the books that `fairseq-ext-data prepare --exclude-books` held out "
+                        "of training (score with --gen-subset heldout on that folder's bin/)")
     b.add_argument("--out", required=True, help="output JSON lines file")
     b.add_argument("--src", default="es",
                    help="source language suffix (default es); its pronoun lists: "
