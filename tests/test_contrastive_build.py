@@ -190,3 +190,10 @@ def test_score_a_document_model_on_the_held_out_books(tmp_path):
     assert far and any(abs(det[k]["reference_score"] - alone[k]["reference_score"]) > 1e-4 for k in far)
     for k in set(range(len(xs))) - set(far):  # a chapter's first verse has no previous sentence to read
         assert det[k]["reference_score"] == pytest.approx(alone[k]["reference_score"], abs=1e-4)
+
+
+
+def test_old_option_name_still_accepted():
+    """--es-pronouns (the option's name before --src-pronouns) stays an alias of it."""
+    args = C.build_parser().parse_args(["build", "--raw", "r", "--out", "o.jsonl", "--es-pronouns", "a,b"])
+    assert args.src_pronouns == "a,b"

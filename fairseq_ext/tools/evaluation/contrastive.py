@@ -173,8 +173,9 @@ def build_parser() -> ArgumentParser:
                    help="English text to derive the names from (repeat; default train.REF + SPLIT.REF)")
     b.add_argument("--name-min-verses", type=positive_int, default=3)
     b.add_argument("--names-out", metavar="TSV", help="write the derived name lexicon here")
-    b.add_argument("--src-pronouns", default=None,
-                   help="comma-separated gender-ambiguous source pronouns (default: those of --src)")
+    b.add_argument("--src-pronouns", "--es-pronouns", dest="src_pronouns", default=None,
+                   help="comma-separated gender-ambiguous source pronouns (default: those of --src; "
+                        "--es-pronouns: the old name)")
     b.add_argument("--exclude-gendered-source", action="store_true",
                    help="skip verses whose source also has a gendered pronoun (él/ella for es)")
     b.add_argument("--min-distance", type=int, default=0,
