@@ -13,7 +13,10 @@ from fairseq_ext.tools.evaluation import bench_configs as configs
 from harness import ROOT, USER_DIR, run
 
 SCRIPT = ROOT / "recipes" / "bench" / "gpu_batch.sh"
-SETS = ("ampomah", "twt66", "nguyen4")
+SETS = ("ampomah", "twt66", "nguyen4", "twt_lr", "luong", "ms")
+# the baseline of each set (first in its list)
+BASELINES = {"twt66": "twt66_postnorm_xavier", "nguyen4": "twt_concat_none", "twt_lr": "twt_lr_invsqrt",
+             "luong": "luong_tied", "ms": "ms12_aif"}
 
 
 def dry_run(**env):
@@ -39,8 +42,22 @@ def test_every_set_names_configurations_that_fairseq_accepts(name):
         args = options.parse_args_and_arch(parser, ["/nonexistent/bin", "--user-dir", str(USER_DIR), "--task",
                                                     cfg["task"], *cfg["train"], "--cpu"])
         assert args.arch == cfg["train"][cfg["train"].index("--arch") + 1]
-    if name == "nguyen4":
-        assert names[0] == "twt_concat_none"
+    if name in BASELINES:
+        assert names[0] == BASELINES[name]
+    if name == "twt_lr":  # Table 6.4: INVSQRTDECAY, VALDECAY, NOWARMUP, the two decays at 2xLR
+        assert len(names) == 5
+
+
+def test_luong_set_runs_equal_updates_without_patience():
+    """The Luong LSTMs sit on their init's plateau for ~2,000 updates: the set trains every lane to the thesis's 50
+    epochs (6,000 updates) with no patience rule; MAX_UPDATES= (empty) lifts the limit."""
+    p = run(["bash", SCRIPT], DRY_RUN="1", SET="luong")
+    lanes = [ln for ln in p.stdout.splitlines() if "--train-only" in ln]
+    assert len(lanes) == 5 and all("--max-updates 6000" in ln and "--patience 0" in ln
+                                   and "--curve-every 500" in ln for ln in lanes)
+    p = run(["bash", SCRIPT], DRY_RUN="1", SET="luong", MAX_UPDATES="")
+    assert "--max-updates" not in p.stdout
+    assert "--max-updates" not in run(["bash", SCRIPT], DRY_RUN="1", SET="twt66").stdout
 
 
 def test_unknown_configuration_and_set_are_one_line_errors():
@@ -54,14 +71,20 @@ def test_unknown_configuration_and_set_are_one_line_errors():
     assert dry_run(CONFIGS="ms1", BASELINE="transformer") == ["transformer", "ms1"]
 
 
-@pytest.mark.slow
-def test_cpu_batch_on_the_tiny_slice(tiny_bin, tmp_path):
-    """Two configurations at once on the CPU, a 1-minute cap, dev BLEU every 2 updates with patience 2: every
-    configuration's result and the job's curves come back in OUT."""
+def tiny_data(tiny_bin, tmp_path):
+    """A prepared folder (bin/ + segment.json) over the tiny slice."""
     data = tmp_path / "spm300"
     data.mkdir()
     (data / "bin").symlink_to(tiny_bin)
     shutil.copy(tiny_bin / "segment.json", data / "segment.json")
+    return data
+
+
+@pytest.mark.slow
+def test_cpu_batch_on_the_tiny_slice(tiny_bin, tmp_path):
+    """Two configurations at once on the CPU, a 1-minute cap, dev BLEU every 2 updates with patience 2: every
+    configuration's result and the job's curves come back in OUT."""
+    data = tiny_data(tiny_bin, tmp_path)
     out, job = tmp_path / "out", tmp_path / "job"
     p = run(["bash", SCRIPT], timeout=900, DEVICE="cpu", DATA=data, CONFIGS="transformer,ms1", CAP_MIN="1",
             HARD_MIN="8", PATIENCE="2", CURVE_EVERY="2", N_BOOTSTRAP="20", JOB=job, OUT=out)
@@ -88,3 +111,18 @@ def test_cpu_batch_on_the_tiny_slice(tiny_bin, tmp_path):
         times = [t for t in map(timestamp, (job / n / "train.log").read_text().splitlines()) if t is not None]
         spans[n] = (times[0], times[-1])
     assert spans["ms1"][0] <= spans["transformer"][1] and spans["transformer"][0] <= spans["ms1"][1]
+
+
+@pytest.mark.slow
+def test_cpu_batch_equal_updates_on_the_tiny_slice(tiny_bin, tmp_path):
+    """SET=luong's rule (equal updates, no patience) with two of its configurations: both lanes stop at
+    MAX_UPDATES, and the comparison is against the set's baseline (tied)."""
+    data = tiny_data(tiny_bin, tmp_path)
+    out = tmp_path / "out"
+    run(["bash", SCRIPT], timeout=900, SET="luong", CONFIGS="luong_untied", DEVICE="cpu", DATA=data, CAP_MIN="10",
+        HARD_MIN="14", MAX_UPDATES="4", CURVE_EVERY="2", N_BOOTSTRAP="20", JOB=tmp_path / "job", OUT=out)
+    res = json.loads((out / "result.json").read_text())
+    assert set(res) == {"luong_tied", "luong_untied"}
+    for r in res.values():
+        assert r["curve"]["stopped"] == "max-updates" and r["curve"]["patience"] == 0 and r["curve"]["points"] >= 2
+    assert res["luong_untied"]["significance"]["bleu_p"] is not None

@@ -8,10 +8,13 @@
 #   bash recipes/bench/gpu_batch.sh                                   # SET=ampomah on the es->en low set, cuda
 #   SET=twt66 bash recipes/bench/gpu_batch.sh                         # Nguyen Table 6.2 at 6+6 layers
 #   SET=nguyen4 bash recipes/bench/gpu_batch.sh                       # Nguyen Table 4.2 on the TwT base, en->tl
+#   SET=twt_lr bash recipes/bench/gpu_batch.sh                        # Nguyen Table 6.4, the learning-rate regimes
+#   SET=luong bash recipes/bench/gpu_batch.sh                         # Nguyen Table 5.4, Luong LSTMs, equal updates
+#   SET=ms bash recipes/bench/gpu_batch.sh                            # Ampomah MS-1 / MS-2 against MS-12+AIF
 #   CONFIGS=transformer,ms1 CAP_MIN=60 DEVICE=cpu OUT=/tmp/o bash recipes/bench/gpu_batch.sh
 #   SET=nguyen4 DRY_RUN=1 bash recipes/bench/gpu_batch.sh             # print the configurations and the commands
 #
-# Sets (the default CONFIGS, BASELINE, PATIENCE and DATA of each; CONFIGS/BASELINE/PATIENCE/DATA override them):
+# Sets (the default CONFIGS, BASELINE, PATIENCE, MAX_UPDATES and DATA of each; the variables override them):
 #   ampomah  es->en low set: the rows never trained to convergence: the transformer baseline, JAS M-00/M-01/M-10,
 #            S-Agg, C-Agg, Iter-S-Agg, Iter-C-Agg (ch. 3), Dec-DC and Full-DC at the bench's lr 3e-3 and at the DC
 #            paper's 7e-4 with the baseline at 7e-4 beside them (ch. 5), MS-1 and MS-2 (ch. 4); patience 5
@@ -20,6 +23,14 @@
 #   nguyen4  en_web->tl 10k (converged.sh's conv_tl set): Nguyen ch. 4 Table 4.2 on the thesis's own base (TwT:
 #            ScaleNorm+FixNorm, SMALLINIT, word dropout 0.1, chunked batching): none / CONSEC / RAND (baseline
 #            twt_concat_none); the thesis's patience 20
+#   twt_lr   es->en low set: Nguyen ch. 6 Table 6.4 on PreNorm+FixNorm+ScaleNorm (SMALLINIT, bench dims): INVSQRTDECAY
+#            (baseline twt_lr_invsqrt), VALDECAY, NOWARMUP, and both decays at 2xLR; the thesis's patience 20
+#   luong    es->en low set: Nguyen ch. 5 Table 5.4 on the Luong LSTM 2x256: tied (baseline luong_tied), untied,
+#            fixnorm, fixnorm+lex, Arthur et al.; equal updates, the thesis's 50 epochs (MAX_UPDATES 6000, no
+#            patience: tied and untied sit on the plateau of the U[-0.01, 0.01] init for the first ~2,000 updates,
+#            where a patience rule would stop them), dev every 500 updates
+#   ms       es->en low set: Ampomah ch. 4 Tables 4.1/4.6: MS-1 and MS-2 against MS-12+AIF (baseline ms12_aif);
+#            patience 10 (MS-12+AIF's dev BLEU stayed below an earlier best for 1,300 updates at convergence)
 # Environment:
 #   DATA         a prepared folder (bin/ + segment.json, its raw folder beside it or where segment.json says;
 #                relative to the repository). Default: the set's folder under data/, built offline when missing
@@ -28,7 +39,8 @@
 #   SRC, TGT     the languages (default: the folder's segment.json)
 #   CAP_MIN      wall-clock cap of each configuration's training, minutes (fairseq --stop-time-hours; default 120)
 #   HARD_MIN     a lane still running after HARD_MIN minutes is stopped (default CAP_MIN + 30: start-up, decoding)
-#   PATIENCE, CURVE_EVERY (200), N_BOOTSTRAP (1000), SEED (1)
+#   PATIENCE (0: none), CURVE_EVERY (200; luong 500), N_BOOTSTRAP (1000), SEED (1)
+#   MAX_UPDATES  stop every configuration at this many updates (bench.py --max-updates; empty: no such limit)
 #   DEVICE       cuda (default) or cpu; PRECISION: bench.py --precision (auto: fairseq --amp where the card has
 #                float16 tensor cores)
 #   THREADS      CPU threads of each process (default 1); PYTHON: the interpreter (default .venv/bin/python;
@@ -51,12 +63,19 @@ case $SET in
            set_baseline=twt66_postnorm_xavier set_patience=20 set_data=es_low ;;
   nguyen4) set_configs=twt_concat_none,twt_concat_consec,twt_concat_rand
            set_baseline=twt_concat_none set_patience=20 set_data=tl ;;
-  *) echo "error: unknown SET '$SET' (ampomah, twt66, nguyen4)" >&2; exit 2 ;;
+  twt_lr)  set_configs=twt_lr_invsqrt,twt_lr_valdecay,twt_lr_nowarmup,twt_lr_invsqrt_2x,twt_lr_valdecay_2x
+           set_baseline=twt_lr_invsqrt set_patience=20 set_data=es_low ;;
+  luong)   set_configs=luong_tied,luong_untied,luong_fixnorm,luong_fixnorm_lex,luong_arthur
+           set_baseline=luong_tied set_patience=0 set_max_updates=6000 set_curve_every=500 set_data=es_low ;;
+  ms)      set_configs=ms12_aif,ms1,ms2
+           set_baseline=ms12_aif set_patience=10 set_data=es_low ;;
+  *) echo "error: unknown SET '$SET' (ampomah, twt66, nguyen4, twt_lr, luong, ms)" >&2; exit 2 ;;
 esac
 CONFIGS=${CONFIGS:-$set_configs}
 BASELINE=${BASELINE:-$set_baseline}
 PATIENCE=${PATIENCE:-$set_patience}
-CURVE_EVERY=${CURVE_EVERY:-200}
+MAX_UPDATES=${MAX_UPDATES-${set_max_updates:-}}
+CURVE_EVERY=${CURVE_EVERY:-${set_curve_every:-200}}
 CAP_MIN=${CAP_MIN:-120}
 HARD_MIN=${HARD_MIN:-$($PY -c "print($CAP_MIN + 30)")}
 DEVICE=${DEVICE:-cuda}
@@ -92,9 +111,11 @@ fi
 
 COMMON=(recipes/bench/bench.py --data "$DATA" --src "${SRC:-?}" --tgt "${TGT:-?}" --ref2 "" --baseline "$BASELINE"
         --device "$DEVICE" --precision "$PRECISION" --threads "$THREADS" --seed "$SEED" --n-bootstrap "$N_BOOTSTRAP"
-        --curve-every "$CURVE_EVERY" --patience "$PATIENCE" --budget-min "$CAP_MIN" --out "$JOB")
+        --curve-every "$CURVE_EVERY" --patience "$PATIENCE" --budget-min "$CAP_MIN" --out "$JOB"
+        ${MAX_UPDATES:+--max-updates "$MAX_UPDATES"})
 echo "[gpu_batch] $SET on $DATA ($DEVICE): ${NAMES[*]}; baseline $BASELINE; patience $PATIENCE every $CURVE_EVERY" \
-     "updates, cap $CAP_MIN min (lanes stopped at $HARD_MIN min); job $JOB, results $OUT"
+     "updates${MAX_UPDATES:+, at most $MAX_UPDATES updates}, cap $CAP_MIN min (lanes stopped at $HARD_MIN min);" \
+     "job $JOB, results $OUT"
 if [ -n "${DRY_RUN:-}" ]; then
   for n in "${NAMES[@]}"; do echo "$PY ${COMMON[*]} --train-only --configs $n"; done
   exit 0

@@ -4,7 +4,8 @@ One entry per system: the ``fairseq-train`` flags (after the data folder), the t
 ``fairseq-generate`` flags.  Every later issue adds its rows here; the baseline is what every
 thesis method is compared against, at the same data, budget and decoding settings.
 
-``python -m fairseq_ext.tools.evaluation.bench_configs NAME`` prints the shell-quoted train flags of NAME.
+``python -m fairseq_ext.tools.evaluation.bench_configs NAME`` prints the shell-quoted train flags of NAME
+(``--context NAME``: the task flags that build its document context, for a tool decoding its checkpoint).
 """
 import os
 import shlex
@@ -253,9 +254,45 @@ for _name, _desc, _flags in [
         ("maruf3_prev_tgt", "Maruf ch.3 baseline PREV TGT (the previous verse's translation)",
          ["--arch", "ctx_prevtgt_rnn_bench", "--doc-target-context", "generated"]),
         ("maruf3_wang2017", "Maruf ch.3 baseline Wang et al. 2017 (hierarchical RNN over the 3 previous verses, "
-         "an auxiliary decoder input)", ["--arch", "docmem_wang2017_bench"])]:
+         "an auxiliary decoder input)", ["--arch", "docmem_wang2017_bench"]),
+        ("maruf3_jean2017", "Maruf ch.3 baseline Jean et al. 2017 (attention over the previous verse's source)",
+         ["--arch", "ctx_jean2017_rnn_bench"])]:
     CONFIGS[_name] = {"desc": _desc, "task": "doc_translation", "train": _flags + MARUF3_STAGE2,
                       "generate": GREEDY}
+
+# Decoding a stage-2 system (bench.py --finetune-from-model STAGE1): the task flags that build its context in
+# training (DOC_CONTEXT_FLAGS) build it at test too; a system reading the generated target context (the stage-1
+# model's translations) decodes in two passes, the thesis's (§3.3; block coordinate descent K = 1, Jacobi, pass 0
+# = the stage-1 model: bench.py gives --path BEST:STAGE1), the HAN decoder in document order (HAN_DEC_GENERATE).
+DOC_CONTEXT_FLAGS = ("--doc-context-mode", "--doc-target-context", "--doc-concat-prev")
+TWO_PASS = ["--decoding-algorithm", "doc_bcd", "--doc-iterations", "1", "--bcd-update", "jacobi",
+            "--bcd-init", "base_model"]
+
+
+def context_flags(flags: list) -> list:
+    """The DOC_CONTEXT_FLAGS of ``flags`` with their values, in order."""
+    return [x for i, f in enumerate(flags) if f in DOC_CONTEXT_FLAGS for x in (f, flags[i + 1])]
+
+
+def reads_generated(flags: list) -> bool:
+    """Whether ``flags`` train on the generated target context (``--doc-target-context generated``)."""
+    return "generated" in context_flags(flags)[1::2]
+
+
+def doc_data_flags(data_bin, generated_dir=None) -> list:
+    """The data flags of a ``doc_translation`` run on the binarized folder ``data_bin``: ``--doc-ids-dir`` = the
+    segmented folder where the binarized one has no ``{split}.ids`` (``fairseq-ext-data binarize`` copies them), and
+    ``--doc-generated-dir`` when ``generated_dir`` is given."""
+    from pathlib import Path
+
+    flags = [] if (Path(data_bin) / "train.ids").exists() else ["--doc-ids-dir", str(Path(data_bin).parent)]
+    return flags + (["--doc-generated-dir", str(generated_dir)] if generated_dir else [])
+
+
+for _cfg in CONFIGS.values():
+    if _cfg["task"] == "doc_translation":
+        _two_pass = TWO_PASS if _cfg["generate"] is GREEDY and reads_generated(_cfg["train"]) else []
+        _cfg["generate"] = _cfg["generate"] + _two_pass + context_flags(_cfg["train"])
 
 # ---------------------------------------------------------------------------------------------
 # CPU inference (issue 17): Kasai et al. (2021) "Deep Encoder, Shallow Decoder": the baseline's layers moved to
@@ -337,8 +374,8 @@ for _l in ("1", "2"):
 # Nguyen ch. 4 Table 4.2 on the thesis's own base (ch. 6: PreNorm + ScaleNorm + FixNorm, SMALLINIT, word dropout
 # 0.1, Morishita chunked batching) at the bench's dims and optimiser; the baseline of this trio is twt_concat_none
 # (run with --baseline twt_concat_none, and the thesis's patience 20: recipes/bench/gpu_batch.sh SET=nguyen4).
-TWT_BASE = ["--arch", "transformer_twt_bench", "--norm-type", "scalenorm", "--fixnorm", "--twt-init", "smallinit",
-            "--word-dropout", "0.1", "--batching", "chunked", "--chunk-size", "10000"]
+TWT_MODEL = ["--arch", "transformer_twt_bench", "--norm-type", "scalenorm", "--fixnorm", "--twt-init", "smallinit"]
+TWT_BASE = TWT_MODEL + ["--word-dropout", "0.1", "--batching", "chunked", "--chunk-size", "10000"]
 for _mode, _desc in [("none", "baseline (no concatenation)"), ("consec", "CONSEC"), ("rand", "RAND")]:
     CONFIGS[f"twt_concat_{_mode}"] = {
         "desc": f"Nguyen ch.4 {_desc} on the TwT base (ScaleNorm+FixNorm, SMALLINIT, word dropout, chunked)",
@@ -348,10 +385,11 @@ for _mode, _desc in [("none", "baseline (no concatenation)"), ("consec", "CONSEC
 # twt_{post,pre}norm_layernorm presets), Xavier (the "Baseline" rows) vs SMALLINIT, PostNorm vs PreNorm; the
 # thesis's optimiser (Adam (0.9, 0.999), clip 1, INVSQRTDECAY lambda 1 with its shortest warm-up, 4k), word dropout
 # 0.1, 4096-token batches; the baseline of this set is twt66_postnorm_xavier (the original Transformer).
-TWT_OPTIM = ["--optimizer", "adam", "--adam-betas", "(0.9,0.999)", "--clip-norm", "1.0",
-             "--lr-scheduler", "twt_invsqrt", "--lr-lambda", "1", "--lr-model-dim", "512", "--warmup-updates", "4000",
+TWT_TRAIN = ["--optimizer", "adam", "--adam-betas", "(0.9,0.999)", "--clip-norm", "1.0",
              "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "4096",
              "--word-dropout", "0.1", *BF16]
+TWT_OPTIM = TWT_TRAIN + ["--lr-scheduler", "twt_invsqrt", "--lr-lambda", "1", "--lr-model-dim", "512",
+                         "--warmup-updates", "4000"]
 for _norm in ("postnorm", "prenorm"):
     for _init in ("xavier", "smallinit"):
         CONFIGS[f"twt66_{_norm}_{_init}"] = {
@@ -359,6 +397,24 @@ for _norm in ("postnorm", "prenorm"):
                     f"{'Xavier' if _init == 'xavier' else 'SMALLINIT'}, 6+6 512/2048/8 LayerNorm",
             "task": "translation_ext",
             "train": ["--arch", f"twt_{_norm}_layernorm", "--twt-init", _init] + TWT_OPTIM, "generate": GENERATE}
+
+# Nguyen ch. 6 Table 6.4, the learning-rate regimes, on its model (PreNorm + FixNorm + ScaleNorm, SMALLINIT) at the bench
+# shape (d 256) with the optimiser above: INVSQRTDECAY (Eq. 6.7, lambda 1, 8k warm-up; the baseline of this set),
+# VALDECAY (the same warm-up to the same peak, then x0.8 when dev BLEU falls below the previous 3), NOWARMUP (VALDECAY
+# from a flat 3e-4) and the 2xLR rows (lambda 2). VALDECAY decides at the end of an epoch, so its epochs are 200
+# updates: each ends on one of gpu_batch.sh's validations (CURVE_EVERY 200).
+_TWT_EPOCHS = ["--updates-per-epoch", "200"]
+_TWT_PEAK = ["--lr-model-dim", "256", "--warmup-updates", "8000"]
+for _name, _desc, _sched in [
+        ("invsqrt", "INVSQRTDECAY", ["--lr-scheduler", "twt_invsqrt", "--lr-lambda", "1"] + _TWT_PEAK),
+        ("invsqrt_2x", "INVSQRTDECAY + 2xLR", ["--lr-scheduler", "twt_invsqrt", "--lr-lambda", "2"] + _TWT_PEAK),
+        ("valdecay", "VALDECAY", ["--lr-scheduler", "valdecay", "--lr-lambda", "1"] + _TWT_PEAK + _TWT_EPOCHS),
+        ("valdecay_2x", "VALDECAY + 2xLR", ["--lr-scheduler", "valdecay", "--lr-lambda", "2"] + _TWT_PEAK + _TWT_EPOCHS),
+        ("nowarmup", "NOWARMUP (lr 3e-4)", ["--lr-scheduler", "valdecay", "--warmup-updates", "0", "--lr", "3e-4"]
+         + _TWT_EPOCHS)]:
+    CONFIGS[f"twt_lr_{_name}"] = {
+        "desc": f"Nguyen ch.6 Table 6.4 {_desc}, PreNorm+FixNorm+ScaleNorm SMALLINIT (same dims)",
+        "task": "translation_ext", "train": TWT_MODEL + TWT_TRAIN + _sched, "generate": GENERATE}
 
 BASELINE = "transformer"
 
@@ -386,8 +442,11 @@ def resolve(name: str, run, data_bin, src: str, tgt: str) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in CONFIGS:
-        print(f"error: {sys.argv[1:] and sys.argv[1]!r} is not a benchmark configuration; known: "
+    _context = sys.argv[1:2] == ["--context"]  # --context NAME: the task flags that build NAME's document context
+    _args = sys.argv[1 + _context:]
+    if len(_args) != 1 or _args[0] not in CONFIGS:
+        print(f"error: {_args and _args[0]!r} is not a benchmark configuration; known: "
               f"{', '.join(sorted(CONFIGS))}", file=sys.stderr)
         sys.exit(2)
-    print(shlex.join(["--task", get(sys.argv[1])["task"], *get(sys.argv[1])["train"]]))
+    _cfg = get(_args[0])
+    print(shlex.join(context_flags(_cfg["train"]) if _context else ["--task", _cfg["task"], *_cfg["train"]]))
