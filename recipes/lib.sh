@@ -123,3 +123,28 @@ concat_eval() {  # concat_eval SEGMENTED_FOLDER JOB CONFIGS
     printf '%s\tconsec\t%s\n' "$c" "${bleu:-?}" | tee -a "$job/concat_eval.tsv"
   done
 }
+
+# curve_job NAME DATA SRC TGT REF2 "LANE_A" "LANE_B" BENCH_ARGS...: a learning-curve bench job in OUT/NAME
+# (recipes/bench/converged*.sh; OUT, THREADS, N_BOOTSTRAP, CURVE_EVERY and TABLE from the recipe): two --train-only
+# lanes side by side (LANES=1: one lane, A's configurations then B's), then the comparison (paired bootstrap against
+# the job's baseline, the converged table rows)
+curve_job() {
+  local name=$1 data=$2 src=$3 tgt=$4 ref2=$5 a=$6 b=$7 k pids=() failed=0 letter=(A B)
+  shift 7
+  local common=(recipes/bench/bench.py --data "$data" --src "$src" --tgt "$tgt" --ref2 "$ref2" --threads "$THREADS"
+                --n-bootstrap "$N_BOOTSTRAP" --out "$OUT/$name" --curve-every "$CURVE_EVERY" "$@")
+  local lanes=("$a" "$b")
+  [ "${LANES:-2}" != 1 ] || lanes=("$a,$b")
+  mkdir -p "$OUT/$name"
+  echo "[$name] lanes: ${lanes[*]}"
+  for k in "${!lanes[@]}"; do
+    $PY "${common[@]}" --train-only --configs "${lanes[k]}" > "$OUT/$name/lane${letter[k]}.log" 2>&1 & pids+=($!)
+  done
+  for k in "${!pids[@]}"; do
+    wait "${pids[k]}" || { failed=1; tail -20 "$OUT/$name/lane${letter[k]}.log"; }
+  done
+  [ $failed = 0 ] || return 1
+  $PY "${common[@]}" --configs "$a,$b" ${TABLE:+--table "$TABLE"} > "$OUT/$name/compare.log" 2>&1 \
+    || { tail -20 "$OUT/$name/compare.log"; return 1; }
+  grep -A20 "^| config | system | best dev BLEU" "$OUT/$name/compare.log" | grep "^|"
+}

@@ -39,6 +39,12 @@ resumption).  ``--continue-from JOB`` starts a configuration that has not starte
 interval checkpoint of the same configuration in another curve job on the same data (e.g. an equal-updates job continued to convergence): its checkpoint,
 best checkpoint and log are copied, and fairseq restores the optimiser, scheduler and data iterator.
 
+Stage 2 of a two-stage procedure (the document systems of Maruf ch. 3-4, ``recipes/bench/converged_doc.sh``):
+``--finetune-from-model STAGE1.pt`` warm-starts every configuration not yet started from the stage-1 checkpoint
+(fairseq's option: an interrupted one resumes its own ``checkpoint_last.pt``) and is pass 0 of the configurations
+decoded with ``doc_bcd --bcd-init base_model`` (``--path BEST:STAGE1``); ``--doc-generated-dir DIR`` gives the
+stage-1 translations to the configurations that read the generated target context.
+
     python recipes/bench/bench.py --data data/bible_es_en/spm8000_low5k --configs transformer,jas_m11 \
         --curve-every 200 --patience 5 --budget-min 240 --out runs/converged/es_en_5k --table recipes/bench/RESULTS.md
 """

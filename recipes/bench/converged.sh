@@ -62,40 +62,22 @@ else
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
 fi
 
-# job NAME DATA SRC TGT REF2 "LANE_A" "LANE_B" LIMITS...: two --train-only lanes, then the comparison
-job() {
-  local name=$1 data=$2 src=$3 tgt=$4 ref2=$5 a=$6 b=$7 pa pb failed=0
-  shift 7
-  local common=(recipes/bench/bench.py --data "$data" --src "$src" --tgt "$tgt" --ref2 "$ref2" --threads "$THREADS"
-                --n-bootstrap "$N_BOOTSTRAP" --out "$OUT/$name" --curve-every "$CURVE_EVERY" "$@")
-  mkdir -p "$OUT/$name"
-  echo "[$name] lane A: $a; lane B: $b"
-  $PY "${common[@]}" --train-only --configs "$a" > "$OUT/$name/laneA.log" 2>&1 & pa=$!
-  $PY "${common[@]}" --train-only --configs "$b" > "$OUT/$name/laneB.log" 2>&1 & pb=$!
-  wait $pa || { failed=1; tail -20 "$OUT/$name/laneA.log"; }
-  wait $pb || { failed=1; tail -20 "$OUT/$name/laneB.log"; }
-  [ $failed = 0 ] || return 1
-  $PY "${common[@]}" --configs "$a,$b" ${TABLE:+--table "$TABLE"} > "$OUT/$name/compare.log" 2>&1 \
-    || { tail -20 "$OUT/$name/compare.log"; return 1; }
-  grep -A20 "^| config | system | best dev BLEU" "$OUT/$name/compare.log" | grep "^|"
-}
-
 CONV=(--patience "$PATIENCE" --budget-min "$CAP_MIN")
 [ "$CAP_UPDATES" = 0 ] || CONV+=(--max-updates "$CAP_UPDATES")
 for stage in $STAGES; do
   case $stage in
     conv_es) cont=()
              [ "${CONTINUE:-1}" = 1 ] && [ -d "$OUT/ablate" ] && cont=(--continue-from "$OUT/ablate")
-             job conv_es "$ES" es en "" "transformer,enc_dc" "jas_m11,ms12_aif" "${CONV[@]}" "${cont[@]}" ;;
+             curve_job conv_es "$ES" es en "" "transformer,enc_dc" "jas_m11,ms12_aif" "${CONV[@]}" "${cont[@]}" ;;
     # the variants train to the baseline's update count (equal updates: the baseline stopped at 1,280 by the
     # 150-minute cap), patience 5 on dev BLEU as above, no time cap
-    variants) job variants "$ES" es en "" \
+    variants) curve_job variants "$ES" es en "" \
               "${VARIANTS_A:-transformer,jas_m00,twt_scalenorm_fixnorm,jas_m01,dec_dc_lr7e4}" \
               "${VARIANTS_B:-jas_m10,jas_sagg,jas_cagg,dec_dc,full_dc,jas_iter_sagg,jas_iter_cagg}" \
               --patience "$PATIENCE" --budget-min 0 --max-updates "${VARIANT_UPDATES:-1280}" ;;
-    conv_tl) job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" &&
+    conv_tl) curve_job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" &&
              concat_eval "$TL" "$OUT/conv_tl" transformer,concat_consec,concat_rand ;;
-    ablate) job ablate "$ES" es en "" "transformer,enc_dc,enc_dc_pad_left,enc_dc_lr7e4,ms12_aif" \
+    ablate) curve_job ablate "$ES" es en "" "transformer,enc_dc,enc_dc_pad_left,enc_dc_lr7e4,ms12_aif" \
               "enc_dc_local_zero,enc_dc_nodrop,transformer_lr7e4,ms12_aif_zero,ms12" \
               --max-updates "$ABLATE_UPDATES" --curve-every "$ABLATE_CURVE_EVERY" --budget-min 0 ;;
     *) echo "error: unknown stage '$stage' (ablate conv_es conv_tl variants)" >&2; exit 2 ;;

@@ -4,7 +4,8 @@ One entry per system: the ``fairseq-train`` flags (after the data folder), the t
 ``fairseq-generate`` flags.  Every later issue adds its rows here; the baseline is what every
 thesis method is compared against, at the same data, budget and decoding settings.
 
-``python -m fairseq_ext.tools.evaluation.bench_configs NAME`` prints the shell-quoted train flags of NAME.
+``python -m fairseq_ext.tools.evaluation.bench_configs NAME`` prints the shell-quoted train flags of NAME
+(``--context NAME``: the task flags that build its document context, for a tool decoding its checkpoint).
 """
 import os
 import shlex
@@ -205,8 +206,9 @@ CONFIGS["rnnsearch"] = {
 # doc_translation, one or more whole chapters per batch), every system warm-started from the same stage-1
 # sentence checkpoint (--finetune-from-model, added by the recipe) and trained on all its parameters with
 # Adam at a fine-tuning learning rate; the stage-2 baseline is the sentence model trained on the same batches.
-# Decoded greedily (the thesis decodes greedily everywhere). bench.py does not run these (they need the
-# stage-1 checkpoint and the ids folder); speed.py times them (it adds --doc-ids-dir).
+# Decoded greedily (the thesis decodes greedily everywhere). bench.py runs them with --finetune-from-model STAGE1
+# (and --doc-generated-dir where they read the stage-1 translations; recipes/bench/converged_doc.sh); speed.py times
+# them (it adds --doc-ids-dir).
 MARUF_STAGE2 = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--clip-norm", "1.0", "--lr", "3e-4",
                 "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--criterion",
                 "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "2048"]
@@ -253,9 +255,45 @@ for _name, _desc, _flags in [
         ("maruf3_prev_tgt", "Maruf ch.3 baseline PREV TGT (the previous verse's translation)",
          ["--arch", "ctx_prevtgt_rnn_bench", "--doc-target-context", "generated"]),
         ("maruf3_wang2017", "Maruf ch.3 baseline Wang et al. 2017 (hierarchical RNN over the 3 previous verses, "
-         "an auxiliary decoder input)", ["--arch", "docmem_wang2017_bench"])]:
+         "an auxiliary decoder input)", ["--arch", "docmem_wang2017_bench"]),
+        ("maruf3_jean2017", "Maruf ch.3 baseline Jean et al. 2017 (attention over the previous verse's source)",
+         ["--arch", "ctx_jean2017_rnn_bench"])]:
     CONFIGS[_name] = {"desc": _desc, "task": "doc_translation", "train": _flags + MARUF3_STAGE2,
                       "generate": GREEDY}
+
+# Decoding a stage-2 system (bench.py --finetune-from-model STAGE1): the task flags that build its context in
+# training (DOC_CONTEXT_FLAGS) build it at test too; a system reading the generated target context (the stage-1
+# model's translations) decodes in two passes, the thesis's (§3.3; block coordinate descent K = 1, Jacobi, pass 0
+# = the stage-1 model: bench.py gives --path BEST:STAGE1), the HAN decoder in document order (HAN_DEC_GENERATE).
+DOC_CONTEXT_FLAGS = ("--doc-context-mode", "--doc-target-context", "--doc-concat-prev")
+TWO_PASS = ["--decoding-algorithm", "doc_bcd", "--doc-iterations", "1", "--bcd-update", "jacobi",
+            "--bcd-init", "base_model"]
+
+
+def context_flags(flags: list) -> list:
+    """The DOC_CONTEXT_FLAGS of ``flags`` with their values, in order."""
+    return [x for i, f in enumerate(flags) if f in DOC_CONTEXT_FLAGS for x in (f, flags[i + 1])]
+
+
+def reads_generated(flags: list) -> bool:
+    """Whether ``flags`` train on the generated target context (``--doc-target-context generated``)."""
+    return "generated" in context_flags(flags)[1::2]
+
+
+def doc_data_flags(data_bin, generated_dir=None) -> list:
+    """The data flags of a ``doc_translation`` run on the binarized folder ``data_bin``: ``--doc-ids-dir`` = the
+    segmented folder where the binarized one has no ``{split}.ids`` (``fairseq-ext-data binarize`` copies them), and
+    ``--doc-generated-dir`` when ``generated_dir`` is given."""
+    from pathlib import Path
+
+    flags = [] if (Path(data_bin) / "train.ids").exists() else ["--doc-ids-dir", str(Path(data_bin).parent)]
+    return flags + (["--doc-generated-dir", str(generated_dir)] if generated_dir else [])
+
+
+for _cfg in CONFIGS.values():
+    if _cfg["task"] == "doc_translation":
+        _two_pass = TWO_PASS if _cfg["generate"] is GREEDY and reads_generated(_cfg["train"]) else []
+        _cfg["generate"] = _cfg["generate"] + _two_pass + context_flags(_cfg["train"])
 
 # ---------------------------------------------------------------------------------------------
 # CPU inference (issue 17): Kasai et al. (2021) "Deep Encoder, Shallow Decoder": the baseline's layers moved to
@@ -405,8 +443,11 @@ def resolve(name: str, run, data_bin, src: str, tgt: str) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in CONFIGS:
-        print(f"error: {sys.argv[1:] and sys.argv[1]!r} is not a benchmark configuration; known: "
+    _context = sys.argv[1:2] == ["--context"]  # --context NAME: the task flags that build NAME's document context
+    _args = sys.argv[1 + _context:]
+    if len(_args) != 1 or _args[0] not in CONFIGS:
+        print(f"error: {_args and _args[0]!r} is not a benchmark configuration; known: "
               f"{', '.join(sorted(CONFIGS))}", file=sys.stderr)
         sys.exit(2)
-    print(shlex.join(["--task", get(sys.argv[1])["task"], *get(sys.argv[1])["train"]]))
+    _cfg = get(_args[0])
+    print(shlex.join(context_flags(_cfg["train"]) if _context else ["--task", _cfg["task"], *_cfg["train"]]))

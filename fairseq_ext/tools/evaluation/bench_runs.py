@@ -69,6 +69,27 @@ def continue_from(src: Path, d: Path, data_bin: Path, cfg: dict) -> None:
     log(f"{d.name}: continuing {ckpts[-1]} ({state['optimizer_history'][-1].get('num_updates', '?')} updates)")
 
 
+def stage2_flags(name: str, cfg: dict, args, data_bin: Path, d: Path):
+    """The flags of a stage-2 configuration (Maruf's two-stage procedure): the document task's data flags
+    (``bench_configs.doc_data_flags``; ``--doc-generated-dir`` for a configuration that reads the generated target
+    context), ``--finetune-from-model STAGE1`` (fairseq resumes ``checkpoint_last.pt`` instead once there is one),
+    and the ``--path`` of test decoding: ``BEST:STAGE1`` where doc_bcd's pass 0 is the stage-1 model
+    (``--bcd-init base_model``), else the best checkpoint."""
+    generated = bench_configs.reads_generated(cfg["train"])
+    if generated and not args.doc_generated_dir:
+        raise SystemExit(f"error: configuration '{name}' reads the generated target context: give "
+                         f"--doc-generated-dir (the stage-1 model's translations, {{split}}.{{tgt}})")
+    pass0 = "base_model" in cfg["generate"]
+    if pass0 and not args.finetune_from_model:
+        raise SystemExit(f"error: configuration '{name}' decodes with the stage-1 model as pass 0: give "
+                         f"--finetune-from-model STAGE1.pt")
+    task_flags = (bench_configs.doc_data_flags(data_bin, args.doc_generated_dir if generated else None)
+                  if cfg["task"] == "doc_translation" else [])
+    warm = ["--finetune-from-model", args.finetune_from_model] if args.finetune_from_model else []
+    ckpt = d / "checkpoint_best.pt"
+    return task_flags, warm, f"{ckpt}:{args.finetune_from_model}" if pass0 else ckpt
+
+
 # flags of the CPU bf16 path (bench_configs BF16): decoding repeats them; on a GPU they are dropped
 CPU_ONLY = ("--cpu-bf16", "--math-attention")
 # --precision on cuda: fairseq's --amp (float16 autocast, float32 master weights, loss scaling) or --fp16 (float16
@@ -114,7 +135,7 @@ def run_config(name: str, args, out: Path) -> dict:
             run_logged([sys.executable, *argv], d / "prepare.log", args.threads, append=True, log=log, cwd=ROOT)
     if args.continue_from and not (d / "train.log").exists():
         continue_from(args.continue_from / name, d, data_bin, cfg)
-    ckpt = d / "checkpoint_best.pt"
+    task_flags, warm, gen_path = stage2_flags(name, cfg, args, data_bin, d)
     precision = cuda_precision(args.precision) if args.device == "cuda" else None
     limits = ["--stop-time-hours", f"{args.budget_min / 60:.5f}"] if args.budget_min > 0 else []
     if args.max_updates:
@@ -130,7 +151,7 @@ def run_config(name: str, args, out: Path) -> dict:
                    "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"]
         if args.patience:
             limits += ["--patience", str(args.patience)]
-    train_cmd = [*fairseq_cli("train"), data_bin, "--user-dir", PACKAGE, "--task", cfg["task"],
+    train_cmd = [*fairseq_cli("train"), data_bin, "--user-dir", PACKAGE, "--task", cfg["task"], *task_flags, *warm,
                  *device_flags(cfg["train"], args.device, precision), "--seed", str(args.seed), *limits, "--max-epoch", "1000",
                  "--save-dir", d, "--no-epoch-checkpoints", "--no-progress-bar", "--log-format", "simple",
                  "--log-interval", str(log_interval), "--skip-invalid-size-inputs-valid-test"]
@@ -144,8 +165,8 @@ def run_config(name: str, args, out: Path) -> dict:
         if best_point(curve) is None:
             raise SystemExit(f"error: {d / 'train.log'}: no dev BLEU was logged (does task {cfg['task']} "
                              f"support --eval-bleu?)")
-    gen_cmd = [*fairseq_cli("generate"), data_bin, "--user-dir", PACKAGE, "--task", cfg["task"],
-               "--path", ckpt, "--gen-subset", "test",
+    gen_cmd = [*fairseq_cli("generate"), data_bin, "--user-dir", PACKAGE, "--task", cfg["task"], *task_flags,
+               "--path", gen_path, "--gen-subset", "test",
                *device_flags(cfg["generate"] + [f for f in CPU_ONLY if f in cfg["train"]], args.device, precision,
                             train=False)]
     if "--post-process" not in cfg["generate"]:
@@ -167,6 +188,7 @@ def run_config(name: str, args, out: Path) -> dict:
         "chrf_signature": sc["chrf_signature"], "bleu_str": sc["bleu_str"],
         "bleu_2refs": sc2["bleu"] if sc2 else None, "buckets": sc.get("buckets"),
         "hyp_file": str(d / "generate.out"),
+        **({"finetune_from_model": str(args.finetune_from_model)} if args.finetune_from_model else {}),
     }
     if args.curve_every:
         result["curve"] = {"every": args.curve_every, "patience": args.patience, **curve_points(curve),
@@ -347,6 +369,13 @@ def build_parser(description: str = None) -> argparse.ArgumentParser:
                     help="with --curve-every: start each configuration not yet started here from its newest interval "
                          "checkpoint in the curve job JOB (same data and configuration), e.g. to take an "
                          "equal-updates job on to convergence")
+    ap.add_argument("--finetune-from-model", default=None, metavar="STAGE1.pt",
+                    help="stage 2 of a two-stage procedure: warm-start every configuration not yet started from this "
+                         "checkpoint (fairseq's option; an interrupted configuration resumes its checkpoint_last.pt); "
+                         "a configuration decoded with doc_bcd --bcd-init base_model uses it as pass 0")
+    ap.add_argument("--doc-generated-dir", default=None, metavar="DIR",
+                    help="doc_translation configurations that read the generated target context: the stage-1 "
+                         "model's translations ({split}.{tgt}, python -m fairseq_ext.tools.corpora.doc_context)")
     ap.add_argument("--train-only", action="store_true",
                     help="train and decode the listed configurations only (no baseline added, no comparison, no "
                          "table): one lane of a job split over processes; a later run of the whole list reuses "
@@ -365,6 +394,8 @@ def main(argv=None, description: str = None):
     if args.budget_min <= 0 and not args.max_updates and not args.patience:
         ap.error("--budget-min 0 needs --max-updates or --patience (nothing would stop training)")
     bench_configs.BASELINE = args.baseline  # ratios, bootstrap and table order follow it
+    if args.finetune_from_model and not Path(args.finetune_from_model).is_file():
+        raise SystemExit(f"error: --finetune-from-model {args.finetune_from_model}: no such checkpoint")
     if not (args.data / "bin").is_dir():
         raise SystemExit(f"error: {args.data / 'bin'} missing; run: python -m fairseq_ext.tools.corpora.corpora prepare")
     names = [n for n in args.configs.split(",") if n]
@@ -412,7 +443,8 @@ def main(argv=None, description: str = None):
                                            f"cap {args.budget_min:g} min" if args.budget_min > 0 else "") if x)
             note = (f"- job `{out.name}`: {', '.join(names)}; dev every {args.curve_every} updates ({limits}); "
                     f"{args.threads} threads, {machine_text(args)}, data `{args.data}`; "
-                    f"curves {out / 'curves.png'}")
+                    + (f"warm-started from `{args.finetune_from_model}`; " if args.finetune_from_model else "")
+                    + f"curves {out / 'curves.png'}")
             merge_converged(args.table, conv, note)
             log(f"converged rows merged into {args.table}")
         return

@@ -105,17 +105,13 @@ def build(name: str, data: Path, generated_dir=None):
                          f"({', '.join(p for p, _ in cfg['prepare'])}); speed.py does not make them")
     extra = []
     if cfg["task"] == "doc_translation":
-        if not (data / "train.ids").exists():  # fairseq-ext-data binarize copies them next to the data
-            extra = ["--doc-ids-dir", str(data.parent)]
-        flags = cfg["train"]
-        generated = "--doc-target-context" in flags and flags[flags.index("--doc-target-context") + 1] == "generated"
+        generated = bench_configs.reads_generated(cfg["train"])
         if generated and not generated_dir:
             raise SystemExit(f"error: configuration '{name}' reads the generated target context: give "
                              f"--doc-generated-dir (the folder of the sentence model's {{split}}.{{tgt}})")
-        if generated_dir:
-            extra += ["--doc-generated-dir", str(generated_dir)]
-            if not generated:
-                extra += ["--doc-target-context", "generated"]
+        extra = bench_configs.doc_data_flags(data, generated_dir)
+        if generated_dir and not generated:
+            extra += ["--doc-target-context", "generated"]
     argv = [str(data), "--user-dir", str(PACKAGE), "--task", cfg["task"], "--cpu",
             "--seed", "1", *extra, *cfg["train"]]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
