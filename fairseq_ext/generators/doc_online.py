@@ -1,5 +1,5 @@
-"""``--doc-online-decoding``: online document decoding (Maruf 2019 ch. 4, the online setting of §4.4 and Table
-4.3; the decoder integration, Fig. 4.4, at test time): every sentence is translated after the earlier sentences of
+"""``--doc-online-decoding``: online document decoding (Maruf 2019 ch. 4, the online setting of Table 4.3; the
+decoder integration, Fig. 4.4, at test time): every sentence is translated after the earlier sentences of
 its document, and its target context is the model's **own** translations of them (not references, not a stage-1
 file).
 
