@@ -124,11 +124,13 @@ contrastive() {
       d=$(dirname "$d") c=$(basename "$(dirname "$d/x")")
       read -r -a flags <<< "$($PY -m fairseq_ext.tools.evaluation.bench_configs --context "$c")"
       [[ " ${flags[*]} " != *" generated "* ]] || flags+=(--doc-generated-dir "$2")
-      [ -s "$d/contrastive.$split.json" ] || $PY -m fairseq_ext.tools.evaluation.contrastive score --set "$set" \
-        --spm "$DOC/spm.model" --name "$c" --json "$d/contrastive.$split.json.tmp" "$DOC/bin" \
-        --path "$d/checkpoint_best.pt" --task doc_translation "${flags[@]}" --gen-subset $split --cpu \
-        > "$d/contrastive.$split.log" 2>&1 && mv "$d/contrastive.$split.json.tmp" "$d/contrastive.$split.json" \
-        || { tail -20 "$d/contrastive.$split.log"; return 1; }
+      if [ ! -s "$d/contrastive.$split.json" ]; then   # scored once (a rerun keeps the score)
+        $PY -m fairseq_ext.tools.evaluation.contrastive score --set "$set" --spm "$DOC/spm.model" --name "$c" \
+          --json "$d/contrastive.$split.json.tmp" "$DOC/bin" --path "$d/checkpoint_best.pt" --task doc_translation \
+          "${flags[@]}" --gen-subset $split --cpu > "$d/contrastive.$split.log" 2>&1 \
+          || { tail -20 "$d/contrastive.$split.log"; return 1; }
+        mv "$d/contrastive.$split.json.tmp" "$d/contrastive.$split.json"
+      fi
       { printf '\n### %s, %s set\n\n' "$c" "$split"
         grep -v "^\[\|^INFO\|^DEBUG\|^WARNING" "$d/contrastive.$split.log"; } >> "$job/contrastive.md"
     done
