@@ -113,6 +113,10 @@ def test_run_helpers(tmp_path):
     (data / "segment.json").write_text(json.dumps({"raw": "/elsewhere/raw-train5000", "post_process": "subword_nmt"}))
     assert runs.raw_folder(data) == tmp_path / "raw-train5000" and runs.post_process(data) == "subword_nmt"
     assert runs.post_process(tmp_path) == "sentencepiece" and runs.raw_folder(tmp_path) == tmp_path.parent / "raw"
+    # a universal folder (fairseq-ext-data universal): no segment.json beside bin/, its raw text inside it
+    uni = tmp_path / "it_16k_esfrru"
+    (uni / "raw").mkdir(parents=True)
+    assert runs.raw_folder(uni) == uni / "raw" and runs.post_process(uni) == "sentencepiece"
     assert runs.fmt(None) == "–" and runs.fmt(1.234) == "1.23" and runs.fmt(3, "d") == "3"
     assert runs.fmt(float("nan"), missing="—") == "—" and runs.fmt(12345, ",") == "12,345"
     log = tmp_path / "out.log"

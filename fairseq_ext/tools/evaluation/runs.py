@@ -76,11 +76,14 @@ def post_process(data: Path) -> str:
 
 def raw_folder(data: Path) -> Path:
     """The raw (untokenised) folder of the prepared folder ``data``: segment.json's ``raw``; when that path is not
-    there (the folder was copied to another machine or checkout), the folder of the same name next to ``data``."""
+    there (the folder was copied to another machine or checkout), the folder of the same name next to ``data``;
+    failing both, ``data``'s own ``raw`` (a ``fairseq-ext-data universal`` folder keeps its raw text inside it)."""
     data = Path(data)
     raw = Path(_segment(data).get("raw", data.parent / "raw"))
     if not raw.is_dir() and (data.parent / raw.name).is_dir():
         return data.parent / raw.name
+    if not raw.is_dir() and (data / "raw").is_dir():
+        return data / "raw"
     return raw
 
 
