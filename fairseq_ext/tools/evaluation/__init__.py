@@ -31,6 +31,8 @@ module                   console script                         what
                                                                 recipes train
 ``bench_runs``           (``recipes/bench/bench.py``)           train, decode and score bench configurations
                                                                 under one budget; the bench tables
+``verdicts``             —                                      a thesis row's verdict: paired bootstrap against
+                                                                its baseline beside the thesis's delta
 ``interleaved``          (``recipes/bench/decode_speed.py``,    costs measured interleaved: decoding time,
                          ``speed.py``, ``cpu_inference.py``)    training steps on fixed batches
 =======================  =====================================  ===============================================
