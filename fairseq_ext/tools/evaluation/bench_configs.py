@@ -266,6 +266,26 @@ for _name, _desc, _flags in [
     CONFIGS[_name] = {"desc": _desc, "task": "doc_translation", "train": _flags + MARUF3_STAGE2,
                       "generate": GREEDY}
 
+# Gu ch. 4 (recipes/gu/ch4.sh, recipes/bench/converged_tm.sh): SEG-NMT's translation stage, task seg_translation
+# (the {split}.tm.jsonl side files of `fairseq-ext-tm retrieve` next to the binarized data) with the top-2 retrieved
+# pairs, batches of 32 sentence pairs (the thesis's), Adam 1e-3 + clip 1. Warm-started from a stage-1
+# rnnsearch_bench (bench.py --finetune-from-model: seg_nmt copies the sentence tensors, M = I, lambda = 0) but
+# seg_copynet (other shapes: trained from scratch); seg_rnnsearch is the baseline continued on the same batches
+# (the memory is not given to it).
+SEG_STAGE2 = ["--tm-topk", "2", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3", "--clip-norm",
+              "1.0", "--batch-size", "32"]
+for _name, _desc, _flags in [
+        ("seg_rnnsearch", "Gu ch.4 NMT baseline: rnnsearch_bench on the SEG-NMT batches",
+         ["--arch", "rnnsearch_bench", "--criterion", "cross_entropy"]),
+        ("seg_nmt_shallow", "Gu ch.4 SEG-NMT, shallow fusion (Eq. 4.5), top-2 retrieved pairs",
+         ["--arch", "seg_nmt_bench", "--criterion", "seg_nmt_cross_entropy"]),
+        ("seg_nmt_deep", "Gu ch.4 SEG-NMT, deep fusion (Eq. 4.4), top-2 retrieved pairs",
+         ["--arch", "seg_nmt_bench", "--fusion", "deep", "--criterion", "seg_nmt_cross_entropy"]),
+        ("seg_copynet", "Gu ch.4 baseline CopyNet over the top-1 retrieved target (from scratch)",
+         ["--arch", "seg_copynet_bench", "--criterion", "copynet_cross_entropy"])]:
+    CONFIGS[_name] = {"desc": _desc, "task": "seg_translation", "train": _flags + SEG_STAGE2,
+                      "generate": GENERATE + ["--tm-topk", "2"]}
+
 # Decoding a stage-2 system (bench.py --finetune-from-model STAGE1): the task flags that build its context in
 # training (DOC_CONTEXT_FLAGS) build it at test too; a system reading the generated target context (the stage-1
 # model's translations) decodes in two passes, the thesis's (§3.3; block coordinate descent K = 1, Jacobi, pass 0
