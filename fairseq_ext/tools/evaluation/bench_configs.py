@@ -356,7 +356,8 @@ for _name, _desc, _train in [
 # Gu ch. 5 (issue 15; recipes/gu/ch5.sh): many sources -> English (task universal_translation on a
 # `fairseq-ext-data universal` folder, its ULR arrays in <folder>/ulr), the universal_rnn_bench shape, training
 # languages drawn with temperature 5, Adam 1e-3 + clip 1. speed.py times them against gu5_multi (the training
-# cost per word of ULR / ULR+MoLE vs Multi-NMT); bench.py does not run them (recipes/gu/ch5.sh does).
+# cost per word of ULR / ULR+MoLE vs Multi-NMT); recipes/gu/ch5.sh runs them at fixed budgets, bench.py at
+# convergence (recipes/bench/converged_universal.sh: --src src --tgt en, the references in the folder's raw/).
 GU5 = ["--arch", "universal_rnn_bench", "--lang-temperature", "5", "--optimizer", "adam", "--lr", "1e-3",
        "--clip-norm", "1.0", "--max-tokens", "2048"]
 for _name, _desc, _flags in [
@@ -366,6 +367,13 @@ for _name, _desc, _flags in [
         ("gu5_ulr_mole", "Gu ch.5 + ULR + MoLE (Eqs. 5.6-5.7, gate loss)",
          ["--ulr", "--mole", "--criterion", "universal_mole_cross_entropy"])]:
     CONFIGS[_name] = {"desc": _desc, "task": "universal_translation", "train": GU5 + _flags, "generate": GENERATE}
+# + back-translation (§5.4.2): the synthetic low-resource pairs of split `bt_converged` (recipes/bench/
+# converged_universal.sh writes it: two passes bootstrapped from the converged + ULR model), each real pair counted 10
+# times against them (--bt-real-upsample; the thesis gives no ratio, 1:1 drowned the real pairs at 8 synthetic to 1)
+GU5_BT = ["--bt-split", "bt_converged", "--bt-real-upsample", "10"]
+for _name in ("gu5_multi", "gu5_ulr", "gu5_ulr_mole"):
+    CONFIGS[f"{_name}_bt10"] = dict(CONFIGS[_name], desc=CONFIGS[_name]["desc"] + " + BT (real pairs x10)",
+                                    train=CONFIGS[_name]["train"] + GU5_BT)
 
 # Maruf ch. 5 (issue 14; recipes/maruf/ch5.sh): Bi-MSMT on conversations (task conversation_translation on
 # data/bible_conv_es_en, whole conversations per batch), the recipe's CPU-mode systems (the thesis's 256/256/128
