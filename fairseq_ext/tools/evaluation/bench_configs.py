@@ -377,9 +377,12 @@ for _name in ("gu5_multi", "gu5_ulr", "gu5_ulr_mole"):
 
 # Maruf ch. 5 (issue 14; recipes/maruf/ch5.sh): Bi-MSMT on conversations (task conversation_translation on
 # data/bible_conv_es_en, whole conversations per batch), the recipe's CPU-mode systems (the thesis's 256/256/128
-# sizes, the NMT-encoder sentence vectors, InitDec), Adam 1e-3 + clip 1. speed.py times them against maruf5_base
-# (the reference target history: the same work as the generated one); bench.py does not run them (the recipe does).
-MARUF5 = ["--conv-langs", "en,es", "--conv-target-history", "gold", "--criterion", "conversation_cross_entropy",
+# sizes, the NMT-encoder sentence vectors, InitDec), Adam 1e-3 + clip 1, decoded greedily online (the thesis's
+# §5.7). speed.py times them against maruf5_base (the reference target history, the task's default: the same work
+# as the generated one); bench.py runs them at convergence (recipes/bench/converged_conv.sh: the base from scratch,
+# then each system warm-started from it with --finetune-from-model; --doc-generated-dir gives the systems that read
+# the target history the stage-1 model's translations, conv_generated_flags).
+MARUF5 = ["--conv-langs", "en,es", "--criterion", "conversation_cross_entropy",
           "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "1e-3", "--clip-norm", "1.0",
           "--max-tokens", "2048"]
 MARUF5_CTX = ["--arch", "bimsmt_rnn", "--src-sent-encoder", "nmt_encoder", "--ctx-inject", "initdec"]
@@ -393,7 +396,19 @@ for _name, _desc, _flags in [
         ("maruf5_dual", "Maruf ch.5 Dual Context Src-Tgt", MARUF5_CTX + ["--dual", "src_tgt", "--tgt-vectors", "frozen_base"]),
         ("maruf5_dual_mix", "Maruf ch.5 Dual Context Src-Tgt-Mix",
          MARUF5_CTX + ["--dual", "src_tgt_mix", "--tgt-vectors", "frozen_base"])]:
-    CONFIGS[_name] = {"desc": _desc, "task": "conversation_translation", "train": MARUF5 + _flags, "generate": GENERATE}
+    CONFIGS[_name] = {"desc": _desc, "task": "conversation_translation", "train": MARUF5 + _flags, "generate": GREEDY}
+
+
+def reads_target_history(flags: list) -> bool:
+    """Whether a conversation_translation configuration's model reads the target side of the history (the target
+    context, --tgt-ctx, or a dual context, --dual; Maruf Table 5.3's "Target Context" and "Dual Context" rows)."""
+    return any(opt in flags and flags[flags.index(opt) + 1] != "none" for opt in ("--tgt-ctx", "--dual"))
+
+
+def conv_generated_flags(generated_dir) -> list:
+    """The task flags that train on a stage-1 model's translations as the target history (``{split}.tgt`` in
+    ``generated_dir``), the thesis's setting (Maruf §5.7)."""
+    return ["--conv-target-history", "generated", "--conv-generated-dir", str(generated_dir)]
 
 # ---------------------------------------------------------------------------------------------
 # Real-data evidence on a GPU (recipes/bench/gpu_batch.sh): the rows still open at convergence.

@@ -72,7 +72,8 @@ def continue_from(src: Path, d: Path, data_bin: Path, cfg: dict) -> None:
 def stage2_flags(name: str, cfg: dict, args, data_bin: Path, d: Path):
     """The flags of a stage-2 configuration (Maruf's two-stage procedure): the document task's data flags
     (``bench_configs.doc_data_flags``; ``--doc-generated-dir`` for a configuration that reads the generated target
-    context), ``--finetune-from-model STAGE1`` (fairseq resumes ``checkpoint_last.pt`` instead once there is one),
+    context), the conversation task's generated target history (``bench_configs.conv_generated_flags``, given
+    ``--doc-generated-dir``, for a configuration whose model reads the target history; else the references), ``--finetune-from-model STAGE1`` (fairseq resumes ``checkpoint_last.pt`` instead once there is one),
     and the ``--path`` of test decoding: ``BEST:STAGE1`` where doc_bcd's pass 0 is the stage-1 model
     (``--bcd-init base_model``), else the best checkpoint."""
     generated = bench_configs.reads_generated(cfg["train"])
@@ -83,8 +84,12 @@ def stage2_flags(name: str, cfg: dict, args, data_bin: Path, d: Path):
     if pass0 and not args.finetune_from_model:
         raise SystemExit(f"error: configuration '{name}' decodes with the stage-1 model as pass 0: give "
                          f"--finetune-from-model STAGE1.pt")
-    task_flags = (bench_configs.doc_data_flags(data_bin, args.doc_generated_dir if generated else None)
-                  if cfg["task"] == "doc_translation" else [])
+    task_flags = []
+    if cfg["task"] == "doc_translation":
+        task_flags = bench_configs.doc_data_flags(data_bin, args.doc_generated_dir if generated else None)
+    elif (cfg["task"] == "conversation_translation" and args.doc_generated_dir
+          and bench_configs.reads_target_history(cfg["train"])):
+        task_flags = bench_configs.conv_generated_flags(args.doc_generated_dir)
     warm = ["--finetune-from-model", args.finetune_from_model] if args.finetune_from_model else []
     ckpt = d / "checkpoint_best.pt"
     return task_flags, warm, f"{ckpt}:{args.finetune_from_model}" if pass0 else ckpt
@@ -374,8 +379,9 @@ def build_parser(description: str = None) -> argparse.ArgumentParser:
                          "checkpoint (fairseq's option; an interrupted configuration resumes its checkpoint_last.pt); "
                          "a configuration decoded with doc_bcd --bcd-init base_model uses it as pass 0")
     ap.add_argument("--doc-generated-dir", default=None, metavar="DIR",
-                    help="doc_translation configurations that read the generated target context: the stage-1 "
-                         "model's translations ({split}.{tgt}, python -m fairseq_ext.tools.corpora.doc_context)")
+                    help="doc_translation configurations that read the generated target context, and "
+                         "conversation_translation ones that read the target history: the stage-1 model's "
+                         "translations ({split}.{tgt}, python -m fairseq_ext.tools.corpora.doc_context)")
     ap.add_argument("--train-only", action="store_true",
                     help="train and decode the listed configurations only (no baseline added, no comparison, no "
                          "table): one lane of a job split over processes; a later run of the whole list reuses "
