@@ -205,6 +205,12 @@ CONFIGS["rnnsearch"] = {
     "desc": "Gu ch.2 RNNsearch: bi-GRU + attention + conditional GRU, emb 256 (same params)",
     "task": "translation_decoding", "train": ["--arch", "rnnsearch_bench"] + RNNSEARCH_OPTIM,
     "generate": GENERATE}
+# Gu ch. 9 (recipes/gu/ch9.sh, recipes/bench/converged_decoding.sh): the environment of the simultaneous agents, the
+# same RNNsearch with a uni-directional encoder (Eq. 9.1: the prefix read so far is encoded left to right)
+CONFIGS["rnnsearch_uni"] = {
+    "desc": "Gu ch.9 environment: rnnsearch_bench with a uni-directional GRU encoder (Eq. 9.1)",
+    "task": "translation_decoding", "train": ["--arch", "rnnsearch_bench", "--encoder-unidirectional"] + RNNSEARCH_OPTIM,
+    "generate": GENERATE}
 
 # ---------------------------------------------------------------------------------------------
 # Maruf ch. 4 (issue 13; recipes/maruf/ch4.sh): stage 2 of the two-stage procedure on Bible chapters (task
