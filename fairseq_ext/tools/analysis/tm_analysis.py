@@ -93,6 +93,8 @@ def build_parser() -> ArgumentParser:
                    help="a system's hypotheses (repeat; the first is the reference point of the differences)")
     f.add_argument("--bins", default=",".join(f"{e:g}" for e in DEFAULT_FUZZY_EDGES),
                    help="bin edges (default 0,0.3,0.5,0.7,1; [a,b), the last [a,b])")
+    f.add_argument("--n-bootstrap", type=int, default=0, metavar="N",
+                   help="paired bootstrap (N resamples) of every system against the first inside each bin (0: off)")
     k = sub.add_parser("k-sweep", allow_abbrev=False, help="BLEU vs the number of retrieved pairs (Fig. 4.4)")
     _add_scoring(k)
     k.add_argument("--hyp", action="append", required=True, metavar="K=FILE",
@@ -165,7 +167,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "fuzzy-bins":
         systems = {name: load(path) for name, path in _named(args.hyp, "--hyp")}
         res = fuzzy_bins(entries, streams, systems, parse_bins(args.bins), tokenised=args.tokenised,
-                         lowercase=args.lowercase)
+                         lowercase=args.lowercase, n_bootstrap=args.n_bootstrap)
         text = format_fuzzy_bins(res)
         if args.plot:
             res["plot"] = plot_fuzzy_bins(res, args.plot, args.title)

@@ -3,10 +3,12 @@ score (Fig. 4.3) and BLEU against the number of retrieved pairs (Fig. 4.4), as t
 
 :func:`fuzzy_bins` bins the examples by the fuzzy score (Eq. 4.1) of their best retrieved pair (bins ``[a, b)``,
 the last one ``[a, b]``; an example without a candidate counts as 0) and scores each bin of each system with
-sacreBLEU (:mod:`fairseq_ext.tools.evaluation.bleu`). :func:`k_sweep` scores decodings with ``--tm-topk K``
-and the adaptive selection (Algorithm 1), with the average number of pairs each selection gives an example
-(:func:`pairs_used`, at most the task's ``--tm-max-k``). ``python -m fairseq_ext.tools.analysis.tm_analysis
-fuzzy-bins | k-sweep`` runs them on files; matplotlib is imported only when a plot is drawn.
+sacreBLEU (:mod:`fairseq_ext.tools.evaluation.bleu`), with ``n_bootstrap`` also each system's paired bootstrap
+against the first on the bin's sentences (:mod:`fairseq_ext.tools.evaluation.significance`). :func:`k_sweep`
+scores decodings with ``--tm-topk K`` and the adaptive selection (Algorithm 1), with the average number of pairs
+each selection gives an example (:func:`pairs_used`, at most the task's ``--tm-max-k``). ``python -m
+fairseq_ext.tools.analysis.tm_analysis fuzzy-bins | k-sweep`` runs them on files; matplotlib is imported only when a
+plot is drawn.
 """
 from __future__ import annotations
 
@@ -59,12 +61,15 @@ def fmt_score(v: Optional[float], signed: bool = False) -> str:
 # ------------------------------------------------------------------------------------------ Fig. 4.3
 def fuzzy_bins(entries, streams: Sequence[Sequence[str]], systems: dict[str, list[str]],
                edges: Sequence[float] = DEFAULT_FUZZY_EDGES, *, tokenised: bool = False,
-               lowercase: bool = False) -> dict:
+               lowercase: bool = False, n_bootstrap: int = 0) -> dict:
     """BLEU / chrF of every system on the sentences of each top-1 fuzzy bin (module doc).
 
     :param entries: the side file's entries (one per reference sentence)
     :param streams: reference streams (lists of sentences)
     :param systems: ``{name: hypotheses in reference order}``
+    :param n_bootstrap: > 0: every other system's paired bootstrap against the first inside each bin and on all
+        sentences (``bleu_p`` / ``chrf_p`` next to its scores; :func:`~fairseq_ext.tools.evaluation.significance.
+        paired_bootstrap`, resampling the bin's sentences)
     """
     edges = [float(e) for e in edges]
     top = top1_fuzzy(entries)
@@ -95,8 +100,32 @@ def fuzzy_bins(entries, streams: Sequence[Sequence[str]], systems: dict[str, lis
         overall[name] = {"bleu": r["bleu"], "chrf": r["chrf"], "bp": r["bp"]}
         sig = {"bleu_label": r["bleu_label"], "bleu_signature": r["bleu_signature"],
                "chrf_label": r["chrf_label"], "chrf_signature": r["chrf_signature"]}
+    if n_bootstrap > 0 and len(systems) > 1:
+        for idx, cells in [([i for i in range(n) if where[i] == j], b["systems"]) for j, b in enumerate(bins)] + \
+                [(all_idx, overall)]:
+            _bootstrap_cells(cells, systems, streams, idx, n_bootstrap, tokenised, lowercase)
     return {"edges": edges, "n_sentences": n, "n_refs": len(streams), "systems": list(systems), "bins": bins,
-            "all": overall, "examples_without_candidate": sum(1 for e in entries if not e.ids), **sig}
+            "all": overall, "examples_without_candidate": sum(1 for e in entries if not e.ids),
+            **({"n_bootstrap": n_bootstrap} if n_bootstrap > 0 else {}), **sig}
+
+
+def _bootstrap_cells(cells: dict, systems: dict[str, list[str]], streams: Sequence[Sequence[str]],
+                     idx: Sequence[int], n_bootstrap: int, tokenised: bool, lowercase: bool) -> None:
+    """``bleu_p`` / ``chrf_p`` of every system but the first against it on the sentences ``idx`` (None without
+    sentences), into ``cells`` (``{name: {bleu, chrf, bp}}``)."""
+    from fairseq_ext.tools.evaluation.significance import paired_bootstrap
+
+    first, *others = systems
+    if not idx:
+        for name in others:
+            cells[name].update(bleu_p=None, chrf_p=None)
+        return
+    res = paired_bootstrap([systems[first][i] for i in idx], {o: [systems[o][i] for i in idx] for o in others},
+                           [[s[i] for i in idx] for s in streams], n=n_bootstrap, tokenised=tokenised,
+                           lowercase=lowercase, baseline_name=first)
+    bleu_m, chrf_m = res["metrics"]
+    for r in res["systems"]:
+        cells[r["name"]].update(bleu_p=r[bleu_m]["p_value"], chrf_p=r[chrf_m]["p_value"])
 
 
 def format_fuzzy_bins(res: dict) -> str:
@@ -110,7 +139,9 @@ def format_fuzzy_bins(res: dict) -> str:
     def row(label, n, cells):
         b = [cells[s]["bleu"] for s in names]
         d = [None if b[0] is None or x is None else x - b[0] for x in b[1:]]
-        return "| " + " | ".join([label, str(n)] + [fmt_score(x) for x in b] + [fmt_score(x, True) for x in d]) + " |"
+        p = [cells[s].get("bleu_p") for s in names[1:]]
+        delta = [fmt_score(x, True) + ("" if q is None else f" (p {q:.3f})") for x, q in zip(d, p)]
+        return "| " + " | ".join([label, str(n)] + [fmt_score(x) for x in b] + delta) + " |"
 
     for r in res["bins"]:
         lines.append(row(r["bin"], r["n"], r["systems"]))
@@ -118,7 +149,9 @@ def format_fuzzy_bins(res: dict) -> str:
     lines.append("")
     lines.append(f"{res['bleu_label']} signature: {res['bleu_signature']}; bins of the top-1 retrieved pair's fuzzy "
                  f"score (Eq. 4.1), [a,b) but the last [a,b]; {res['examples_without_candidate']} examples without "
-                 f"a candidate count as 0")
+                 f"a candidate count as 0"
+                 + (f"; p: paired bootstrap against {first} on the bin's sentences ({res['n_bootstrap']} resamples)"
+                    if res.get("n_bootstrap") else ""))
     return "\n".join(lines)
 
 
