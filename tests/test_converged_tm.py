@@ -60,6 +60,13 @@ def test_recipe_refuses_an_unknown_stage_and_stage2_before_stage1_and_retrieval(
     assert p.returncode == 1 and "doc1/rnnsearch has not finished: run STAGES=stage1 first" in p.stderr
     p = run(["bash", RECIPE], check=False, STAGES="copynet", **env)
     assert p.returncode == 1 and "has no side files: run STAGES=tm first" in p.stderr
+    # stage 1 is never trained while converged_doc.sh's doc1 job writes its logs (its lane may reach rnnsearch)
+    lane = tmp_path / "converged_tm_tiny" / "doc1" / "laneA.log"
+    lane.parent.mkdir(parents=True)
+    lane.write_text("[doc1] transformer: training\n")
+    p = run(["bash", RECIPE], check=False, STAGES="stage1", **env)
+    assert p.returncode == 1 and "doc1 is being trained" in p.stderr and "laneA.log" in p.stderr
+    assert not (lane.parent / "rnnsearch").exists()
 
 
 def test_fuzzy_bins_bootstrap_inside_each_bin_is_the_paired_bootstrap_of_its_sentences():

@@ -94,12 +94,14 @@ STAGE2=(seg_rnnsearch seg_nmt_shallow seg_nmt_deep seg_copynet)
 mkdir -p "$OUT"
 
 # stage1: doc1's rnnsearch (the same bench job as converged_doc.sh's doc1), reused once finished, trained here (its
-# own lane) when it has not started; refused while its log moves (another process trains it: never two writers)
+# own lane) when doc1 is idle; refused while a log of doc1 moves (converged_doc.sh's lane may be on the transformer
+# and reach rnnsearch later: never two writers)
 stage1() {
-  local d=$OUT_DOC/doc1/rnnsearch
+  local d=$OUT_DOC/doc1/rnnsearch busy
   [ -s "$d/result.json" ] && return 0
-  if [ -n "$(find "$d/train.log" -mmin -30 2> /dev/null)" ]; then
-    echo "error: $d is being trained (train.log written in the last 30 minutes): wait for its result.json" >&2
+  busy=$(find "$OUT_DOC/doc1" -name "*.log" -mmin -30 2> /dev/null | head -n 1)
+  if [ -n "$busy" ]; then
+    echo "error: $OUT_DOC/doc1 is being trained ($busy written in the last 30 minutes): wait for $d/result.json" >&2
     return 1
   fi
   mkdir -p "$OUT_DOC/doc1"
