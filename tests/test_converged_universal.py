@@ -94,8 +94,8 @@ def test_converged_universal_recipe_tiny(tmp_path):
     assert (data / "bin" / "bt_converged.lang").read_text().split() == ["it"] * 40
     assert (out / "bt_data" / "backward" / "train.done").exists()
     for c in BT:
-        assert "--bt-split bt_converged" in (out / "bt" / c / "train.log").read_text()
-    assert "--bt-split" not in (out / "ladder" / "gu5_ulr" / "train.log").read_text()
+        assert "+ 40 back-translated pairs (bt_converged), real it pairs x10" in (out / "bt" / c / "train.log").read_text()
+    assert "back-translated" not in (out / "ladder" / "gu5_ulr" / "train.log").read_text()
     rows = json.loads((out / "verdicts.json").read_text())
     assert len(rows) == 7 and all(r["verdict"] in ("reproduced", "direction only", "level", "lost") for r in rows)
     assert rows[0]["row"] == "+ ULR vs Multi-NMT" and rows[0]["thesis_delta"] == 5.07

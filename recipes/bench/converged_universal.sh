@@ -39,7 +39,21 @@
 # Resumable: a finished configuration (result.json) is reused, an interrupted one resumes from its last checkpoint
 # (saved at every validation, its patience count with it); the data folder and ULR arrays are stamped; each BT
 # pass is kept once written (the split `bt_converged` is not rebuilt: delete it with OUT/bt_data to redo it).
-# CPU cost: see the measured block below (MEASURED).
+# CPU cost, measured 2026-11-29 on the Intel Xeon (model 207) with AVX512-BF16 (no AMX exposed), one thread, on
+# data/bible_universal/it_16k_esfrru: CPU seconds per training update with bench.py's exact flags
+# (fairseq_ext/tools/evaluation/update_cost.py: runs of 1 and 11 updates, the same first batches, 3 interleaved
+# rounds; getrusage, so the load does not enter; load average 12.4 before, 9.0 after; ~1,515 target tokens per
+# update, 1,554 updates per epoch): gu5_multi 0.88 (0.82-0.88), gu5_ulr 0.94 (0.87-0.99; 1.07x), gu5_ulr_mole 1.14
+# (1.13-1.18; 1.30x); an earlier 2-round run (1 vs 6 updates) gave 0.84 / 0.97 / 1.25. The *_bt10 systems are the
+# same models on the same 2,048-token batches (not timed: their split exists only after the ladder). The data stage
+# took 44 min wall at load 2-14 (corpus 1.5 min; fastText 94-181 s per language; eflomal 600-644 s per auxiliary
+# language), once. Estimate: ~8,000 updates per system to the stop (ASSUMED, not measured: the 10k-verse en->tl
+# baseline stopped at 7,800 with the same rule; Multi-NMT's valid loss was still falling at 1,200 updates, ch5.sh's
+# results; here ~5 epochs): ladder 1.96 + 2.09 + 2.53 = 6.6 CPU-hours of training, lanes A (ulr, multi) 4.1 h and B
+# (mole) 2.5 h on two free cores; bt the same again + the backward model (not timed) + the two passes (~2 min in
+# ch5.sh's run); + 40 greedy validations of the 644 dev verses per system (not timed). About 13.2 CPU-hours of
+# training, ~8.1 h on two free cores (lane A's 4.05 h per job) + the parts not timed; a niced lane on the loaded
+# machine (~16% of a core) takes ~6x that.
 source "$(dirname "$0")/../lib.sh"
 STAGES=${STAGES:-ladder bt}
 AUX=${AUX:-es,fr,ru}
