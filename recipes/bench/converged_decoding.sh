@@ -9,7 +9,7 @@
 # fairseq_ext/tools/chapters/greedy_report.py (Fig. 7.3 deltas + paired bootstrap, Fig. 7.4 dev curves) and
 # simul_report.py (BLEU vs AP / CW / AL beside wait-k, Fig. 9.4 dev curves, the agents against wait-k at their AL).
 #
-#   nice bash recipes/bench/converged_decoding.sh                  # every stage (tg waits for converged_doc's doc1)
+#   nice bash recipes/bench/converged_decoding.sh                  # every stage (tg needs converged_doc.sh's doc1)
 #   STAGES=stage1 nice bash recipes/bench/converged_decoding.sh     # stage1 tg simul (= simul stage 2) cost
 #   TG_STAGE1=own bash recipes/bench/converged_decoding.sh          # stage1 also trains the bi-directional rnnsearch
 #   DATA=tiny bash recipes/bench/converged_decoding.sh              # the committed tiny slice, a few updates (minutes)
@@ -48,8 +48,8 @@
 #           when they exist, else on the stage-1 timing runs' checkpoints (barely trained: their rollouts run to
 #           the length limit, an upper bound); the CPU seconds of one dev validation of each stage-2 system.
 # Resumable: a finished model (result.json / train.done) is reused, an interrupted one resumes from its last
-# checkpoint (saved at every validation; the patience count travels in it), finished decodes are kept; tg waits for
-# its stage-1 NMT, simul for stage1's rnnsearch_uni.
+# checkpoint (saved at every validation; the patience count travels in it), finished decodes are kept; tg starts only
+# when its stage-1 NMT has finished, simul when stage1's rnnsearch_uni has (else one error line).
 # Wait-k here is the converged environment read by the wait-k policy (test-time wait-k, as recipes/gu/ch9.sh): a
 # wait-k model trained on prefixes (Ma et al. 2019) is not implemented in the package.
 # CPU cost, measured 2026-11-29 00:05-00:25 UTC with STAGES=cost on this data, Intel Xeon with AVX512-BF16 (no AMX
