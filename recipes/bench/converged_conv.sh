@@ -41,7 +41,28 @@
 # Resumable: a finished configuration (result.json) is reused, an interrupted one resumes from its last checkpoint
 # (saved at every validation; its patience count travels in it), finished stage-1 translations are kept; bimsmt2
 # starts only when bimsmt1 has finished.
-# CPU cost: see "Measured" below.
+# Measured (2026-11-28 23:45 - 2026-11-29 00:54 UTC, Intel Xeon model 207 with AVX512-BF16, no AMX exposed; one
+# thread; load average 7-18 on the 2 cores, wall-clock up to ~15x the CPU time): CPU seconds per update (python -m
+# fairseq_ext.tools.evaluation.update_cost, `STAGES=cost`: each configuration's exact training flags on this data,
+# runs of 2 and 8 updates, the difference over the same 6 conversation batches (~780 target tokens each), rotated
+# rounds; the reference target history, the same work as the generated one; the CPU time does not depend on the
+# load), median of 3 rounds (range), x maruf5_base:
+#   maruf5_base 1.27 (1.15-1.35), src_lsa 1.65 (1.29-1.68) x1.30, src_la 1.71 (1.59-1.72) x1.35, tgt 1.78
+#   (1.58-1.84) x1.40, dual 1.82 (1.80-1.92) x1.44, dual_mix 1.62 (1.55-2.01) x1.27 (its spread covers dual's).
+# One validation (dev loss + greedy online decoding of the 202 dev verses): 19.3 CPU s of decoding for the 9,569
+# tokens a 20-update base wrote (fairseq-generate, 27.1 s less 7.8 s of start-up); at the references' 5,950
+# tokens ~12 s, ~15 s with the dev loss for the base and ~20 s for a context model (decoding x1.3, the ch. 5 CPU
+# run's ratio). Stage 1's translations of train/valid/test (~106k tokens): ~4 min, once.
+# Estimate (updates not measured here: basis): the thesis trains the base 15 epochs and the contextual models 30
+# (§5.7); an epoch is 110 updates here; the ch. 5 CPU run's base was still lowering its dev loss after 1,166 + 330
+# updates. Planning figures: stage 1 stops near 3,000 updates (best ~2,450 + 5 epochs of patience), each stage-2
+# system at most 3,300 (30 epochs). Stage 1: 3,000 x 1.27 s + 27 validations x 15 s = ~1.2 h of CPU. Stage 2:
+# 3,300 x the s/update above + 30 validations (x ~15-20 s) per system: base 1.3 h, src_lsa 1.7, src_la 1.7, tgt
+# 1.8, dual 1.8, dual_mix 1.7: ~10 h of CPU, ~5.2 h on two free cores (lane A base+src_lsa+tgt 4.8 h, lane B
+# dual+src_la+dual_mix 5.2 h). Both stages: ~11 h of CPU, ~6.5 h on two free cores; patience stops earlier
+# shorten stage 2 (the thesis's 30 epochs are an upper bound, not a measured stop).
+# On this machine under its present load a niced lane gets ~7% of a core (16 s/update wall for the base's
+# ~1.2 s of CPU in the real-data check): the same work would take ~15x longer; run it on free cores or a GPU.
 source "$(dirname "$0")/../lib.sh"
 STAGES=${STAGES:-bimsmt1 bimsmt2}
 OUT=$RUNS/converged
@@ -53,12 +74,13 @@ if [ "${DATA:-bible}" = tiny ]; then
   CONV=$OUT/data
   if [ ! -s "$CONV/bin/test.conv" ]; then
     rm -rf "$CONV" && mkdir -p "$CONV" && cp -r tests/data/conversations "$CONV/raw"
-    $FS/fairseq-preprocess -s src -t tgt --joined-dictionary --trainpref "$CONV/raw/train" --validpref "$CONV/raw/valid" \
-      --testpref "$CONV/raw/test" --destdir "$CONV/bin.tmp" --workers 1 > "$OUT/preprocess.log" 2>&1 \
+    $FS/fairseq-preprocess -s src -t tgt --joined-dictionary --trainpref "$CONV/raw/train" \
+      --validpref "$CONV/raw/valid" --testpref "$CONV/raw/test" --destdir "$CONV/bin.tmp" --workers 1 \
+      > "$OUT/preprocess.log" 2>&1 \
       || { tail -20 "$OUT/preprocess.log"; exit 1; }
+    echo '{"post_process": "none"}' > "$CONV/segment.json"   # bench.py: whitespace tokens, nothing to detokenise
     cp "$CONV"/raw/*.conv "$CONV/bin.tmp/" && mv "$CONV/bin.tmp" "$CONV/bin"
   fi
-  POST=none
   CURVE_EVERY=${CURVE_EVERY:-2} PATIENCE=${PATIENCE:-2} CAP_MIN=${CAP_MIN:-5} CAP_UPDATES=${CAP_UPDATES:-4}
   N_BOOTSTRAP=${N_BOOTSTRAP:-50} COST_ROUNDS=${COST_ROUNDS:-1} COST_SHORT=1 COST_LONG=2
 else
@@ -68,13 +90,11 @@ else
     $PY -m fairseq_ext.tools.corpora.conversations build --out $CONV --spm data/bible_es_en/spm8000/spm.model \
       --dict data/bible_es_en/spm8000/bin/dict.en.txt || exit 1
   fi
-  POST=sentencepiece
   CURVE_EVERY=${CURVE_EVERY:-110} PATIENCE=${PATIENCE:-5} CAP_MIN=${CAP_MIN:-600} CAP_UPDATES=${CAP_UPDATES:-0}
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000} COST_ROUNDS=${COST_ROUNDS:-3} COST_SHORT=2 COST_LONG=8
 fi
 mkdir -p "$OUT"
-# bench.py reads the references and the detokenisation from the folder's segment.json (this checkout's raw/)
-printf '{"raw": "%s", "post_process": "%s"}\n' "$(realpath "$CONV/raw")" "$POST" > "$CONV/segment.json"
+# bench.py scores against the folder's own raw/ (runs.raw_folder) and detokenises sentencepiece (no segment.json)
 BIN=$CONV/bin
 CONV_ARGS=(--patience "$PATIENCE" --budget-min "$CAP_MIN" --baseline maruf5_base)
 [ "$CAP_UPDATES" = 0 ] || CONV_ARGS+=(--max-updates "$CAP_UPDATES")
