@@ -358,7 +358,7 @@ freeze() {
 }
 cost() {   # COST_SYSTEMS: the systems timed (an existing cost.tsv is appended to); COST_VALID=0: no validation runs
   local r s sys=(${COST_SYSTEMS:-s1_bi s1_uni tg agent}) FLAGS N2
-  local eval=(--eval-bleu --eval-bleu-args '{"beam": 1, "max_len_a": 1.2, "max_len_b": 10}'
+  local eval=(--eval-bleu --eval-bleu-args "{\"beam\": 1, \"max_len_a\": ${LEN[1]}, \"max_len_b\": ${LEN[3]}}"
               --eval-bleu-remove-bpe sentencepiece --best-checkpoint-metric bleu --maximize-best-checkpoint-metric)
   [ -s "$J/dec_cost/cost.tsv" ] || printf 'system\tupdates\tvalidation\tuser_s\n' > "$J/dec_cost/cost.tsv"
   uptime >> "$J/dec_cost/uptime.txt"

@@ -5,8 +5,7 @@ module                   console script                         what
 =======================  =====================================  ===============================================
 ``score``                ``fairseq-ext-score``                  reads the files, runs the metrics: BLEU/chrF,
                                                                 bootstrap, buckets, OOV, METEOR, d-BLEU ``dbleu``
-``bleu``                 —                                      the corpus BLEU/chrF core ``score`` and
-                                                                ``doc_metrics`` share
+``bleu``                 —                                      corpus BLEU/chrF of ``score``, ``doc_metrics``
 ``significance``         (``fairseq-ext-score compare``)        paired bootstrap resampling of BLEU/chrF
 ``length_buckets``       (``fairseq-ext-score score --src``)    BLEU/chrF by source-length bucket
 ``oov``                  (``fairseq-ext-score oov``)            recall of the reference's OOV words (copying)
@@ -31,8 +30,8 @@ module                   console script                         what
                                                                 recipes train
 ``bench_runs``           (``recipes/bench/bench.py``)           train, decode and score bench configurations
                                                                 under one budget; the bench tables
-``verdicts``             —                                      a thesis row's verdict: paired bootstrap against
-                                                                its baseline beside the thesis's delta
+``verdicts``             —                                      a row's bootstrap, thesis delta and verdict
+``update_cost``          —                                      CPU seconds per update of bench configurations
 ``interleaved``          (``recipes/bench/decode_speed.py``,    costs measured interleaved: decoding time,
                          ``speed.py``, ``cpu_inference.py``)    training steps on fixed batches
 =======================  =====================================  ===============================================
