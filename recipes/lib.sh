@@ -95,6 +95,18 @@ es_en_set() {
   esac
 }
 
+# doc_set: print the document-level es-en folder of the converged recipes (recipes/bench/converged_doc.sh): DOC_SIZE
+# (10,000) training verses drawn as whole chapters from the training books but HELDOUT_BOOKS (default: Jeremiah,
+# Proverbs, Hosea, Lamentations, Revelation; empty: none held out; split `heldout`), sentencepiece 4k; prepared
+# when missing (the corpus cache is needed then)
+doc_set() {
+  local held=${HELDOUT_BOOKS-Jeremiah,Proverbs,Hosea,Lamentations,Revelation_of_John} f
+  f=$($PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es --tgt en \
+    --method sentencepiece --vocab-size 4000 --train-size "${DOC_SIZE:-10000}" --subsample-by document \
+    ${held:+--exclude-books "$held"} --out data/bible_es_en | tail -n 1) || return 1
+  dirname "$f"
+}
+
 # tiny_slice OUT: the committed tiny es-en slice (tests/data/bible_tiny), sentencepiece 300, binarized once
 # -> OUT/data/seg, OUT/data/bin (the DATA=tiny mode of the recipes)
 tiny_slice() {

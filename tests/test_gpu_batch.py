@@ -13,10 +13,11 @@ from fairseq_ext.tools.evaluation import bench_configs as configs
 from harness import ROOT, USER_DIR, run
 
 SCRIPT = ROOT / "recipes" / "bench" / "gpu_batch.sh"
-SETS = ("ampomah", "twt66", "nguyen4", "twt_lr", "luong", "ms")
+SETS = ("ampomah", "twt66", "nguyen4", "twt_lr", "luong", "ms", "doc1", "bimsmt1", "gu5")
 # the baseline of each set (first in its list)
 BASELINES = {"twt66": "twt66_postnorm_xavier", "nguyen4": "twt_concat_none", "twt_lr": "twt_lr_invsqrt",
-             "luong": "luong_tied", "ms": "ms12_aif"}
+             "luong": "luong_tied", "ms": "ms12_aif", "doc1": "transformer", "bimsmt1": "maruf5_base",
+             "gu5": "gu5_multi"}
 
 
 def dry_run(**env):
@@ -58,6 +59,19 @@ def test_luong_set_runs_equal_updates_without_patience():
     p = run(["bash", SCRIPT], DRY_RUN="1", SET="luong", MAX_UPDATES="")
     assert "--max-updates" not in p.stdout
     assert "--max-updates" not in run(["bash", SCRIPT], DRY_RUN="1", SET="twt66").stdout
+
+
+def test_stage1_sets_of_the_converged_recipes():
+    """doc1 trains the stage-1 models the converged stage-2 recipes wait for (on converged_doc.sh's folder, lib.sh
+    doc_set); bimsmt1 and gu5 take their folders' languages from the set (the conversation folder has no
+    segment.json) and bimsmt1 validates once an epoch."""
+    assert dry_run(SET="doc1") == ["transformer", "rnnsearch", "rnnsearch_uni"]
+    out = run(["bash", SCRIPT], DRY_RUN="1", SET="doc1").stdout
+    assert "--data $(doc_set)" in out and "--patience 5" in out
+    out = run(["bash", SCRIPT], DRY_RUN="1", SET="bimsmt1").stdout
+    assert "--data data/bible_conv_es_en --src src --tgt tgt" in out and "--curve-every 110" in out
+    out = run(["bash", SCRIPT], DRY_RUN="1", SET="gu5").stdout
+    assert "--data data/bible_universal/it_16k_esfrru --src src --tgt en" in out
 
 
 def test_unknown_configuration_and_set_are_one_line_errors():

@@ -89,8 +89,6 @@ if [ "${DATA:-bible}" = tiny ]; then
   WAITK_DEF="1 3"
   COST_N1=${COST_N1:-1} COST_N2=${COST_N2:-2} COST_TG_N2=${COST_TG_N2:-3} COST_ROUNDS=${COST_ROUNDS:-1}
 else
-  DOC_SIZE=${DOC_SIZE:-10000}
-  HELDOUT_BOOKS=${HELDOUT_BOOKS-Jeremiah,Proverbs,Hosea,Lamentations,Revelation_of_John}
   CURVE_EVERY=${CURVE_EVERY:-200} PATIENCE=${PATIENCE:-5} CAP_MIN=${CAP_MIN:-600} CAP_UPDATES=${CAP_UPDATES:-0}
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000} TG_STAGE1=${TG_STAGE1:-doc1}
   TG_ARCH=trainable_greedy AGENT_ARCH=simul_agent
@@ -145,10 +143,7 @@ done
 if [ "${DATA:-bible}" = tiny ]; then
   DOC=$($PY recipes/nguyen/transfer.py tiny-data --out "$OUT/data" --test 36)
 else
-  DOC=$($PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es --tgt en \
-    --method sentencepiece --vocab-size 4000 --train-size "$DOC_SIZE" --subsample-by document \
-    ${HELDOUT_BOOKS:+--exclude-books "$HELDOUT_BOOKS"} --out data/bible_es_en | tail -n 1) || exit 1
-  DOC=$(dirname "$DOC")
+  DOC=$(doc_set) || exit 1
 fi
 BIN=$DOC/bin
 RAW=$($PY -c "import sys; from fairseq_ext.tools.evaluation.runs import raw_folder as r; print(r(sys.argv[1]))" "$DOC")

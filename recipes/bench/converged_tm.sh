@@ -77,12 +77,7 @@ if [ "${DATA:-bible}" = tiny ]; then
 else
   OUT=$RUNS/converged_tm
   OUT_DOC=$RUNS/converged   # converged_doc.sh's
-  DOC_SIZE=${DOC_SIZE:-10000}
-  HELDOUT_BOOKS=${HELDOUT_BOOKS-Jeremiah,Proverbs,Hosea,Lamentations,Revelation_of_John}
-  DOC=$($PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es --tgt en \
-    --method sentencepiece --vocab-size 4000 --train-size "$DOC_SIZE" --subsample-by document \
-    ${HELDOUT_BOOKS:+--exclude-books "$HELDOUT_BOOKS"} --out data/bible_es_en | tail -n 1) || exit 1
-  DOC=$(dirname "$DOC")
+  DOC=$(doc_set) || exit 1
   CURVE_EVERY=${CURVE_EVERY:-200} PATIENCE=${PATIENCE:-5} CAP_MIN=${CAP_MIN:-600} CAP_UPDATES=${CAP_UPDATES:-0}
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000} COST_SHORT=${COST_SHORT:-1} COST_LONG=${COST_LONG:-21} COST_ROUNDS=${COST_ROUNDS:-2}
 fi

@@ -11,6 +11,7 @@
 #   SET=twt_lr bash recipes/bench/gpu_batch.sh                        # Nguyen Table 6.4, the learning-rate regimes
 #   SET=luong bash recipes/bench/gpu_batch.sh                         # Nguyen Table 5.4, Luong LSTMs, equal updates
 #   SET=ms bash recipes/bench/gpu_batch.sh                            # Ampomah MS-1 / MS-2 against MS-12+AIF
+#   SET=doc1 bash recipes/bench/gpu_batch.sh                          # the converged stage-1 models of issue 39's sets
 #   CONFIGS=transformer,ms1 CAP_MIN=60 DEVICE=cpu OUT=/tmp/o bash recipes/bench/gpu_batch.sh
 #   SET=nguyen4 DRY_RUN=1 bash recipes/bench/gpu_batch.sh             # print the configurations and the commands
 #
@@ -31,8 +32,20 @@
 #            where a patience rule would stop them), dev every 500 updates
 #   ms       es->en low set: Ampomah ch. 4 Tables 4.1/4.6: MS-1 and MS-2 against MS-12+AIF (baseline ms12_aif);
 #            patience 10 (MS-12+AIF's dev BLEU stayed below an earlier best for 1,300 updates at convergence)
+#   doc1     the document-level es->en folder of converged_doc.sh (recipes/lib.sh doc_set: 10k verses as whole
+#            chapters, five books held out): the stage-1 sentence models the converged stage-2 recipes warm-start
+#            from: transformer (baseline; converged_doc.sh's ch. 4 systems), rnnsearch (ch. 3's memory networks,
+#            converged_tm.sh's SEG-NMT, converged_decoding.sh's trainable greedy), rnnsearch_uni (converged_decoding.sh's
+#            simultaneous environment); patience 5. Copy each best checkpoint to runs/converged/doc1/<config>/ (or
+#            dec_stage1/) with its result.json and the stage-2 recipes start from it
+#   bimsmt1  data/bible_conv_es_en (converged_conv.sh's conversations): Maruf ch. 5's stage 1 maruf5_base; patience 5,
+#            dev every 110 updates (one epoch)
+#   gu5      data/bible_universal/it_16k_esfrru (converged_universal.sh's it 16k folder; carry bin/, manifest.json,
+#            raw/test.en and ulr/'s query.npy, key.npy, alpha.npy, universal.txt, rotation.npz): Gu ch. 5's ladder
+#            gu5_multi (baseline), gu5_ulr, gu5_ulr_mole; patience 5
 # Environment:
-#   DATA         a prepared folder (bin/ + segment.json, its raw folder beside it or where segment.json says;
+#   DATA         a prepared folder (bin/ + segment.json or bin/segment.json, its raw folder beside it, inside it or
+#                where segment.json says;
 #                relative to the repository). Default: the set's folder under data/, built offline when missing
 #                (recipes/lib.sh es_en_set low, as converged.sh) -- a machine without the corpus cache must be given
 #                a prepared folder (e.g. carry data/bible_es_en/spm4000-train5000-seed1 and raw-train5000-seed1)
@@ -69,7 +82,13 @@ case $SET in
            set_baseline=luong_tied set_patience=0 set_max_updates=6000 set_curve_every=500 set_data=es_low ;;
   ms)      set_configs=ms12_aif,ms1,ms2
            set_baseline=ms12_aif set_patience=10 set_data=es_low ;;
-  *) echo "error: unknown SET '$SET' (ampomah, twt66, nguyen4, twt_lr, luong, ms)" >&2; exit 2 ;;
+  doc1)    set_configs=transformer,rnnsearch,rnnsearch_uni
+           set_baseline=transformer set_patience=5 set_data=doc ;;
+  bimsmt1) set_configs=maruf5_base set_baseline=maruf5_base set_patience=5 set_curve_every=110
+           set_data=data/bible_conv_es_en set_src=src set_tgt=tgt ;;
+  gu5)     set_configs=gu5_multi,gu5_ulr,gu5_ulr_mole
+           set_baseline=gu5_multi set_patience=5 set_data=data/bible_universal/it_16k_esfrru set_src=src set_tgt=en ;;
+  *) echo "error: unknown SET '$SET' (ampomah, twt66, nguyen4, twt_lr, luong, ms, doc1, bimsmt1, gu5)" >&2; exit 2 ;;
 esac
 CONFIGS=${CONFIGS:-$set_configs}
 BASELINE=${BASELINE:-$set_baseline}
@@ -100,11 +119,15 @@ if [ -z "${DATA:-}" ]; then
     tl)     DATA=data/bible_multi/en_web-tl/spm4000-train${TL_SIZE:-10000}-seed1
             [ -n "${DRY_RUN:-}" ] || [ -d "$DATA/bin" ] || $PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_multi \
               --src en_web --tgt tl --method sentencepiece --vocab-size 4000 --train-size "${TL_SIZE:-10000}" >&2 ;;
+    doc)    if [ -n "${DRY_RUN:-}" ]; then DATA='$(doc_set)'; else DATA=$(doc_set) || exit 1; fi ;;
+    *)      DATA=$set_data ;;   # a folder the set's recipe prepares (see the set above)
   esac
 fi
-seg() { $PY -c 'import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' "$DATA/segment.json" "$1"; }
+SRC=${SRC:-${set_src:-}} TGT=${TGT:-${set_tgt:-}}
+SEGJSON=$DATA/segment.json; [ -f "$SEGJSON" ] || SEGJSON=$DATA/bin/segment.json
+seg() { $PY -c 'import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' "$SEGJSON" "$1"; }
 if [ -z "${DRY_RUN:-}" ]; then
-  [ -d "$DATA/bin" ] && [ -f "$DATA/segment.json" ] || {
+  [ -d "$DATA/bin" ] && { [ -f "$SEGJSON" ] || [ -n "$SRC" ]; } || {
     echo "error: $DATA: not a prepared folder (bin/ and segment.json; see DATA in $0)" >&2; exit 2; }
   SRC=${SRC:-$(seg src)} TGT=${TGT:-$(seg tgt)}
 fi
