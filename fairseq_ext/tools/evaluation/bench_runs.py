@@ -73,7 +73,8 @@ def stage2_flags(name: str, cfg: dict, args, data_bin: Path, d: Path):
     """The flags of a stage-2 configuration (Maruf's two-stage procedure): the document task's data flags
     (``bench_configs.doc_data_flags``; ``--doc-generated-dir`` for a configuration that reads the generated target
     context), the conversation task's generated target history (``bench_configs.conv_generated_flags``, given
-    ``--doc-generated-dir``, for a configuration whose model reads the target history; else the references), ``--finetune-from-model STAGE1`` (fairseq resumes ``checkpoint_last.pt`` instead once there is one),
+    ``--doc-generated-dir``, for a configuration whose model reads the target history; else the references),
+    ``--finetune-from-model STAGE1`` (fairseq resumes ``checkpoint_last.pt`` instead once there is one),
     and the ``--path`` of test decoding: ``BEST:STAGE1`` where doc_bcd's pass 0 is the stage-1 model
     (``--bcd-init base_model``), else the best checkpoint."""
     generated = bench_configs.reads_generated(cfg["train"])
