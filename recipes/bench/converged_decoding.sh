@@ -22,7 +22,7 @@
 #   stage1  job OUT/dec_stage1 (bench.py): rnnsearch_uni (rnnsearch_bench --encoder-unidirectional, the ch. 9
 #           environment, Eq. 9.1) from scratch to the stop; with TG_STAGE1=own (DATA=tiny's default) also `rnnsearch`
 #           on lane B (then the job's baseline); by default ch. 7's frozen NMT is converged_doc.sh's doc1 `rnnsearch`
-#           (RUNS/converged/doc1/rnnsearch: the same configuration on the same data, trained by the lead's job).
+#           (RUNS/converged/doc1/rnnsearch: the same configuration on the same data, trained by converged_doc.sh's doc1 stage).
 #   tg      ch. 7 (job OUT/dec_tg): one actor per TG_ACTORS (default bleu_lr2e-6 bleu_lr1e-5 bleu_lr1e-4:
 #           objective BLEU+1, critic-aware weights, actor learning rate 2e-6 = the thesis's, 1e-5 and 1e-4 = the
 #           short-budget rows'; <objective>_lr<LR> with objective bleu, bleu_uniform or perplexity), the thesis's

@@ -17,7 +17,7 @@
 #
 # Data: the folder of converged_doc.sh (es->en, DOC_SIZE (10,000) training verses drawn as whole chapters: 10,001,
 # sentencepiece 4k; full dev 645 / test 1,494 verses): data/bible_es_en/spm4000-train10000docs-seed1-heldout5-f99846bf,
-# seen through OUT/data_tm (links to its files, plus the retrieval side files: the lead's folder is not written).
+# seen through OUT/data_tm (links to its files, plus the retrieval side files: converged_doc.sh's folder is not written).
 # Stages (dev BLEU greedy every CURVE_EVERY (200) updates, stopped after PATIENCE (5) validations without a better
 # one, CAP_MIN (600) minutes of training at most per configuration):
 #   stage1   the converged RNNsearch every warm-started system starts from: converged_doc.sh's doc1 `rnnsearch`
