@@ -74,6 +74,20 @@ def test_stage1_sets_of_the_converged_recipes():
     assert "--data data/bible_universal/it_16k_esfrru --src src --tgt en" in out
 
 
+def test_a_folder_needs_segment_json_in_it_or_in_bin_or_the_languages(tmp_path):
+    """A prepared folder has bin/ and segment.json beside it or inside bin/ (a universal folder's); without either the
+    languages must be given; otherwise one error line before any lane starts."""
+    data = tmp_path / "d"
+    (data / "bin").mkdir(parents=True)
+    env = dict(CONFIGS="transformer", DATA=str(data), DEVICE="cpu", CAP_MIN="0.01", HARD_MIN="0.01",
+               JOB=str(tmp_path / "job"))
+    p = run(["bash", SCRIPT], check=False, **env)
+    assert p.returncode == 2 and "not a prepared folder" in p.stderr and not (tmp_path / "job").exists()
+    (data / "bin" / "segment.json").write_text(json.dumps({"src": "es", "tgt": "en"}))
+    p = run(["bash", SCRIPT], check=False, **env)
+    assert "not a prepared folder" not in p.stderr and (tmp_path / "job" / "lanes").is_dir()
+
+
 def test_unknown_configuration_and_set_are_one_line_errors():
     p = run(["bash", SCRIPT], check=False, DRY_RUN="1", CONFIGS="transformer,bogus_cfg")
     assert p.returncode != 0
