@@ -64,12 +64,8 @@ if [ "${DATA:-bible}" = tiny ]; then
   CURVE_EVERY=${CURVE_EVERY:-2} PATIENCE=${PATIENCE:-2} CAP_MIN=${CAP_MIN:-5} CAP_UPDATES=${CAP_UPDATES:-4}
   N_BOOTSTRAP=${N_BOOTSTRAP:-50}
 else
-  DOC_SIZE=${DOC_SIZE:-10000}
   HELDOUT_BOOKS=${HELDOUT_BOOKS-Jeremiah,Proverbs,Hosea,Lamentations,Revelation_of_John}
-  DOC=$($PY -m fairseq_ext.tools.corpora.corpora prepare --corpus bible_es_en --src es --tgt en \
-    --method sentencepiece --vocab-size 4000 --train-size "$DOC_SIZE" --subsample-by document \
-    ${HELDOUT_BOOKS:+--exclude-books "$HELDOUT_BOOKS"} --out data/bible_es_en | tail -n 1) || exit 1
-  DOC=$(dirname "$DOC")
+  DOC=$(doc_set) || exit 1   # recipes/lib.sh: DOC_SIZE verses as whole chapters, HELDOUT_BOOKS held out
   CURVE_EVERY=${CURVE_EVERY:-200} PATIENCE=${PATIENCE:-5} CAP_MIN=${CAP_MIN:-600} CAP_UPDATES=${CAP_UPDATES:-0}
   N_BOOTSTRAP=${N_BOOTSTRAP:-1000}
 fi
