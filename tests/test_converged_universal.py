@@ -38,7 +38,8 @@ def test_dry_run_lists_the_stages_and_a_bad_stage_is_one_error(tmp_path):
 @pytest.mark.parametrize("delta, p, thesis, expected", [
     (2.00, 0.001, 5.07, "direction only"), (3.00, 0.001, 5.07, "reproduced"), (0.40, 0.20, 0.50, "level"),
     (-1.86, 0.001, 0.50, "lost"), (-2.60, 0.001, 2.34, "lost"), (1.0, 0.01, 0.0, "lost"),
-    (-3.0, 0.001, -2.0, "reproduced")])
+    (-3.0, 0.001, -2.0, "reproduced"), (-5.86, 0.001, -0.03, "lost"),
+    (-0.5, 0.001, -0.1, "reproduced")])
 def test_verdict_rule(delta, p, thesis, expected):
     assert verdicts.verdict(delta, p, thesis) == expected
 

@@ -6,7 +6,8 @@ thesis's delta beside ours, and a verdict in the words of the README's index:
   of the thesis's delta;
 * **direction only**: significant and of the thesis's sign, but smaller than that;
 * **level**: not significant (p >= ``alpha``);
-* **lost**: significant and of the other sign (or any significant change where the thesis has none).
+* **lost**: significant and of the other sign, or any significant change where the thesis has none (a thesis
+  delta under ``none_below``, 0.1 BLEU, is none: Iter-S-Agg's −0.03 is the thesis's "level", not a loss to match).
 
     python -m fairseq_ext.tools.evaluation.verdicts --ref DATA/raw/test.en --n-bootstrap 1000 --out JOB/verdicts \\
         --row "+ULR vs Multi-NMT" JOB/gu5_multi/generate.out JOB/gu5_ulr/generate.out 5.07 [--row ...]
@@ -24,13 +25,15 @@ from fairseq_ext.tools.evaluation.runs import fmt
 
 ALPHA = 0.05
 FRACTION = 0.5
+NONE_BELOW = 0.1
 
 
-def verdict(delta: float, p: float, thesis_delta: float, alpha: float = ALPHA, fraction: float = FRACTION) -> str:
+def verdict(delta: float, p: float, thesis_delta: float, alpha: float = ALPHA, fraction: float = FRACTION,
+            none_below: float = NONE_BELOW) -> str:
     """The verdict of our ``delta`` (bootstrap ``p``) against the thesis's ``thesis_delta`` (module doc)."""
     if p >= alpha:
         return "level"
-    if thesis_delta == 0 or (delta > 0) != (thesis_delta > 0):
+    if abs(thesis_delta) < none_below or (delta > 0) != (thesis_delta > 0):
         return "lost"
     return "reproduced" if abs(delta) >= fraction * abs(thesis_delta) else "direction only"
 
