@@ -118,7 +118,7 @@ def test_curve_job_equal_updates(tiny_data, tmp_path):
     common = [sys.executable, BENCH, "--data", tiny_data, "--threads", "1", "--ref2", "", "--n-bootstrap", "20",
               "--out", out, "--table", table]
     p = run([*common, "--configs", "transformer,twt_scalenorm_fixnorm", "--curve-every", "2", "--max-updates", "4",
-             "--budget-min", "0"], timeout=900)
+             "--budget-min", "0", "--pair", "twt_scalenorm_fixnorm=transformer"], timeout=900)
     for name in ("transformer", "twt_scalenorm_fixnorm"):
         with open(out / name / "curve.csv", newline="") as f:
             rows = list(csv.DictReader(f))
@@ -147,6 +147,8 @@ def test_curve_job_equal_updates(tiny_data, tmp_path):
     assert "(p=" in rows[1] and "/ 4 |" in rows[0] and "| max-updates | curvejob |" in rows[0]
     assert "- job `curvejob`" in block and "max 4 updates" in block and "<!-- bench:table -->" not in text
     assert "| twt_scalenorm_fixnorm |" in p.stdout
+    pairs = text.split("<!-- bench:pairs -->")[1].split("<!-- /bench:pairs -->")[0]   # --pair: the reverse pair
+    assert "| transformer | twt_scalenorm_fixnorm |" in pairs and "| curvejob |" in pairs and "(p=" in pairs
     assert "findfont" not in p.stdout + p.stderr  # no matplotlib debug lines in the job log
 
 

@@ -22,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from fairseq_ext.tools.evaluation import bench_configs, score as ev
+from fairseq_ext.tools.evaluation import bench_configs, bench_pairs, score as ev
 from fairseq_ext.tools.evaluation.fairseq_log import (
     best_point, curve_points, parse_curve, parse_generate_log, parse_train_log, plot_curves, stop_reason,
     write_curve_csv, write_curves_csv,
@@ -383,6 +383,10 @@ def build_parser(description: str = None) -> argparse.ArgumentParser:
                     help="doc_translation configurations that read the generated target context, and "
                          "conversation_translation ones that read the target history: the stage-1 model's "
                          "translations ({split}.{tgt}, python -m fairseq_ext.tools.corpora.doc_context)")
+    ap.add_argument("--pair", action="append", default=[], metavar="BASE=CFG[,CFG]",
+                    help="also compare CFG... against BASE (paired bootstrap on this job's test outputs), the reference "
+                         "that differs in one change only, e.g. ms12_aif=ms1,ms2; rows in the pairs table "
+                         "(repeatable; every name is trained or reused like --configs)")
     ap.add_argument("--train-only", action="store_true",
                     help="train and decode the listed configurations only (no baseline added, no comparison, no "
                          "table): one lane of a job split over processes; a later run of the whole list reuses "
@@ -400,6 +404,10 @@ def main(argv=None, description: str = None):
         ap.error("--continue-from needs --curve-every (it resumes a curve job's interval checkpoint)")
     if args.budget_min <= 0 and not args.max_updates and not args.patience:
         ap.error("--budget-min 0 needs --max-updates or --patience (nothing would stop training)")
+    try:
+        pairs = [] if args.train_only else bench_pairs.parse_pairs(args.pair)
+    except ValueError as e:
+        ap.error(str(e))
     bench_configs.BASELINE = args.baseline  # ratios, bootstrap and table order follow it
     if args.finetune_from_model and not Path(args.finetune_from_model).is_file():
         raise SystemExit(f"error: --finetune-from-model {args.finetune_from_model}: no such checkpoint")
@@ -408,6 +416,7 @@ def main(argv=None, description: str = None):
     names = [n for n in args.configs.split(",") if n]
     for n in names:
         bench_configs.get(n)
+    names += [n for n in dict.fromkeys(x for base, cfgs in pairs for x in [base] + cfgs) if n not in names]
     if bench_configs.BASELINE not in names and not args.train_only:
         names.insert(0, bench_configs.BASELINE)  # ratios need the baseline of the same job
     job = datetime.datetime.now().strftime("%Y%m%d-%H%M")
@@ -429,6 +438,13 @@ def main(argv=None, description: str = None):
         for n, path in others.items():
             s = by_path[str(path)]
             results[n]["significance"] = {"bleu_p": s[bleu_m]["p_value"], "chrf_p": s[chrf_m]["p_value"]}
+    if pairs:
+        prow = bench_pairs.pair_rows(results, pairs, raw_folder(args.data) / f"test.{args.tgt}", args.n_bootstrap,
+                                     out.name)
+        print(bench_pairs.HEADER)
+        print("\n".join(prow.values()))
+        if args.table:
+            bench_pairs.merge_pairs(args.table, prow)
     curves = {}
     if args.curve_every:  # re-read from the logs: a reused result gets the current parser's clocks
         curves = {n: parse_curve((out / n / "train.log").read_text()) for n in names}
