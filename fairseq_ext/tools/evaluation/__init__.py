@@ -30,8 +30,7 @@ module                   console script                         what
                                                                 recipes train
 ``bench_runs``           (``recipes/bench/bench.py``)           train, decode and score bench configurations
                                                                 under one budget; the bench tables
-``bench_pairs``          (``recipes/bench/bench.py --pair``)    a one-change reference inside a job: its
-                                                                paired bootstrap, the pairs table
+``bench_pairs``          (``bench.py --pair``)                  a one-change reference inside a bench job
 ``verdicts``             —                                      a row's bootstrap, thesis delta and verdict
 ``update_cost``          —                                      CPU seconds per update of bench configurations
 ``interleaved``          (``recipes/bench/decode_speed.py``,    costs measured interleaved: decoding time,
