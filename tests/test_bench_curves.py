@@ -42,6 +42,8 @@ def test_parse_curve_and_best_point():
     assert [r["updates"] for r in rows] == [2, 4, 6]
     assert [r["dev_bleu"] for r in rows] == [0.5, 1.25, 1.25]
     assert [r["dev_loss"] for r in rows] == [8.9, 8.5, 8.0] and rows[0]["dev_nll_loss"] == 8.8
+    # the training loss of the last train_inner interval before each validation (the resumed run's own at 6)
+    assert [r["train_loss"] for r in rows] == [9.1, 8.1, 7.0] and rows[-1]["train_nll_loss"] == 6.9
     # training wall-clock: the sum of the train_inner intervals (validation excluded); the elapsed wall-clock: from
     # the timestamps ("Start iterating" also begins every epoch). The resumption ("Loaded checkpoint ... @ 4 updates")
     # goes back to the validation at 4 updates: the 3 s trained after it in the first run were lost, and so was the

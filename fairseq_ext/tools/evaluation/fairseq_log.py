@@ -155,18 +155,21 @@ def stop_reason(log_text: str, patience: int, max_updates: int, last_updates: in
     return "max-updates" if max_updates and last_updates >= max_updates else "budget"
 
 
-CURVE_FIELDS = ("updates", "epoch", "train_wall_s", "wall_s", "dev_loss", "dev_nll_loss", "dev_bleu")
+CURVE_FIELDS = ("updates", "epoch", "train_wall_s", "wall_s", "dev_loss", "dev_nll_loss", "dev_bleu",
+                "train_loss", "train_nll_loss")
 
 
 def parse_curve(text: str) -> list:
     """The learning curve of a fairseq-train log with ``--eval-bleu``: one row per validation (dev loss, dev
     BLEU) with the training wall-clock (the sum of the ``train_inner`` intervals' train_wall: optimisation
-    only) and the elapsed wall-clock (from the log's timestamps, validations included) at that update.  A
+    only) and the elapsed wall-clock (from the log's timestamps, validations included) at that update, and the
+    training loss of the last ``train_inner`` interval before it (fairseq's mean over --log-interval updates:
+    dev loss falling behind a baseline's with training loss level is overfitting; both behind, slower fitting).  A
     resumed run (an appended log: fairseq's "Loaded checkpoint ... (epoch E @ U updates)") restarts at update U:
     both clocks go back to the validation at U (the work logged after it was lost, and the time between the
     runs is not counted), and the repeated updates' later rows win.  (fairseq's own ``wall`` reads 0 after a
     resumption, so it is not used.)"""
-    rows, train_wall, wall0, seg_start = {}, 0.0, 0.0, None
+    rows, train_wall, wall0, seg_start, train = {}, 0.0, 0.0, None, {}
     for line in text.splitlines():
         ts = timestamp(line)
         if ts is None:
@@ -175,7 +178,7 @@ def parse_curve(text: str) -> list:
         if resumed:  # back to the checkpoint's update: the work logged after it was lost
             done = [u for u in rows if u <= int(resumed.group(1))]
             train_wall, wall0 = (rows[max(done)]["train_wall_s"], rows[max(done)]["wall_s"]) if done else (0.0, 0.0)
-            seg_start = ts
+            seg_start, train = ts, {}
         elif "No existing checkpoint found" in line or seg_start is None:
             seg_start = ts
         rec = next(records(line), None)
@@ -184,11 +187,13 @@ def parse_curve(text: str) -> list:
         st = rec["stats"]
         if rec["kind"] == "train_inner":
             train_wall += st.get("train_wall", 0.0)
+            train = st
         elif rec["kind"] == "valid" and rec["subset"] is not None and "num_updates" in st:
             u = int(st["num_updates"])
             rows[u] = {"updates": u, "epoch": rec["epoch"], "train_wall_s": round(train_wall, 1),
                        "wall_s": round(wall0 + (ts - seg_start), 1), "dev_loss": st.get("loss"),
-                       "dev_nll_loss": st.get("nll_loss"), "dev_bleu": st.get("bleu")}
+                       "dev_nll_loss": st.get("nll_loss"), "dev_bleu": st.get("bleu"),
+                       "train_loss": train.get("loss"), "train_nll_loss": train.get("nll_loss")}
     return [rows[u] for u in sorted(rows)]
 
 
@@ -236,11 +241,12 @@ def line_style(i: int) -> dict:
 
 
 def plot_curves(curves: dict, path: Path, title: str) -> None:
-    """Dev BLEU vs updates, dev BLEU vs training wall-clock (minutes), dev NLL vs updates; a line per config."""
+    """Dev BLEU vs updates, dev BLEU vs training wall-clock (minutes), dev NLL and training NLL vs updates; a line
+    per config."""
     from fairseq_ext.tools.plots import pyplot
     plt = pyplot()  # Agg, without matplotlib's font-search debug lines in the job log
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     for i, (name, rows) in enumerate(curves.items()):
         kw = dict(marker=".", label=name, **line_style(i))
         pts = [r for r in rows if r["dev_bleu"] is not None]
@@ -248,11 +254,14 @@ def plot_curves(curves: dict, path: Path, title: str) -> None:
         axes[1].plot([r["train_wall_s"] / 60 for r in pts], [r["dev_bleu"] for r in pts], **kw)
         # the NLL, not the criterion's loss: label smoothing and auxiliary terms (MS-12's extra decoders) make
         # losses incomparable across configurations; criteria without nll_loss log the NLL as their loss
-        pts = [(r["updates"], r["dev_nll_loss"] if r["dev_nll_loss"] is not None else r["dev_loss"]) for r in rows]
-        pts = [p for p in pts if p[1] is not None]
-        axes[2].plot([p[0] for p in pts], [p[1] for p in pts], **kw)
-    for ax, xl, yl in zip(axes, ("updates", "training wall-clock (min, validation excluded)", "updates"),
-                          ("dev BLEU (greedy)", "dev BLEU (greedy)", "dev NLL (base 2; main decoder)")):
+        for ax, split in ((axes[2], "dev"), (axes[3], "train")):
+            pts = [(r["updates"], r.get(f"{split}_nll_loss") if r.get(f"{split}_nll_loss") is not None
+                    else r.get(f"{split}_loss")) for r in rows]
+            pts = [p for p in pts if p[1] is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], **kw)
+    for ax, xl, yl in zip(axes, ("updates", "training wall-clock (min, validation excluded)", "updates", "updates"),
+                          ("dev BLEU (greedy)", "dev BLEU (greedy)", "dev NLL (base 2; main decoder)",
+                           "training NLL (base 2; last log interval)")):
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)
         ax.grid(alpha=0.3)
