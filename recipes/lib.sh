@@ -140,6 +140,19 @@ concat_eval() {  # concat_eval SEGMENTED_FOLDER JOB CONFIGS
 # (recipes/bench/converged*.sh; OUT, THREADS, N_BOOTSTRAP, CURVE_EVERY and TABLE from the recipe): two --train-only
 # lanes side by side (LANES=1: one lane, A's configurations then B's), then the comparison (paired bootstrap against
 # the job's baseline, the converged table rows)
+simul_flags() {  # simul_flags NAME SEARCH BEAM: fairseq-generate's flags for a simultaneous system, one word per line;
+  # NAME wue|wos|wiw|wid (Gu §9.5.2's baselines), waitK (wait-k reading), else a trained agent; SEARCH greedy|beam
+  case $1 in
+    wue|wos|wiw|wid) printf '%s\n' --simul-policy "$1" ;;
+    wait[0-9]*) printf '%s\n' --simul-policy waitk --simul-waitk "${1#wait}" ;;
+    *) printf '%s\n' --simul-policy agent ;;
+  esac
+  case $2 in
+    greedy) printf '%s\n' --simul-decoding simul_greedy ;;
+    beam) printf '%s\n' --simul-decoding simul_beam --simul-beam "$3" ;;
+    *) echo "error: simul_flags: unknown search '$2' (greedy beam)" >&2; return 2 ;;
+  esac
+}
 curve_job() {
   local name=$1 data=$2 src=$3 tgt=$4 ref2=$5 a=$6 b=$7 k pids=() failed=0 letter=(A B)
   shift 7

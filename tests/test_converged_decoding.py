@@ -81,3 +81,19 @@ def test_converged_decoding_recipe_tiny(tmp_path):
     # resumable: a rerun reuses the models and decodes
     p = run(["bash", RECIPE], timeout=2400, STAGES="stage1 tg simul", **env)
     assert "bleu_lr2e-6: reusing" in p.stdout and "cw2: reusing" in p.stdout
+
+
+@pytest.mark.parametrize("name, search, flags", [
+    ("wue", "greedy", "--simul-policy wue --simul-decoding simul_greedy"),
+    ("wid", "beam", "--simul-policy wid --simul-decoding simul_beam --simul-beam 5"),
+    ("wait3", "greedy", "--simul-policy waitk --simul-waitk 3 --simul-decoding simul_greedy"),
+    ("ap0.5_-0.5", "beam", "--simul-policy agent --simul-decoding simul_beam --simul-beam 5"),
+    ("waiter", "greedy", "--simul-policy agent --simul-decoding simul_greedy"),
+])
+def test_simul_flags_one_mapping_for_both_simultaneous_recipes(name, search, flags):
+    """lib.sh simul_flags: the one name -> flags mapping of recipes/gu/ch9.sh and converged_decoding.sh (ch9.sh's
+    thesis printout is checked flag by flag in test_gu_ch9_recipe.py)."""
+    p = run(["bash", "-c", 'source recipes/lib.sh; simul_flags "$@"', "_", name, search, "5"])
+    assert p.stdout.split() == flags.split()
+    p = run(["bash", "-c", 'source recipes/lib.sh; simul_flags wue nope 5'], check=False)
+    assert p.returncode == 2 and "unknown search 'nope'" in p.stderr

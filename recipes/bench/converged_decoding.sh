@@ -256,17 +256,12 @@ tg() {
 
 # ---- ch. 9: simultaneous agents against wait-k
 simul_decode() {  # simul_decode NAME SEARCH ENV: the test pairs -> OUT/dec_simul/decode/NAME.SEARCH (+ actions.jsonl)
-  local name=$1 search=$2 env=$3 path pol srch d=$J/dec_simul/decode/$1.$2
+  local name=$1 search=$2 path=$3 flags d=$J/dec_simul/decode/$1.$2
   [ -s "$d/actions.jsonl" ] || rm -rf "$d"
-  case $name in
-    wue|wos|wiw|wid) path=$env pol=(--simul-policy "$name") ;;
-    wait*) path=$env pol=(--simul-policy waitk --simul-waitk "${name#wait}") ;;
-    *) path=$J/dec_simul/$name/checkpoint_best.pt pol=(--simul-policy agent) ;;
-  esac
-  if [ "$search" = greedy ]; then srch=(--simul-decoding simul_greedy)
-  else srch=(--simul-decoding simul_beam --simul-beam "$BEAM"); fi
-  gen "$d" "$d.log" "$J/dec_simul/test/bin" --task simul_rl_translation "${LANGS[@]}" --path "$path" "${pol[@]}" \
-    "${srch[@]}" --max-len-a $LEN_A --max-len-b $LEN_B --simul-actions-out "$d.tmp/actions.jsonl"
+  mapfile -t flags < <(simul_flags "$name" "$search" "$BEAM")
+  [ "${flags[1]}" != agent ] || path=$J/dec_simul/$name/checkpoint_best.pt
+  gen "$d" "$d.log" "$J/dec_simul/test/bin" --task simul_rl_translation "${LANGS[@]}" --path "$path" "${flags[@]}" \
+    --max-len-a $LEN_A --max-len-b $LEN_B --simul-actions-out "$d.tmp/actions.jsonl"
 }
 simul_lane() {  # simul_lane ENV JOB...: an agent name, or "baselines"
   local env=$1 job b cap=()

@@ -171,18 +171,16 @@ if [ "$MODE" = thesis ]; then
            "${LEN[@]}")   # no --post-process: it grows the target dictionary (see the report's --remove-bpe)
       systems=()
       for name in "${agents[@]}"; do
-        for search in greedy beam; do systems+=("$name.$search|$O/agents/$name/checkpoint_best.pt|agent"); done
+        for search in greedy beam; do systems+=("$name.$search|$O/agents/$name/checkpoint_best.pt"); done
       done
-      for b in "${BASE_GREEDY[@]}"; do systems+=("$b.greedy|$O/nmt/checkpoint_best.pt|$b"); done
-      for b in "${BASE_BEAM[@]}"; do systems+=("$b.beam|$O/nmt/checkpoint_best.pt|$b"); done
-      for k in "${WAITK[@]}"; do systems+=("wait$k.greedy|$O/nmt/checkpoint_best.pt|waitk --simul-waitk $k"); done
+      for b in "${BASE_GREEDY[@]}"; do systems+=("$b.greedy|$O/nmt/checkpoint_best.pt"); done
+      for b in "${BASE_BEAM[@]}"; do systems+=("$b.beam|$O/nmt/checkpoint_best.pt"); done
+      for k in "${WAITK[@]}"; do systems+=("wait$k.greedy|$O/nmt/checkpoint_best.pt"); done
       for sys in "${systems[@]}"; do
-        IFS='|' read -r sname path pol <<< "$sys"
-        search=(--simul-decoding simul_greedy); [ "${sname##*.}" = greedy ] || search=(--simul-decoding simul_beam \
-          --simul-beam 5)
+        IFS='|' read -r sname path <<< "$sys"
+        mapfile -t flags < <(simul_flags "${sname%.*}" "${sname##*.}" 5)
         D=$O/decode/$set_name/$sname
-        # shellcheck disable=SC2086
-        thesis $FS/fairseq-generate $E/bin "${UD[@]}" "${GEN[@]}" --path "$path" --simul-policy $pol "${search[@]}" \
+        thesis $FS/fairseq-generate $E/bin "${UD[@]}" "${GEN[@]}" --path "$path" "${flags[@]}" \
           --simul-actions-out $D/actions.jsonl --results-path $D
         thesis $PY -m fairseq_ext.tools.evaluation.simul_latency $D/actions.jsonl --json $D/latency.json
       done
