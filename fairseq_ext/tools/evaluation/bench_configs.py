@@ -102,9 +102,12 @@ for _v, _name in [("sagg", "S-Agg"), ("iter_sagg", "Iter-S-Agg"), ("cagg", "C-Ag
         "train": ["--arch", f"transformer_jas_{_v}_bench"] + OPTIM, "generate": GENERATE})
 # S-Agg with each WS sum normalised (--jas-sum-layernorm; not in the thesis): is the equal-updates loss of the
 # freshly initialised WS map (RESULTS.md, job variants) its missing normalisation?
-CONFIGS["jas_sagg_sumln"] = {
-    "desc": "Ampomah S-Agg + LayerNorm after the WS sum (not in the thesis; same dims)", "task": "translation_ext",
-    "train": ["--arch", "transformer_jas_sagg_bench", "--jas-sum-layernorm"] + OPTIM, "generate": GENERATE}
+# (and Iter-S-Agg with each of its chained WS sums normalised)
+for _v, _name in [("sagg", "S-Agg + LayerNorm after the WS sum"), ("iter_sagg", "Iter-S-Agg + LayerNorm after each WS sum")]:
+    CONFIGS[f"jas_{_v}_sumln"] = {
+        "desc": f"Ampomah {_name} (not in the thesis; same dims)",
+        "task": "translation_ext",
+        "train": ["--arch", f"transformer_jas_{_v}_bench", "--jas-sum-layernorm"] + OPTIM, "generate": GENERATE}
 for _v, _name in [("dec", "Dec-DC"), ("full", "Full-DC")]:
     CONFIGS[f"{_v}_dc"] = {
         "desc": f"Ampomah {_name} (f=2) (same dims)", "task": "translation_ext",
