@@ -23,6 +23,9 @@ def test_bench_refuses_a_malformed_pair_before_training(tmp_path):
     p = run([sys.executable, ROOT / "recipes" / "bench" / "bench.py", "--data", tmp_path, "--pair", "ms1"],
             check=False)
     assert p.returncode == 2 and "--pair 'ms1'" in p.stderr
+    p = run([sys.executable, ROOT / "recipes" / "bench" / "bench.py", "--data", tmp_path, "--pair", "ms1=nope"],
+            check=False)
+    assert p.returncode == 2 and "unknown configuration 'nope'" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_pair_rows_are_the_paired_bootstrap_of_the_job_outputs(tmp_path):

@@ -406,8 +406,8 @@ def main(argv=None, description: str = None):
         ap.error("--budget-min 0 needs --max-updates or --patience (nothing would stop training)")
     try:
         pairs = [] if args.train_only else bench_pairs.parse_pairs(args.pair)
-    except ValueError as e:
-        ap.error(str(e))
+    except (ValueError, KeyError) as e:
+        ap.error(str(e).strip("'\""))
     bench_configs.BASELINE = args.baseline  # ratios, bootstrap and table order follow it
     if args.finetune_from_model and not Path(args.finetune_from_model).is_file():
         raise SystemExit(f"error: --finetune-from-model {args.finetune_from_model}: no such checkpoint")
