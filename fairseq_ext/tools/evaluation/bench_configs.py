@@ -354,6 +354,8 @@ for _name, _desc, _train in [
         ("transformer_lr7e4", "baseline at lr 7e-4", TRANSFORMER_SMALL + _LR_7E4),
         ("dec_dc_lr7e4", "Dec-DC at lr 7e-4 (the DC paper's)", ["--arch", "transformer_dec_dc_bench"] + _LR_7E4),
         ("full_dc_lr7e4", "Full-DC at lr 7e-4 (the DC paper's)", ["--arch", "transformer_full_dc_bench"] + _LR_7E4),
+        ("jas_iter_cagg_lr7e4", "Ampomah Iter-C-Agg at lr 7e-4 (against transformer_lr7e4)",
+         ["--arch", "transformer_jas_iter_cagg_bench"] + _LR_7E4),
         ("ms12_aif_zero", "MS-12+AIF, AIF weights zero-initialised (starts as MS-12)",
          CONFIGS["ms12_aif"]["train"] + ["--aif-zero-init"]),
         ("ms12", "MS-12 without AIF (aux decoders on enc layers 1,2)",
