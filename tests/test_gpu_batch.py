@@ -36,7 +36,8 @@ def test_every_set_names_configurations_that_fairseq_accepts(name):
     names = dry_run(SET=name)
     assert names and all(n in configs.CONFIGS for n in names), names
     if name == "ampomah":
-        assert {"ms1", "ms2", "jas_m00", "jas_iter_cagg", "dec_dc_lr7e4", "full_dc_lr7e4"} <= set(names)
+        assert {"ms1", "ms2", "jas_m00", "jas_iter_cagg", "dec_dc_lr7e4", "full_dc_lr7e4", "jas_sagg_sumln",
+                "jas_iter_sagg_sumln", "jas_iter_cagg_lr7e4"} <= set(names)
     for n in names:
         cfg = configs.get(n)
         parser = options.get_training_parser()

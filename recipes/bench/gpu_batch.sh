@@ -18,7 +18,8 @@
 # Sets (the default CONFIGS, BASELINE, PATIENCE, MAX_UPDATES and DATA of each; the variables override them):
 #   ampomah  es->en low set: the rows never trained to convergence: the transformer baseline, JAS M-00/M-01/M-10,
 #            S-Agg, C-Agg, Iter-S-Agg, Iter-C-Agg (ch. 3), Dec-DC and Full-DC at the bench's lr 3e-3 and at the DC
-#            paper's 7e-4 with the baseline at 7e-4 beside them (ch. 5), MS-1 and MS-2 (ch. 4); patience 5
+#            paper's 7e-4 with the baseline at 7e-4 beside them (ch. 5), MS-1 and MS-2 (ch. 4); the cause tests of
+#            the aggregations' loss (S-Agg / Iter-S-Agg with their WS sums normalised, Iter-C-Agg at 7e-4); patience 5
 #   twt66    es->en low set: Nguyen ch. 6 Table 6.2 at 6+6 layers 512/2048: PostNorm vs PreNorm, Xavier vs SMALLINIT
 #            (baseline twt66_postnorm_xavier); the thesis's patience 20
 #   nguyen4  en_web->tl 10k (converged.sh's conv_tl set): Nguyen ch. 4 Table 4.2 on the thesis's own base (TwT:
@@ -70,7 +71,7 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 SET=${SET:-ampomah}
 case $SET in
-  ampomah) set_configs=transformer,jas_m00,jas_m01,jas_m10,jas_sagg,jas_cagg,jas_iter_sagg,jas_iter_cagg,dec_dc,full_dc,transformer_lr7e4,dec_dc_lr7e4,full_dc_lr7e4,ms1,ms2
+  ampomah) set_configs=transformer,jas_m00,jas_m01,jas_m10,jas_sagg,jas_cagg,jas_iter_sagg,jas_iter_cagg,dec_dc,full_dc,transformer_lr7e4,dec_dc_lr7e4,full_dc_lr7e4,ms1,ms2,jas_sagg_sumln,jas_iter_sagg_sumln,jas_iter_cagg_lr7e4
            set_baseline=transformer set_patience=5 set_data=es_low ;;
   twt66)   set_configs=twt66_postnorm_xavier,twt66_prenorm_xavier,twt66_postnorm_smallinit,twt66_prenorm_smallinit
            set_baseline=twt66_postnorm_xavier set_patience=20 set_data=es_low ;;
