@@ -26,7 +26,8 @@
 #            the candidate cause of their loss), MS-12+AIF, the transformer, Full-DC and Iter-C-Agg at lr 7e-4,
 #            MS-1, MS-2. Its own baseline (a configuration trained elsewhere is not reused across jobs); besides the
 #            transformer, MS-1/MS-2 are paired with MS-12+AIF and Dec-DC/Full-DC/Iter-C-Agg at lr 7e-4 with the
-#            transformer at lr 7e-4 (bench.py --pair: the pairs table of RESULTS.md).
+#            transformer at lr 7e-4, the normalised sums with their plain ones (bench.py --pair: the pairs table
+#            of RESULTS.md).
 #   conv_tl  en_web->tl, TL_SIZE (10,000) training verses, sentencepiece 4k (the Nguyen ch. 4 set): transformer,
 #            concat_consec, concat_rand; the same stopping rule; then Table 4.3 (the CONSEC-concatenated test set
 #            decoded segment-aware, recipes/lib.sh concat_eval) -> runs/converged/conv_tl/concat_eval.tsv.
@@ -79,7 +80,8 @@ for stage in $STAGES; do
               "${VARIANTS_A:-transformer,jas_m00,twt_scalenorm_fixnorm,jas_m01,dec_dc_lr7e4,ms12_aif,transformer_lr7e4,full_dc_lr7e4,jas_iter_cagg_lr7e4}" \
               "${VARIANTS_B:-jas_m10,jas_sagg,jas_cagg,dec_dc,full_dc,jas_iter_sagg,jas_iter_cagg,jas_sagg_sumln,ms1,ms2,jas_iter_sagg_sumln}" \
               --patience "$PATIENCE" --budget-min 0 --max-updates "${VARIANT_UPDATES:-1280}" \
-              --pair ms12_aif=ms1,ms2 --pair transformer_lr7e4=dec_dc_lr7e4,full_dc_lr7e4,jas_iter_cagg_lr7e4 ;;
+              --pair ms12_aif=ms1,ms2 --pair transformer_lr7e4=dec_dc_lr7e4,full_dc_lr7e4,jas_iter_cagg_lr7e4 \
+              --pair jas_sagg=jas_sagg_sumln --pair jas_iter_sagg=jas_iter_sagg_sumln ;;
     conv_tl) curve_job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" &&
              concat_eval "$TL" "$OUT/conv_tl" transformer,concat_consec,concat_rand ;;
     ablate) curve_job ablate "$ES" es en "" "transformer,enc_dc,enc_dc_pad_left,enc_dc_lr7e4,ms12_aif" \
