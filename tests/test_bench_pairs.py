@@ -55,4 +55,4 @@ def test_merge_pairs_follows_the_converged_table_and_replaces_only_its_own_rows(
     assert rows == ["| ms1 | ms12_aif | 1 | 2 | -1.00 (p=0.1) | x | job1 |",
                     "| ms1 | ms12_aif | 4 | 2 | +2.00 (p=0.1) | x | job2 |",
                     "| ms2 | ms12_aif | 1 | 2 | -1.00 (p=0.1) | x | job2 |"]
-    assert text.count(bench_pairs.TITLE) == 1
+    assert text.count(bench_pairs.TITLE) == 1 and f"{bench_pairs.END}\n\n## Later" in text

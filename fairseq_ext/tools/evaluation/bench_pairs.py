@@ -72,7 +72,7 @@ def merge_pairs(path: Path, rows: Dict[Tuple[str, str], str]) -> None:
         text = text.split(START, 1)[0] + block + text.split(END, 1)[1]
     elif "<!-- /bench:converged -->" in text:
         head, tail = text.split("<!-- /bench:converged -->", 1)
-        text = head + "<!-- /bench:converged -->\n\n" + TITLE + "\n\n" + block + "\n" + tail
+        text = head + "<!-- /bench:converged -->\n\n" + TITLE + "\n\n" + block + "\n\n" + tail.lstrip("\n")
     else:
         text = text + ("\n" if text else "") + "\n" + TITLE + "\n\n" + block + "\n"
     path.write_text(text)
