@@ -103,7 +103,8 @@ for _v, _name in [("sagg", "S-Agg"), ("iter_sagg", "Iter-S-Agg"), ("cagg", "C-Ag
 # S-Agg with each WS sum normalised (--jas-sum-layernorm; not in the thesis): is the equal-updates loss of the
 # freshly initialised WS map (RESULTS.md, job variants) its missing normalisation?
 # (and Iter-S-Agg with each of its chained WS sums normalised)
-for _v, _name in [("sagg", "S-Agg + LayerNorm after the WS sum"), ("iter_sagg", "Iter-S-Agg + LayerNorm after each WS sum")]:
+for _v, _name in [("sagg", "S-Agg + LayerNorm after the WS sum"),
+                  ("iter_sagg", "Iter-S-Agg + LayerNorm after each WS sum")]:
     CONFIGS[f"jas_{_v}_sumln"] = {
         "desc": f"Ampomah {_name} (not in the thesis; same dims)",
         "task": "translation_ext",
