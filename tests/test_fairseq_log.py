@@ -123,3 +123,15 @@ def test_run_helpers(tmp_path):
     assert runs.run_logged([sys.executable, "-c", "print('hello')"], log, 1) >= 0 and log.read_text() == "hello\n"
     with pytest.raises(SystemExit, match=r"error: command failed \(3\); see .*\nboom"):
         runs.run_logged([sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], log, 1)
+
+
+def test_bench_job_note_names_the_cpu_model_and_its_isa():
+    """A job's note says which CPU measured it (model name and matrix ISA: AMX / AVX512-BF16 / AVX2), not the bare
+    architecture ``x86_64``, since the machine changes between sessions and bf16 speed depends on it."""
+    import argparse
+    from fairseq_ext.tools.common import cpu_name
+    from fairseq_ext.tools.evaluation.bench_runs import machine_text
+    text = machine_text(argparse.Namespace(device="cpu", precision="fp32"))
+    assert text == cpu_name()
+    if open("/proc/cpuinfo").read().count("model name"):
+        assert text not in ("x86_64", "")

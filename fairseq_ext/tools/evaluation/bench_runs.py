@@ -17,11 +17,11 @@ import argparse
 import datetime
 import json
 import math
-import platform
 import shutil
 import sys
 from pathlib import Path
 
+from fairseq_ext.tools.common import cpu_name
 from fairseq_ext.tools.evaluation import bench_configs, bench_pairs, score as ev
 from fairseq_ext.tools.evaluation.fairseq_log import (
     best_point, curve_points, parse_curve, parse_generate_log, parse_train_log, plot_curves, stop_reason,
@@ -321,7 +321,7 @@ def merge_converged(path: Path, rows: dict, job_note: str) -> None:
 
 def machine_text(args) -> str:
     """The machine a job's note names: the processor, and the GPU where it trained on one."""
-    cpu = platform.processor() or platform.machine()
+    cpu = cpu_name()
     if args.device == "cpu":
         return cpu
     import torch
