@@ -135,3 +135,18 @@ def test_bench_job_note_names_the_cpu_model_and_its_isa():
     assert text == cpu_name()
     if open("/proc/cpuinfo").read().count("model name"):
         assert text not in ("x86_64", "")
+
+
+def test_reused_result_of_a_moved_job_folder_finds_its_files(tmp_path):
+    """A job folder moved or gathered from another machine (gpu_batch.sh's $OUT) keeps its result.json, whose
+    ``hyp_file`` names the old place: the reuse points it at the file of that name in the configuration's folder."""
+    from fairseq_ext.tools.evaluation.bench_runs import relocated
+    d = tmp_path / "new_job" / "cfg"
+    d.mkdir(parents=True)
+    (d / "generate.out").write_text("H-0\t-0.1\tx\n")
+    r = relocated({"hyp_file": "runs/old_job/cfg/generate.out", "name": "cfg", "bleu": 1.0}, d)
+    assert r["hyp_file"] == str(d / "generate.out") and r["name"] == "cfg"
+    kept = relocated({"hyp_file": str(d / "generate.out")}, tmp_path)  # an existing path is kept
+    assert kept["hyp_file"] == str(d / "generate.out")
+    gone = relocated({"hyp_file": "runs/old_job/cfg/other.out"}, d)  # no such file here either: unchanged
+    assert gone["hyp_file"] == "runs/old_job/cfg/other.out"

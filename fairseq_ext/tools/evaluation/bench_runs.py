@@ -127,6 +127,17 @@ def device_flags(flags: list, device: str, precision: str = "fp32", train: bool 
     return out
 
 
+def relocated(result: dict, d: Path) -> dict:
+    """A reused ``result.json`` whose files were written under another job folder (the folder was moved, or
+    gathered from another machine's ``$OUT``): each path it names that is missing but has a file of that name in
+    the configuration's folder ``d`` points there."""
+    for key, value in result.items():
+        if isinstance(value, str) and key.endswith("_file") and not Path(value).exists() \
+                and (d / Path(value).name).is_file():
+            result[key] = str(d / Path(value).name)
+    return result
+
+
 def run_config(name: str, args, out: Path) -> dict:
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
@@ -135,7 +146,7 @@ def run_config(name: str, args, out: Path) -> dict:
     res_file = d / "result.json"
     if res_file.exists() and not args.force:
         log(f"{name}: reusing {res_file}")
-        return json.loads(res_file.read_text())
+        return relocated(json.loads(res_file.read_text()), d)
     for path, argv in cfg["prepare"]:  # files the training flags name (e.g. an Arthur et al. lexicon)
         if not Path(path).exists():
             run_logged([sys.executable, *argv], d / "prepare.log", args.threads, append=True, log=log, cwd=ROOT)
