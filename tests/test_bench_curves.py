@@ -219,6 +219,33 @@ def test_converged_recipe_tiny(tmp_path):
     assert all(r.split("\t")[2] != "?" for r in rows[1:])
 
 
+@pytest.mark.slow
+def test_converged_recipe_variant_jobs_tiny(tmp_path):
+    """DATA=tiny, STAGES="variants_lr7e4 variants_ms": the two equal-updates jobs of the Ampomah rows, each one command;
+    the lr-7e-4 job's deltas are against its own baseline (transformer_lr7e4), the MS job pairs MS-1/MS-2 with
+    MS-12+AIF in the pairs table."""
+    table = tmp_path / "RESULTS.md"
+    table.write_text("# r\n", encoding="utf-8")
+    run(["bash", CONVERGED], timeout=2400, DATA="tiny", RUNS=tmp_path, THREADS="1", TABLE=str(table),
+        STAGES="variants_lr7e4 variants_ms")
+    out = tmp_path / "converged_tiny"
+    expected = {"variants_lr7e4": {"transformer_lr7e4", "dec_dc_lr7e4", "full_dc_lr7e4", "jas_iter_cagg_lr7e4"},
+                "variants_ms": {"transformer", "ms12_aif", "ms1", "ms2"}}
+    text = table.read_text()
+    block = text.split("<!-- bench:converged -->")[1].split("<!-- /bench:converged -->")[0]
+    for stage, configs in expected.items():
+        summary = json.loads((out / stage / "summary.json").read_text())
+        assert set(summary) == configs
+        assert {r["curve"]["last_updates"] for r in summary.values()} == {4}  # equal updates
+        rows = [ln for ln in block.splitlines() if ln.endswith(f"| {stage} |")]
+        assert len(rows) == len(configs)
+    base = [ln for ln in block.splitlines() if ln.startswith("| transformer_lr7e4 |")]
+    assert len(base) == 1 and "| – |" in base[0]  # the lr-7e-4 job's baseline row has no delta
+    pairs = text.split("<!-- bench:pairs -->")[1].split("<!-- /bench:pairs -->")[0]
+    assert {tuple(c.strip() for c in ln.strip("|").split("|")[:2]) for ln in pairs.splitlines()
+            if ln.endswith("| variants_ms |")} == {("ms1", "ms12_aif"), ("ms2", "ms12_aif")}
+
+
 def test_configuration_prepare_step_builds_the_arthur_lexicon_first(tiny_data, tmp_path):
     """luong_arthur (the Arthur et al. baseline of Nguyen ch. 5) names a lexicon made from the job's own training
     data: bench.py fills the placeholders and makes the file before training, once."""

@@ -155,3 +155,14 @@ def test_cpu_batch_equal_updates_on_the_tiny_slice(tiny_bin, tmp_path):
     for r in res.values():
         assert r["curve"]["stopped"] == "max-updates" and r["curve"]["patience"] == 0 and r["curve"]["points"] >= 2
     assert res["luong_untied"]["significance"]["bleu_p"] is not None
+
+
+def test_bench_args_reach_every_lane_for_a_warm_started_set():
+    """BENCH_ARGS passes bench.py options to every lane (and the comparison): a stage-2 set warm-starts from a stage-1
+    checkpoint with --finetune-from-model; without it the lanes carry no such option."""
+    p = run(["bash", SCRIPT], DRY_RUN="1", SET="doc1", CONFIGS="maruf_sentence,maruf_hatt_enc_off",
+            BASELINE="maruf_sentence", BENCH_ARGS="--finetune-from-model runs/converged/doc1/transformer/checkpoint_best.pt")
+    lanes = [ln for ln in p.stdout.splitlines() if "--train-only" in ln]
+    assert len(lanes) == 2
+    assert all("--finetune-from-model runs/converged/doc1/transformer/checkpoint_best.pt" in ln for ln in lanes)
+    assert "--finetune-from-model" not in run(["bash", SCRIPT], DRY_RUN="1", SET="doc1").stdout

@@ -8,7 +8,8 @@
 # updates; --patience early stopping on it; curves.csv / curves.png; the "converged" table of RESULTS.md).
 #
 #   bash recipes/bench/converged.sh                        # every stage below, two single-thread lanes
-#   STAGES="ablate" bash recipes/bench/converged.sh        # one or more of: ablate conv_es conv_tl
+#   STAGES="ablate" bash recipes/bench/converged.sh        # one or more of: ablate conv_es conv_tl variants
+#                                                          # variants_lr7e4 variants_ms
 #   DATA=tiny bash recipes/bench/converged.sh              # the committed tiny slice, a few updates (~6 min)
 #   TABLE=recipes/bench/RESULTS.md bash recipes/bench/converged.sh   # merge the rows into the converged table
 #
@@ -21,13 +22,14 @@
 #   variants es->en low set, the conv_es patience at equal updates (VARIANT_UPDATES, 1,280: the baseline's count
 #            when the 150-minute cap stopped it; no time cap): the Ampomah variants and the TwT base, in priority
 #            order on two lanes (VARIANTS_A, VARIANTS_B; the thesis's best first): the transformer baseline, M-00,
-#            TwT (ScaleNorm + FixNorm), M-01, Dec-DC at lr 7e-4 | M-10, S-Agg, C-Agg, Dec-DC, Full-DC, Iter-S-Agg,
-#            Iter-C-Agg, S-Agg and Iter-S-Agg with their WS sums normalised (jas_sagg_sumln, jas_iter_sagg_sumln:
-#            the candidate cause of their loss), MS-12+AIF, the transformer, Full-DC and Iter-C-Agg at lr 7e-4,
-#            MS-1, MS-2. Its own baseline (a configuration trained elsewhere is not reused across jobs); besides the
-#            transformer, MS-1/MS-2 are paired with MS-12+AIF and Dec-DC/Full-DC/Iter-C-Agg at lr 7e-4 with the
-#            transformer at lr 7e-4, the normalised sums with their plain ones (bench.py --pair: the pairs table
-#            of RESULTS.md).
+#            TwT (ScaleNorm + FixNorm), M-01, Iter-S-Agg with its WS sum normalised | M-10, S-Agg, C-Agg, Dec-DC,
+#            Full-DC, Iter-S-Agg, Iter-C-Agg, S-Agg with its WS sum normalised, MS-1, MS-2. Its own baseline (a
+#            configuration trained elsewhere is not reused across jobs); the normalised sums are also paired with
+#            their plain ones (bench.py --pair: the pairs table of RESULTS.md).
+#   variants_lr7e4  the same data and rule: Dec-DC, Full-DC and Iter-C-Agg at the DC paper's lr 7e-4 against the
+#            transformer at lr 7e-4 (the job's baseline, --baseline transformer_lr7e4).
+#   variants_ms     the same data and rule: MS-1 and MS-2 against MS-12+AIF (--pair ms12_aif=ms1,ms2), with the
+#            transformer as the job's baseline.
 #   conv_tl  en_web->tl, TL_SIZE (10,000) training verses, sentencepiece 4k (the Nguyen ch. 4 set): transformer,
 #            concat_consec, concat_rand; the same stopping rule; then Table 4.3 (the CONSEC-concatenated test set
 #            decoded segment-aware, recipes/lib.sh concat_eval) -> runs/converged/conv_tl/concat_eval.tsv.
@@ -55,6 +57,7 @@ if [ "${DATA:-bible}" = tiny ]; then
   OUT=$RUNS/converged_tiny
   CURVE_EVERY=${CURVE_EVERY:-2} PATIENCE=${PATIENCE:-2} CAP_MIN=${CAP_MIN:-5}
   CAP_UPDATES=${CAP_UPDATES:-6} ABLATE_UPDATES=${ABLATE_UPDATES:-4} ABLATE_CURVE_EVERY=${ABLATE_CURVE_EVERY:-2}
+  VARIANT_UPDATES=${VARIANT_UPDATES:-4}
   N_BOOTSTRAP=${N_BOOTSTRAP:-50}
 else
   ES=$(es_en_set low)
@@ -77,16 +80,20 @@ for stage in $STAGES; do
     # the variants train to the baseline's update count (equal updates: the baseline stopped at 1,280 by the
     # 150-minute cap), patience 5 on dev BLEU as above, no time cap
     variants) curve_job variants "$ES" es en "" \
-              "${VARIANTS_A:-transformer,jas_m00,twt_scalenorm_fixnorm,jas_m01,dec_dc_lr7e4,ms12_aif,transformer_lr7e4,full_dc_lr7e4,jas_iter_cagg_lr7e4}" \
-              "${VARIANTS_B:-jas_m10,jas_sagg,jas_cagg,dec_dc,full_dc,jas_iter_sagg,jas_iter_cagg,jas_sagg_sumln,ms1,ms2,jas_iter_sagg_sumln}" \
+              "${VARIANTS_A:-transformer,jas_m00,twt_scalenorm_fixnorm,jas_m01,jas_iter_sagg_sumln}" \
+              "${VARIANTS_B:-jas_m10,jas_sagg,jas_cagg,dec_dc,full_dc,jas_iter_sagg,jas_iter_cagg,jas_sagg_sumln,ms1,ms2}" \
               --patience "$PATIENCE" --budget-min 0 --max-updates "${VARIANT_UPDATES:-1280}" \
-              --pair ms12_aif=ms1,ms2 --pair transformer_lr7e4=dec_dc_lr7e4,full_dc_lr7e4,jas_iter_cagg_lr7e4 \
               --pair jas_sagg=jas_sagg_sumln --pair jas_iter_sagg=jas_iter_sagg_sumln ;;
+    variants_lr7e4) curve_job variants_lr7e4 "$ES" es en "" "transformer_lr7e4,dec_dc_lr7e4" \
+              "full_dc_lr7e4,jas_iter_cagg_lr7e4" --baseline transformer_lr7e4 \
+              --patience "$PATIENCE" --budget-min 0 --max-updates "${VARIANT_UPDATES:-1280}" ;;
+    variants_ms) curve_job variants_ms "$ES" es en "" "ms12_aif,ms1" "transformer,ms2" --pair ms12_aif=ms1,ms2 \
+              --patience "$PATIENCE" --budget-min 0 --max-updates "${VARIANT_UPDATES:-1280}" ;;
     conv_tl) curve_job conv_tl "$TL" "$SRC_TL" "$TGT_TL" "" "transformer,concat_consec" "concat_rand" "${CONV[@]}" &&
              concat_eval "$TL" "$OUT/conv_tl" transformer,concat_consec,concat_rand ;;
     ablate) curve_job ablate "$ES" es en "" "transformer,enc_dc,enc_dc_pad_left,enc_dc_lr7e4,ms12_aif" \
               "enc_dc_local_zero,enc_dc_nodrop,transformer_lr7e4,ms12_aif_zero,ms12" \
               --max-updates "$ABLATE_UPDATES" --curve-every "$ABLATE_CURVE_EVERY" --budget-min 0 ;;
-    *) echo "error: unknown stage '$stage' (ablate conv_es conv_tl variants)" >&2; exit 2 ;;
+    *) echo "error: unknown stage '$stage' (ablate conv_es conv_tl variants variants_lr7e4 variants_ms)" >&2; exit 2 ;;
   esac || { echo "error: stage $stage failed (logs in $OUT/$stage)" >&2; exit 1; }
 done

@@ -59,6 +59,10 @@
 #                float16 tensor cores)
 #   THREADS      CPU threads of each process (default 1); PYTHON: the interpreter (default .venv/bin/python;
 #                the checkout is put on PYTHONPATH, so fairseq_ext need not be installed)
+#   BENCH_ARGS   more recipes/bench/bench.py options for every lane and the comparison, split on spaces: the warm
+#                start of a stage-2 set (--finetune-from-model runs/converged/doc1/transformer/checkpoint_best.pt, with
+#                --doc-generated-dir DIR for a system that reads the stage-1 translations as target context; build them
+#                with converged_doc.sh first), or --pair BASE=CFG[,CFG] for one-change references
 #   JOB          the bench job folder (default $RUNS/gpu_batch/<SET>; a rerun resumes it: finished configurations are
 #                reused, interrupted ones continue from their last checkpoint)
 #   OUT          where the results are gathered (default JOB/out): result.json (every configuration's result, with
@@ -137,6 +141,8 @@ COMMON=(recipes/bench/bench.py --data "$DATA" --src "${SRC:-?}" --tgt "${TGT:-?}
         --device "$DEVICE" --precision "$PRECISION" --threads "$THREADS" --seed "$SEED" --n-bootstrap "$N_BOOTSTRAP"
         --curve-every "$CURVE_EVERY" --patience "$PATIENCE" --budget-min "$CAP_MIN" --out "$JOB"
         ${MAX_UPDATES:+--max-updates "$MAX_UPDATES"})
+read -r -a EXTRA <<< "${BENCH_ARGS:-}"
+COMMON+=("${EXTRA[@]}")
 echo "[gpu_batch] $SET on $DATA ($DEVICE): ${NAMES[*]}; baseline $BASELINE; patience $PATIENCE every $CURVE_EVERY" \
      "updates${MAX_UPDATES:+, at most $MAX_UPDATES updates}, cap $CAP_MIN min (lanes stopped at $HARD_MIN min);" \
      "job $JOB, results $OUT"
